@@ -1,0 +1,41 @@
+"""Starts moto's server with IAM enforcement that evaluates real IAM resource ARNs.
+
+Stock moto authorizes IAM actions against the resource "*" unless a role of that name already
+exists, so a policy scoped to an IAM path (as the operator's own policy is) would be denied every
+user action. AWS evaluates `arn:aws:iam::<account>:user/<path>/<name>`; this launcher makes moto
+do the same for users and roles, existing or about to be created, so the tests enforce the
+operator's shipped policy exactly. Everything else is stock moto.
+
+Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
+"""
+
+import sys
+
+from moto.iam.responses import IamResponse
+from moto.server import main
+
+
+def _determine_resource(self) -> str:
+    def first(key):
+        values = self.data.get(key)
+        return values[0] if values else None
+
+    for key, kind, lookup in (
+        ("UserName", "user", self.backend.get_user),
+        ("RoleName", "role", self.backend.get_role),
+    ):
+        name = first(key)
+        if name:
+            try:
+                return lookup(name).arn
+            except Exception:  # not created yet: the ARN it will have
+                path = first("Path") or "/"
+                return f"arn:{self.partition}:iam::{self.current_account}:{kind}{path}{name}"
+    return "*"
+
+
+IamResponse._determine_resource = _determine_resource
+
+if __name__ == "__main__":
+    host, port = sys.argv[1], sys.argv[2]
+    main(["-H", host, "-p", port])

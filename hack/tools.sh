@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# Builds (or reuses) every external tool the tests and the local run need, from package
+# registries only: Go tools from the Go module proxy, moto from PyPI, Prometheus from Debian.
+# Usage: hack/tools.sh [tool ...]   (default: all). Each tool lands in $S3OP_BIN keyed by version.
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+source "$here/lib.sh"
+mkdir -p "$S3OP_BIN" "$S3OP_CACHE/src"
+
+# Prints the path of the go.mod the proxy serves for module@version.
+upstream_gomod() {
+  go mod download -json "$1@$2" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(d.get("GoMod") or sys.exit(d.get("Error")))'
+}
+
+# go_build NAME MODULE VERSION LDFLAGS TAGS PKG...
+# Builds PKGs of MODULE@VERSION through a wrapper module. `go install pkg@version` refuses modules
+# whose go.mod has replace directives, so the wrapper copies them; a replace to a local
+# ./staging/src/k8s.io/<x> path (Kubernetes) becomes the published k8s.io/<x> v0.<minor>.<patch>.
+go_build() {
+  local name=$1 module=$2 version=$3 ldflags=$4 tags=$5; shift 5
+  # The stamp names the packages too, so adding one rebuilds (from the Go build cache).
+  local stamp; stamp="$S3OP_BIN/.$name-$version-$(echo "$*" | cksum | cut -d" " -f1)"
+  if [[ -f $stamp ]]; then return 0; fi
+  log "building $name $version from the Go module proxy (first run only; this takes a while)"
+  local dir="$S3OP_CACHE/src/$name-$version"
+  rm -rf "$dir" && mkdir -p "$dir"
+  local gomod; gomod=$(upstream_gomod "$module" "$version")
+  (
+    cd "$dir"
+    go mod init "s3operator.local/build/$name" >/dev/null 2>&1
+    go mod edit -require="$module@$version"
+    local staging="v0.${version#v1.}"
+    go mod edit -json "$gomod" | python3 -c '
+import json, sys
+staging = sys.argv[1]
+for r in json.load(sys.stdin).get("Replace") or []:
+    old, new = r["Old"], r["New"]
+    lhs = old["Path"] + ("@" + old["Version"] if old.get("Version") else "")
+    if new["Path"].startswith("./staging/src/"):
+        print(lhs + "=" + old["Path"] + "@" + staging)
+    elif not new["Path"].startswith((".", "/")):
+        print(lhs + "=" + new["Path"] + "@" + new["Version"])
+' "$staging" | while read -r rep; do go mod edit -replace="$rep"; done
+    for pkg in "$@"; do
+      CGO_ENABLED=0 go build -tags "$tags" -trimpath -ldflags "-s -w $ldflags" -o "$S3OP_BIN/" "$pkg"
+    done
+  )
+  touch "$stamp"
+  log "built $name $version"
+}
+
+tool_etcd() {
+  go_build etcd go.etcd.io/etcd/server/v3 "$ETCD_VERSION" "" "" go.etcd.io/etcd/server/v3
+  # `go build` names a /v3 module's binary after its parent directory.
+  if [[ -x $S3OP_BIN/server ]]; then mv "$S3OP_BIN/server" "$S3OP_BIN/etcd"; fi
+}
+
+tool_kube() {
+  local v=${KUBE_VERSION#v} minor
+  minor=$(cut -d. -f2 <<<"$v")
+  local ld=""
+  for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    ld+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+    ld+=" -X $p.gitTreeState=clean -X $p.buildDate=2000-01-01T00:00:00Z"
+  done
+  go_build kube k8s.io/kubernetes "$KUBE_VERSION" "$ld" "" \
+    k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+    k8s.io/kubernetes/cmd/kubectl
+}
+
+tool_helm() {
+  go_build helm helm.sh/helm/v3 "$HELM_VERSION" \
+    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" "" helm.sh/helm/v3/cmd/helm
+}
+
+tool_kustomize() {
+  go_build kustomize sigs.k8s.io/kustomize/kustomize/v5 "$KUSTOMIZE_VERSION" "" "" \
+    sigs.k8s.io/kustomize/kustomize/v5
+}
+
+tool_jaeger() {
+  go_build jaeger github.com/jaegertracing/jaeger "$JAEGER_VERSION" "" "" \
+    github.com/jaegertracing/jaeger/cmd/jaeger
+}
+
+tool_moto() {
+  local venv="$S3OP_CACHE/venv-moto-$MOTO_VERSION"
+  if [[ -x $venv/bin/moto_server ]]; then return 0; fi
+  log "installing moto[server] $MOTO_VERSION into $venv (PyPI)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
+  log "installed moto"
+}
+
+tool_prometheus() {
+  if command -v prometheus >/dev/null && command -v promtool >/dev/null; then return 0; fi
+  log "installing prometheus and promtool from Debian's packages"
+  local sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # The package starts a system service; the tests run their own Prometheus.
+  $sudo systemctl disable --now prometheus >/dev/null 2>&1 || $sudo pkill -x prometheus || true
+}
+
+all=(etcd kube moto prometheus helm kustomize jaeger)
+for t in "${@:-${all[@]}}"; do "tool_$t"; done

@@ -1,0 +1,289 @@
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// An S3 bucket, created and kept in the shape its spec describes.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "s3.operator.dev",
+    version = "v1alpha1",
+    kind = "Bucket",
+    doc = "An S3 bucket the operator creates and keeps in the shape its spec describes.",
+    namespaced,
+    status = "BucketStatus",
+    shortname = "bkt",
+    category = "s3",
+    printcolumn = r#"{"name":"Bucket Name","type":"string","jsonPath":".status.bucketName"}"#,
+    printcolumn = r#"{"name":"Region","type":"string","jsonPath":".status.region"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "has(self.bucketName) == has(oldSelf.bucketName) && (!has(self.bucketName) || self.bucketName == oldSelf.bucketName)"
+).message("spec.bucketName is immutable: it cannot be added, changed or removed after creation").field_path(".bucketName"))]
+#[x_kube(validation = Rule::new(
+    "has(self.region) == has(oldSelf.region) && (!has(self.region) || self.region == oldSelf.region)"
+).message("spec.region is immutable: it cannot be added, changed or removed after creation").field_path(".region"))]
+pub struct BucketSpec {
+    /// Name of the S3 bucket. When omitted the operator generates a name that is valid under
+    /// every S3 naming rule and stable for the object's life: the operator's bucket-name prefix,
+    /// namespace, name and a hash of the object's UID. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 3, max = 63))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9][a-z0-9.-]*[a-z0-9]$')").message("spec.bucketName may contain only lowercase letters, digits, '.' and '-', and must start and end with a letter or digit"))]
+    #[x_kube(validation = Rule::new("!self.contains('..')").message("spec.bucketName must not contain two adjacent periods"))]
+    #[x_kube(validation = Rule::new("!self.matches('^[0-9]+[.][0-9]+[.][0-9]+[.][0-9]+$')").message("spec.bucketName must not be formatted as an IP address"))]
+    #[x_kube(validation = Rule::new("!(self.startsWith('xn--') || self.startsWith('sthree-') || self.startsWith('amzn-s3-demo-'))").message("spec.bucketName must not start with the reserved prefixes 'xn--', 'sthree-' or 'amzn-s3-demo-'"))]
+    #[x_kube(validation = Rule::new("!(self.endsWith('-s3alias') || self.endsWith('--ol-s3') || self.endsWith('.mrap') || self.endsWith('--x-s3') || self.endsWith('--table-s3'))").message("spec.bucketName must not end with the reserved suffixes '-s3alias', '--ol-s3', '.mrap', '--x-s3' or '--table-s3'"))]
+    pub bucket_name: Option<String>,
+
+    /// AWS region of the bucket. Defaults to the operator's region. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z]{2}(-[a-z]+)+-[0-9]+$"))]
+    pub region: Option<String>,
+
+    /// Object versioning. When omitted the operator leaves versioning as it is in S3 (new buckets
+    /// start unversioned). S3 cannot turn versioning off once enabled, only suspend it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versioning: Option<Versioning>,
+
+    /// Default server-side encryption. Defaults to SSE-S3 (AES256).
+    #[serde(default)]
+    pub encryption: Encryption,
+
+    /// The bucket's public access block. All four flags default to true (no public access).
+    #[serde(default)]
+    pub public_access_block: PublicAccessBlock,
+
+    /// Lifecycle rules. When omitted the operator leaves the bucket's lifecycle configuration
+    /// alone; an empty list removes every rule.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100))]
+    #[x_kube(validation = Rule::new("self.all(r, self.exists_one(o, o.id == r.id))").message("spec.lifecycleRules[].id must be unique"))]
+    pub lifecycle_rules: Option<Vec<LifecycleRule>>,
+
+    /// CORS rules. When omitted the operator leaves the bucket's CORS configuration alone; an
+    /// empty list removes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100))]
+    pub cors: Option<Vec<CorsRule>>,
+
+    /// Tags for the bucket. The operator adds its own ownership tags (prefix `s3.operator.dev/`),
+    /// which cannot be set or overridden here.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 40))]
+    #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('s3.operator.dev/') && !k.startsWith('aws:'))").message("spec.tags keys must not start with the reserved prefixes 's3.operator.dev/' or 'aws:'"))]
+    #[x_kube(validation = Rule::new("self.all(k, size(k) >= 1 && size(k) <= 128 && size(self[k]) <= 256)").message("spec.tags keys must be 1-128 characters and values at most 256 characters"))]
+    pub tags: BTreeMap<String, String>,
+
+    /// What happens to the S3 bucket when this object is deleted. `Retain` keeps it (and
+    /// releases the operator's ownership tags so it can be adopted later); `Delete` removes it
+    /// if it is empty, or always with `forceDelete`. Defaults to the operator's
+    /// `--default-deletion-policy` (itself `Retain` unless set).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
+
+    /// With `deletionPolicy: Delete`, delete every object and object version first, so a
+    /// non-empty bucket is deleted too. Off by default: a non-empty bucket blocks deletion and
+    /// the block is reported in status and events.
+    #[serde(default)]
+    pub force_delete: bool,
+
+    /// Allow taking over a bucket that already exists in this account and carries no other
+    /// owner's tags. Off by default: an existing bucket is reported as a NameConflict.
+    #[serde(default)]
+    pub adopt_existing: bool,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum Versioning {
+    Enabled,
+    Suspended,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum DeletionPolicy {
+    Delete,
+    #[default]
+    Retain,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum EncryptionAlgorithm {
+    /// SSE-S3: keys managed by S3.
+    #[default]
+    #[serde(rename = "AES256")]
+    Aes256,
+    /// SSE-KMS: keys in AWS KMS.
+    #[serde(rename = "aws:kms")]
+    AwsKms,
+}
+
+/// Default server-side encryption of new objects.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.algorithm == 'aws:kms' || (!has(self.kmsKeyId) && !has(self.bucketKeyEnabled))").message("spec.encryption.kmsKeyId and bucketKeyEnabled are only allowed with algorithm aws:kms"))]
+pub struct Encryption {
+    /// `AES256` (default) or `aws:kms`.
+    #[serde(default)]
+    pub algorithm: EncryptionAlgorithm,
+    /// KMS key id or ARN for `aws:kms`; the AWS managed key when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 2048))]
+    pub kms_key_id: Option<String>,
+    /// Use an S3 Bucket Key to cut KMS request costs (`aws:kms` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_key_enabled: Option<bool>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// The four S3 public access block flags. Each defaults to true.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PublicAccessBlock {
+    #[serde(default = "yes")]
+    pub block_public_acls: bool,
+    #[serde(default = "yes")]
+    pub ignore_public_acls: bool,
+    #[serde(default = "yes")]
+    pub block_public_policy: bool,
+    #[serde(default = "yes")]
+    pub restrict_public_buckets: bool,
+}
+
+impl Default for PublicAccessBlock {
+    fn default() -> Self {
+        Self {
+            block_public_acls: true,
+            ignore_public_acls: true,
+            block_public_policy: true,
+            restrict_public_buckets: true,
+        }
+    }
+}
+
+/// One lifecycle rule. At least one action (expiration, noncurrent expiration, multipart
+/// abort or transition) is required.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.expirationDays) || has(self.noncurrentVersionExpirationDays) || has(self.abortIncompleteMultipartUploadDays) || (has(self.transitions) && size(self.transitions) > 0)").message("spec.lifecycleRules[] needs at least one action: expirationDays, noncurrentVersionExpirationDays, abortIncompleteMultipartUploadDays or transitions"))]
+pub struct LifecycleRule {
+    /// Unique identifier of the rule.
+    #[schemars(length(min = 1, max = 255))]
+    pub id: String,
+    /// Apply the rule only to keys under this prefix (all keys when omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1024))]
+    pub prefix: Option<String>,
+    /// Whether the rule is active. Defaults to true.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Delete current object versions this many days after creation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub expiration_days: Option<i32>,
+    /// Delete noncurrent object versions this many days after they become noncurrent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub noncurrent_version_expiration_days: Option<i32>,
+    /// Abort incomplete multipart uploads this many days after they start.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub abort_incomplete_multipart_upload_days: Option<i32>,
+    /// Move current versions to another storage class after some days.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 10))]
+    pub transitions: Vec<Transition>,
+}
+
+/// A lifecycle transition to another storage class.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Transition {
+    /// Days after object creation.
+    #[schemars(range(min = 0, max = 36500))]
+    pub days: i32,
+    pub storage_class: StorageClass,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+pub enum StorageClass {
+    STANDARD_IA,
+    ONEZONE_IA,
+    INTELLIGENT_TIERING,
+    GLACIER,
+    GLACIER_IR,
+    DEEP_ARCHIVE,
+}
+
+/// One CORS rule.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CorsRule {
+    /// HTTP methods the origins may use.
+    #[schemars(length(min = 1, max = 5))]
+    pub allowed_methods: Vec<CorsMethod>,
+    /// Origins allowed to make cross-origin requests (one `*` wildcard each at most).
+    #[schemars(length(min = 1, max = 100))]
+    pub allowed_origins: Vec<String>,
+    /// Headers allowed in a preflight request.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub allowed_headers: Vec<String>,
+    /// Response headers the browser may read.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 100))]
+    pub expose_headers: Vec<String>,
+    /// Seconds a browser may cache a preflight response.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 86400))]
+    pub max_age_seconds: Option<i32>,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, schemars::JsonSchema,
+)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum CorsMethod {
+    GET,
+    PUT,
+    POST,
+    DELETE,
+    HEAD,
+}
+
+/// Observed state of a Bucket.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketStatus {
+    /// `Ready` with a machine-readable reason and a human message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The generation the operator last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The S3 bucket name (generated or from the spec).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_name: Option<String>,
+    /// ARN of the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub arn: Option<String>,
+    /// Region of the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub region: Option<String>,
+    /// S3 endpoint clients should use for this bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub endpoint: Option<String>,
+}

@@ -1,0 +1,144 @@
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::core::Duration;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+/// Least-privilege access to one Bucket for an application, delivered as a Secret it can mount
+/// with `envFrom`.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "s3.operator.dev",
+    version = "v1alpha1",
+    kind = "BucketAccess",
+    doc = "Least-privilege access to one Bucket, delivered as a Secret an application mounts with envFrom.",
+    namespaced,
+    status = "BucketAccessStatus",
+    shortname = "bka",
+    category = "s3",
+    printcolumn = r#"{"name":"Bucket","type":"string","jsonPath":".spec.bucketRef.name"}"#,
+    printcolumn = r#"{"name":"Permission","type":"string","jsonPath":".spec.permission"}"#,
+    printcolumn = r#"{"name":"Secret","type":"string","jsonPath":".status.secretName"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
+    printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketAccessSpec {
+    /// The Bucket (in this namespace) to grant access to. Immutable.
+    #[x_kube(validation = Rule::new("self == oldSelf").message("spec.bucketRef is immutable"))]
+    pub bucket_ref: BucketRef,
+
+    /// What the credentials may do: `ReadOnly`, `ReadWrite` or `WriteOnly`.
+    pub permission: Permission,
+
+    /// Restrict the grant to keys starting with this prefix (for example `uploads/`). The whole
+    /// bucket when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.contains('*') && !self.contains('?')").message("spec.prefix must not start with '/' or contain the wildcards '*' or '?'"))]
+    pub prefix: Option<String>,
+
+    /// How the application authenticates.
+    #[serde(default)]
+    pub credentials: Credentials,
+}
+
+/// A reference to a Bucket in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub struct BucketRef {
+    /// Name of the Bucket object.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum Permission {
+    /// List and read objects.
+    ReadOnly,
+    /// List, read, write and delete objects.
+    ReadWrite,
+    /// Write objects only (no list, no read).
+    WriteOnly,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum CredentialsType {
+    /// An IAM user with an inline policy and an access key, delivered in the Secret.
+    #[default]
+    AccessKey,
+    /// An IAM role the named ServiceAccount assumes through the cluster's OIDC provider (IRSA).
+    /// No long-lived keys; the Secret carries the role ARN and bucket facts.
+    ServiceAccountRole,
+}
+
+/// How credentials are issued and delivered.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.type != 'ServiceAccountRole' || has(self.serviceAccountName)").message("spec.credentials.serviceAccountName is required when type is ServiceAccountRole"))]
+#[x_kube(validation = Rule::new("self.type == 'ServiceAccountRole' || !has(self.serviceAccountName)").message("spec.credentials.serviceAccountName is only allowed when type is ServiceAccountRole"))]
+#[x_kube(validation = Rule::new("self.type == 'AccessKey' || !has(self.rotation)").message("spec.credentials.rotation is only allowed when type is AccessKey"))]
+#[x_kube(validation = Rule::new("self.type == oldSelf.type").message("spec.credentials.type is immutable"))]
+#[x_kube(validation = Rule::new("has(self.secretName) == has(oldSelf.secretName) && (!has(self.secretName) || self.secretName == oldSelf.secretName)").message("spec.credentials.secretName is immutable").field_path(".secretName"))]
+pub struct Credentials {
+    /// `AccessKey` (default) or `ServiceAccountRole`.
+    #[serde(default, rename = "type")]
+    pub type_: CredentialsType,
+    /// Name of the Secret to write. Defaults to the BucketAccess name. Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.credentials.secretName must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"))]
+    pub secret_name: Option<String>,
+    /// ServiceAccount of this namespace allowed to assume the role (`ServiceAccountRole` only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub service_account_name: Option<String>,
+    /// Access-key rotation (`AccessKey` only). No rotation when omitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<Rotation>,
+}
+
+/// Key rotation with no outage: a new key is created and written to the Secret, and the old key
+/// keeps working for `gracePeriod` before it is deleted.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("duration(self.gracePeriod) < duration(self.interval)").message("spec.credentials.rotation.gracePeriod must be shorter than interval"))]
+pub struct Rotation {
+    /// How old a key may get before it is replaced, as a duration such as `720h`. At least 10s.
+    #[x_kube(validation = Rule::new("duration(self) >= duration('10s')").message("spec.credentials.rotation.interval must be at least 10s"))]
+    pub interval: Duration,
+    /// How long the previous key stays valid after a rotation, such as `1h`.
+    #[x_kube(validation = Rule::new("duration(self) >= duration('0s')").message("spec.credentials.rotation.gracePeriod must not be negative"))]
+    pub grace_period: Duration,
+}
+
+/// Observed state of a BucketAccess. Never holds a secret.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketAccessStatus {
+    /// `Ready` with a machine-readable reason and a human message.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The generation the operator last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The Secret holding the credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_name: Option<String>,
+    /// ARN of the IAM user (`AccessKey`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_arn: Option<String>,
+    /// ARN of the IAM role (`ServiceAccountRole`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role_arn: Option<String>,
+    /// Id of the access key in the Secret (the id only, never the secret).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub access_key_id: Option<String>,
+    /// When the current key was created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rotation_time: Option<Time>,
+    /// When the current key will be replaced (with rotation on).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_rotation_time: Option<Time>,
+}

@@ -1,0 +1,106 @@
+//! The `Ready` condition both kinds report, with machine-readable reasons.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+
+pub const READY: &str = "Ready";
+
+/// Why an object is or is not Ready. The string forms are part of the API: alerts and scripts
+/// match on them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    /// Everything the spec asks for exists in AWS.
+    Available,
+    /// AWS resources are being created or brought in line with the spec.
+    Provisioning,
+    /// The bucket name is taken by another account, by another owner, or by an unowned bucket
+    /// that `adoptExisting` does not allow us to take.
+    NameConflict,
+    /// AWS refused the operator: its own IAM policy does not allow the call.
+    AccessDenied,
+    /// The spec is valid for the API server but AWS or the operator's settings reject it.
+    InvalidSpec,
+    /// Deletion is waiting: the bucket is not empty and `forceDelete` is false.
+    DeletionBlocked,
+    /// A BucketAccess names a Bucket that does not exist.
+    BucketNotFound,
+    /// A BucketAccess waits for its Bucket to become Ready.
+    BucketNotReady,
+    /// An IAM user or role with our name exists but belongs to someone else.
+    OwnershipConflict,
+    /// A transient error; the operator retries with backoff.
+    Retrying,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::Available => "Available",
+            Reason::Provisioning => "Provisioning",
+            Reason::NameConflict => "NameConflict",
+            Reason::AccessDenied => "AccessDenied",
+            Reason::InvalidSpec => "InvalidSpec",
+            Reason::DeletionBlocked => "DeletionBlocked",
+            Reason::BucketNotFound => "BucketNotFound",
+            Reason::BucketNotReady => "BucketNotReady",
+            Reason::OwnershipConflict => "OwnershipConflict",
+            Reason::Retrying => "Retrying",
+        }
+    }
+}
+
+/// Builds the Ready condition, keeping `lastTransitionTime` from `previous` when the status did
+/// not flip, so a steady-state pass computes a status identical to the stored one (no write).
+pub fn ready(
+    previous: &[Condition],
+    ready: bool,
+    reason: Reason,
+    message: impl Into<String>,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Condition {
+    let status = if ready { "True" } else { "False" };
+    let last_transition_time = previous
+        .iter()
+        .find(|c| c.type_ == READY && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(now));
+    Condition {
+        type_: READY.into(),
+        status: status.into(),
+        reason: reason.as_str().into(),
+        message: message.into(),
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+/// Is the Ready condition in `conditions` True?
+pub fn is_ready(conditions: &[Condition]) -> bool {
+    conditions
+        .iter()
+        .any(|c| c.type_ == READY && c.status == "True")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transition_time_is_kept_while_status_holds() {
+        let t0: jiff::Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+        let t1: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let first = ready(&[], false, Reason::Provisioning, "creating", Some(1), t0);
+        let same = ready(
+            &[first.clone()],
+            false,
+            Reason::Retrying,
+            "again",
+            Some(1),
+            t1,
+        );
+        assert_eq!(same.last_transition_time, Time(t0));
+        let flipped = ready(&[same], true, Reason::Available, "ok", Some(1), t1);
+        assert_eq!(flipped.last_transition_time, Time(t1));
+        assert!(is_ready(&[flipped]));
+    }
+}

@@ -1,0 +1,36 @@
+//! The public contract: the `Bucket` and `BucketAccess` custom resources.
+//!
+//! Every doc comment here becomes `kubectl explain` text, and every `x_kube(validation)` rule is
+//! enforced by the API server, so bad input is refused before the operator ever sees it.
+
+mod bucket;
+mod bucket_access;
+pub mod condition;
+
+pub use bucket::*;
+pub use bucket_access::*;
+
+use kube::CustomResourceExt;
+use kube::core::crd::merge_crds;
+
+/// API group of both kinds.
+pub const GROUP: &str = "s3.operator.dev";
+/// Prefix of every label, annotation, tag and finalizer the operator owns.
+pub const DOMAIN_PREFIX: &str = "s3.operator.dev/";
+/// Finalizer the operator puts on both kinds so AWS clean-up runs before the object goes.
+pub const FINALIZER: &str = "s3.operator.dev/finalizer";
+
+/// All CRDs, as one multi-document YAML stream (what `s3-operator crd` prints).
+pub fn crds_yaml() -> String {
+    [Bucket::crd(), BucketAccess::crd()]
+        .iter()
+        .map(|crd| {
+            // merge_crds validates the single-version CRD shape kube expects.
+            let crd = merge_crds(vec![crd.clone()], "v1alpha1").expect("single-version CRD");
+            format!(
+                "---\n{}",
+                serde_yaml::to_string(&crd).expect("CRD serializes")
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,259 @@
+//! Every call the operator makes to AWS: S3 and IAM clients, error classification, naming, tags
+//! and policy documents. Each call is timed, counted and traced in one place ([`Aws::call`]).
+
+pub mod iam;
+pub mod naming;
+pub mod policy;
+pub mod s3;
+pub mod tags;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use tracing::Instrument;
+
+use crate::runtime::metrics::METRICS;
+
+/// Where and how to reach AWS.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Region for buckets that name none, and for IAM signing.
+    pub region: Option<String>,
+    /// A custom S3/IAM-compatible endpoint (for example an emulator); path-style S3 addressing.
+    pub endpoint_url: Option<String>,
+}
+
+/// Clients for S3 (one per region, made on first use) and IAM.
+#[derive(Clone)]
+pub struct Aws {
+    base: SdkConfig,
+    pub region: String,
+    pub endpoint_url: Option<String>,
+    iam: aws_sdk_iam::Client,
+    s3: Arc<Mutex<HashMap<String, aws_sdk_s3::Client>>>,
+}
+
+/// An AWS call failed.
+#[derive(thiserror::Error, Debug)]
+#[error("{service} {operation} failed: {code}: {message}")]
+pub struct Error {
+    pub service: &'static str,
+    pub operation: &'static str,
+    /// The AWS error code (`NoSuchBucket`, `AccessDenied`, ...) or a transport failure class.
+    pub code: String,
+    pub message: String,
+    pub kind: ErrorKind,
+}
+
+/// How the reconcilers should treat an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The resource does not exist.
+    NotFound,
+    /// The operator's credentials may not do this.
+    AccessDenied,
+    /// The name is taken (by another account) or the request conflicts with existing state.
+    Conflict,
+    /// AWS rejected the request as invalid (bad KMS key, malformed configuration).
+    Invalid,
+    /// Throttling, 5xx, timeouts, dropped connections: retry with backoff.
+    Transient,
+}
+
+impl Error {
+    pub fn is(&self, code: &str) -> bool {
+        self.code == code
+    }
+    pub fn not_found(&self) -> bool {
+        self.kind == ErrorKind::NotFound
+    }
+}
+
+const NOT_FOUND: &[&str] = &[
+    "NoSuchBucket",
+    "NoSuchEntity",
+    "NoSuchTagSet",
+    "NoSuchTagSetError",
+    "NoSuchPublicAccessBlockConfiguration",
+    "ServerSideEncryptionConfigurationNotFoundError",
+    "NoSuchLifecycleConfiguration",
+    "NoSuchCORSConfiguration",
+    "NotFound",
+];
+const ACCESS_DENIED: &[&str] = &[
+    "AccessDenied",
+    "InvalidAccessKeyId",
+    "AccessDeniedException",
+    "InvalidClientTokenId",
+    "SignatureDoesNotMatch",
+    "Forbidden",
+];
+const CONFLICT: &[&str] = &[
+    "BucketAlreadyExists",
+    "BucketAlreadyOwnedByYou",
+    "EntityAlreadyExists",
+    "LimitExceeded",
+    "DeleteConflict",
+    "BucketNotEmpty",
+    "PermanentRedirect",
+    "IllegalLocationConstraintException",
+];
+const THROTTLED: &[&str] = &[
+    "Throttling",
+    "ThrottlingException",
+    "SlowDown",
+    "RequestLimitExceeded",
+    "TooManyRequestsException",
+];
+
+fn classify(code: &str, status: Option<u16>) -> ErrorKind {
+    if NOT_FOUND.contains(&code) || (code.is_empty() && status == Some(404)) {
+        ErrorKind::NotFound
+    } else if ACCESS_DENIED.contains(&code) || (code.is_empty() && status == Some(403)) {
+        ErrorKind::AccessDenied
+    } else if CONFLICT.contains(&code) {
+        ErrorKind::Conflict
+    } else if THROTTLED.contains(&code)
+        || status.is_none_or(|s| s >= 500 || s == 429)
+        || code.is_empty()
+    {
+        ErrorKind::Transient
+    } else {
+        ErrorKind::Invalid
+    }
+}
+
+impl Aws {
+    pub async fn new(settings: &Settings) -> Self {
+        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        if let Some(region) = &settings.region {
+            loader = loader.region(Region::new(region.clone()));
+        }
+        if let Some(endpoint) = &settings.endpoint_url {
+            loader = loader.endpoint_url(endpoint);
+        }
+        let base = loader.load().await;
+        let region = base
+            .region()
+            .map(|r| r.to_string())
+            .unwrap_or_else(|| "us-east-1".to_string());
+        let iam = aws_sdk_iam::Client::new(&base);
+        Self {
+            base,
+            region,
+            endpoint_url: settings.endpoint_url.clone(),
+            iam,
+            s3: Default::default(),
+        }
+    }
+
+    /// The S3 client for `region`; custom endpoints use path-style addressing.
+    pub fn s3(&self, region: &str) -> aws_sdk_s3::Client {
+        let mut clients = self.s3.lock().expect("s3 client map poisoned");
+        clients
+            .entry(region.to_string())
+            .or_insert_with(|| {
+                let conf = aws_sdk_s3::config::Builder::from(&self.base)
+                    .region(Region::new(region.to_string()))
+                    .force_path_style(self.endpoint_url.is_some())
+                    .build();
+                aws_sdk_s3::Client::from_conf(conf)
+            })
+            .clone()
+    }
+
+    pub fn iam(&self) -> &aws_sdk_iam::Client {
+        &self.iam
+    }
+
+    /// The endpoint applications should use for S3 in `region`.
+    pub fn s3_endpoint(&self, region: &str) -> String {
+        match &self.endpoint_url {
+            Some(e) => e.clone(),
+            None if region.starts_with("cn-") => format!("https://s3.{region}.amazonaws.com.cn"),
+            None => format!("https://s3.{region}.amazonaws.com"),
+        }
+    }
+
+    /// Runs one AWS request inside a span, counting it by service, operation and outcome.
+    pub async fn call<T, E, F>(
+        service: &'static str,
+        operation: &'static str,
+        request: F,
+    ) -> Result<T, Error>
+    where
+        F: Future<Output = Result<T, SdkError<E, aws_smithy_runtime_api::http::Response>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let span = tracing::info_span!(
+            "aws",
+            otel.name = format!("{service}.{operation}"),
+            otel.kind = "client",
+            rpc.system = "aws-api",
+            rpc.service = service,
+            rpc.method = operation,
+            aws.error_code = tracing::field::Empty,
+        );
+        let start = Instant::now();
+        let result = request.instrument(span.clone()).await;
+        let elapsed = start.elapsed().as_secs_f64();
+        let result = result.map_err(|err| {
+            let status = err.raw_response().map(|r| r.status().as_u16());
+            let code = err.code().unwrap_or_default().to_string();
+            let message = match &err {
+                SdkError::DispatchFailure(_) => "connection failed".to_string(),
+                SdkError::TimeoutError(_) => "timed out".to_string(),
+                _ => err.message().unwrap_or("no message").to_string(),
+            };
+            let kind = classify(&code, status);
+            let code = if code.is_empty() {
+                status.map_or("Transport".into(), |s| format!("HTTP{s}"))
+            } else {
+                code
+            };
+            span.record("aws.error_code", code.as_str());
+            Error {
+                service,
+                operation,
+                code,
+                message,
+                kind,
+            }
+        });
+        let outcome = match &result {
+            Ok(_) => "success",
+            Err(e) if e.kind == ErrorKind::NotFound => "not_found",
+            Err(e) if THROTTLED.contains(&e.code.as_str()) => "throttled",
+            Err(_) => "error",
+        };
+        METRICS.aws_request(service, operation, outcome, elapsed);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn errors_are_classified() {
+        assert_eq!(classify("NoSuchBucket", Some(404)), ErrorKind::NotFound);
+        assert_eq!(classify("", Some(404)), ErrorKind::NotFound);
+        assert_eq!(classify("AccessDenied", Some(403)), ErrorKind::AccessDenied);
+        assert_eq!(
+            classify("BucketAlreadyExists", Some(409)),
+            ErrorKind::Conflict
+        );
+        assert_eq!(classify("SlowDown", Some(503)), ErrorKind::Transient);
+        assert_eq!(classify("InternalError", Some(500)), ErrorKind::Transient);
+        assert_eq!(classify("", None), ErrorKind::Transient);
+        assert_eq!(
+            classify("KMS.NotFoundException", Some(400)),
+            ErrorKind::Invalid
+        );
+        assert_eq!(classify("MalformedXML", Some(400)), ErrorKind::Invalid);
+    }
+}

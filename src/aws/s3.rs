@@ -1,0 +1,542 @@
+//! S3 bucket calls, translated to and from the API's own types so the planner compares like
+//! with like.
+
+use std::collections::BTreeMap;
+
+use aws_sdk_s3::types as s3;
+
+use super::{Aws, Error};
+use crate::api::{
+    CorsMethod, CorsRule, Encryption, EncryptionAlgorithm, LifecycleRule, PublicAccessBlock,
+    StorageClass, Transition, Versioning,
+};
+
+const S3: &str = "s3";
+
+impl Aws {
+    /// The bucket's tags: `Ok(None)` when the bucket does not exist, an empty map when it has none.
+    pub async fn bucket_tags(
+        &self,
+        region: &str,
+        bucket: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, Error> {
+        let req = self.s3(region).get_bucket_tagging().bucket(bucket).send();
+        match Aws::call(S3, "GetBucketTagging", req).await {
+            Ok(out) => Ok(Some(
+                out.tag_set.into_iter().map(|t| (t.key, t.value)).collect(),
+            )),
+            Err(e) if e.is("NoSuchBucket") => Ok(None),
+            Err(e) if e.not_found() => Ok(Some(BTreeMap::new())),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn public_access_block(
+        &self,
+        region: &str,
+        bucket: &str,
+    ) -> Result<Option<PublicAccessBlock>, Error> {
+        let req = self
+            .s3(region)
+            .get_public_access_block()
+            .bucket(bucket)
+            .send();
+        match Aws::call(S3, "GetPublicAccessBlock", req).await {
+            Ok(out) => Ok(out
+                .public_access_block_configuration
+                .map(|c| PublicAccessBlock {
+                    block_public_acls: c.block_public_acls.unwrap_or(false),
+                    ignore_public_acls: c.ignore_public_acls.unwrap_or(false),
+                    block_public_policy: c.block_public_policy.unwrap_or(false),
+                    restrict_public_buckets: c.restrict_public_buckets.unwrap_or(false),
+                })),
+            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn encryption(
+        &self,
+        region: &str,
+        bucket: &str,
+    ) -> Result<Option<Encryption>, Error> {
+        let req = self
+            .s3(region)
+            .get_bucket_encryption()
+            .bucket(bucket)
+            .send();
+        match Aws::call(S3, "GetBucketEncryption", req).await {
+            Ok(out) => Ok(out
+                .server_side_encryption_configuration
+                .and_then(|c| c.rules.into_iter().next())
+                .map(|rule| {
+                    let default = rule.apply_server_side_encryption_by_default;
+                    let kms = default
+                        .as_ref()
+                        .is_some_and(|d| d.sse_algorithm == s3::ServerSideEncryption::AwsKms);
+                    Encryption {
+                        algorithm: if kms {
+                            EncryptionAlgorithm::AwsKms
+                        } else {
+                            EncryptionAlgorithm::Aes256
+                        },
+                        kms_key_id: default.and_then(|d| d.kms_master_key_id),
+                        // S3 reports `false` for SSE-S3 buckets; only KMS buckets carry the flag.
+                        bucket_key_enabled: if kms { rule.bucket_key_enabled } else { None },
+                    }
+                })),
+            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// `None` for a bucket that never had versioning enabled.
+    pub async fn versioning(
+        &self,
+        region: &str,
+        bucket: &str,
+    ) -> Result<Option<Versioning>, Error> {
+        let req = self
+            .s3(region)
+            .get_bucket_versioning()
+            .bucket(bucket)
+            .send();
+        let out = Aws::call(S3, "GetBucketVersioning", req).await?;
+        Ok(match out.status {
+            Some(s3::BucketVersioningStatus::Enabled) => Some(Versioning::Enabled),
+            Some(s3::BucketVersioningStatus::Suspended) => Some(Versioning::Suspended),
+            _ => None,
+        })
+    }
+
+    pub async fn lifecycle_rules(
+        &self,
+        region: &str,
+        bucket: &str,
+    ) -> Result<Vec<LifecycleRule>, Error> {
+        let req = self
+            .s3(region)
+            .get_bucket_lifecycle_configuration()
+            .bucket(bucket)
+            .send();
+        match Aws::call(S3, "GetBucketLifecycleConfiguration", req).await {
+            Ok(out) => Ok(out
+                .rules
+                .unwrap_or_default()
+                .into_iter()
+                .map(lifecycle_from_aws)
+                .collect()),
+            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn cors_rules(&self, region: &str, bucket: &str) -> Result<Vec<CorsRule>, Error> {
+        let req = self.s3(region).get_bucket_cors().bucket(bucket).send();
+        match Aws::call(S3, "GetBucketCors", req).await {
+            Ok(out) => Ok(out
+                .cors_rules
+                .unwrap_or_default()
+                .into_iter()
+                .map(cors_from_aws)
+                .collect()),
+            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(Vec::new()),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn create_bucket(&self, region: &str, bucket: &str) -> Result<(), Error> {
+        let mut req = self.s3(region).create_bucket().bucket(bucket);
+        // us-east-1 is the default location and must not be named.
+        if region != "us-east-1" {
+            req = req.create_bucket_configuration(
+                s3::CreateBucketConfiguration::builder()
+                    .location_constraint(s3::BucketLocationConstraint::from(region))
+                    .build(),
+            );
+        }
+        Aws::call(S3, "CreateBucket", req.send()).await.map(drop)
+    }
+
+    pub async fn put_tags(
+        &self,
+        region: &str,
+        bucket: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), Error> {
+        let tag_set = tags
+            .iter()
+            .map(|(k, v)| {
+                s3::Tag::builder()
+                    .key(k)
+                    .value(v)
+                    .build()
+                    .expect("key and value are set")
+            })
+            .collect();
+        let tagging = s3::Tagging::builder()
+            .set_tag_set(Some(tag_set))
+            .build()
+            .expect("tag set is set");
+        let req = self
+            .s3(region)
+            .put_bucket_tagging()
+            .bucket(bucket)
+            .tagging(tagging)
+            .send();
+        Aws::call(S3, "PutBucketTagging", req).await.map(drop)
+    }
+
+    pub async fn put_public_access_block(
+        &self,
+        region: &str,
+        bucket: &str,
+        pab: &PublicAccessBlock,
+    ) -> Result<(), Error> {
+        let conf = s3::PublicAccessBlockConfiguration::builder()
+            .block_public_acls(pab.block_public_acls)
+            .ignore_public_acls(pab.ignore_public_acls)
+            .block_public_policy(pab.block_public_policy)
+            .restrict_public_buckets(pab.restrict_public_buckets)
+            .build();
+        let req = self
+            .s3(region)
+            .put_public_access_block()
+            .bucket(bucket)
+            .public_access_block_configuration(conf)
+            .send();
+        Aws::call(S3, "PutPublicAccessBlock", req).await.map(drop)
+    }
+
+    pub async fn put_encryption(
+        &self,
+        region: &str,
+        bucket: &str,
+        enc: &Encryption,
+    ) -> Result<(), Error> {
+        let algorithm = match enc.algorithm {
+            EncryptionAlgorithm::Aes256 => s3::ServerSideEncryption::Aes256,
+            EncryptionAlgorithm::AwsKms => s3::ServerSideEncryption::AwsKms,
+        };
+        let default = s3::ServerSideEncryptionByDefault::builder()
+            .sse_algorithm(algorithm)
+            .set_kms_master_key_id(enc.kms_key_id.clone())
+            .build()
+            .expect("algorithm is set");
+        let rule = s3::ServerSideEncryptionRule::builder()
+            .apply_server_side_encryption_by_default(default)
+            .set_bucket_key_enabled(enc.bucket_key_enabled)
+            .build();
+        let conf = s3::ServerSideEncryptionConfiguration::builder()
+            .rules(rule)
+            .build()
+            .expect("rules are set");
+        let req = self
+            .s3(region)
+            .put_bucket_encryption()
+            .bucket(bucket)
+            .server_side_encryption_configuration(conf)
+            .send();
+        Aws::call(S3, "PutBucketEncryption", req).await.map(drop)
+    }
+
+    pub async fn put_versioning(
+        &self,
+        region: &str,
+        bucket: &str,
+        v: Versioning,
+    ) -> Result<(), Error> {
+        let status = match v {
+            Versioning::Enabled => s3::BucketVersioningStatus::Enabled,
+            Versioning::Suspended => s3::BucketVersioningStatus::Suspended,
+        };
+        let conf = s3::VersioningConfiguration::builder()
+            .status(status)
+            .build();
+        let req = self
+            .s3(region)
+            .put_bucket_versioning()
+            .bucket(bucket)
+            .versioning_configuration(conf)
+            .send();
+        Aws::call(S3, "PutBucketVersioning", req).await.map(drop)
+    }
+
+    /// Replaces the lifecycle configuration; an empty list deletes it.
+    pub async fn put_lifecycle_rules(
+        &self,
+        region: &str,
+        bucket: &str,
+        rules: &[LifecycleRule],
+    ) -> Result<(), Error> {
+        let client = self.s3(region);
+        if rules.is_empty() {
+            let req = client.delete_bucket_lifecycle().bucket(bucket).send();
+            return Aws::call(S3, "DeleteBucketLifecycle", req).await.map(drop);
+        }
+        let conf = s3::BucketLifecycleConfiguration::builder()
+            .set_rules(Some(rules.iter().map(lifecycle_to_aws).collect()))
+            .build()
+            .expect("rules are set");
+        let req = client
+            .put_bucket_lifecycle_configuration()
+            .bucket(bucket)
+            .lifecycle_configuration(conf)
+            .send();
+        Aws::call(S3, "PutBucketLifecycleConfiguration", req)
+            .await
+            .map(drop)
+    }
+
+    /// Replaces the CORS configuration; an empty list deletes it.
+    pub async fn put_cors_rules(
+        &self,
+        region: &str,
+        bucket: &str,
+        rules: &[CorsRule],
+    ) -> Result<(), Error> {
+        let client = self.s3(region);
+        if rules.is_empty() {
+            let req = client.delete_bucket_cors().bucket(bucket).send();
+            return Aws::call(S3, "DeleteBucketCors", req).await.map(drop);
+        }
+        let conf = s3::CorsConfiguration::builder()
+            .set_cors_rules(Some(rules.iter().map(cors_to_aws).collect()))
+            .build()
+            .expect("rules are set");
+        let req = client
+            .put_bucket_cors()
+            .bucket(bucket)
+            .cors_configuration(conf)
+            .send();
+        Aws::call(S3, "PutBucketCors", req).await.map(drop)
+    }
+
+    /// Whether the bucket holds no object, object version or delete marker.
+    pub async fn bucket_is_empty(&self, region: &str, bucket: &str) -> Result<bool, Error> {
+        let req = self
+            .s3(region)
+            .list_object_versions()
+            .bucket(bucket)
+            .max_keys(1)
+            .send();
+        let out = Aws::call(S3, "ListObjectVersions", req).await?;
+        Ok(out.versions.unwrap_or_default().is_empty()
+            && out.delete_markers.unwrap_or_default().is_empty())
+    }
+
+    /// Deletes every object version and delete marker (for `forceDelete`), a page at a time.
+    pub async fn empty_bucket(&self, region: &str, bucket: &str) -> Result<usize, Error> {
+        let client = self.s3(region);
+        let mut deleted = 0;
+        loop {
+            let req = client
+                .list_object_versions()
+                .bucket(bucket)
+                .max_keys(1000)
+                .send();
+            let out = Aws::call(S3, "ListObjectVersions", req).await?;
+            let ids: Vec<s3::ObjectIdentifier> = out
+                .versions
+                .unwrap_or_default()
+                .into_iter()
+                .map(|v| (v.key, v.version_id))
+                .chain(
+                    out.delete_markers
+                        .unwrap_or_default()
+                        .into_iter()
+                        .map(|m| (m.key, m.version_id)),
+                )
+                .filter_map(|(key, version)| {
+                    s3::ObjectIdentifier::builder()
+                        .set_key(key)
+                        .set_version_id(version)
+                        .build()
+                        .ok()
+                })
+                .collect();
+            if ids.is_empty() {
+                return Ok(deleted);
+            }
+            deleted += ids.len();
+            let delete = s3::Delete::builder()
+                .set_objects(Some(ids))
+                .quiet(true)
+                .build()
+                .expect("objects are set");
+            let req = client.delete_objects().bucket(bucket).delete(delete).send();
+            Aws::call(S3, "DeleteObjects", req).await?;
+        }
+    }
+
+    pub async fn delete_bucket(&self, region: &str, bucket: &str) -> Result<(), Error> {
+        let req = self.s3(region).delete_bucket().bucket(bucket).send();
+        match Aws::call(S3, "DeleteBucket", req).await {
+            Err(e) if e.is("NoSuchBucket") => Ok(()),
+            other => other.map(drop),
+        }
+    }
+}
+
+fn lifecycle_from_aws(r: s3::LifecycleRule) -> LifecycleRule {
+    #[allow(deprecated)] // rules written by other tools may use the legacy top-level prefix
+    let prefix = r
+        .filter
+        .and_then(|f| f.prefix)
+        .or(r.prefix)
+        .filter(|p| !p.is_empty());
+    LifecycleRule {
+        id: r.id.unwrap_or_default(),
+        prefix,
+        enabled: r.status == s3::ExpirationStatus::Enabled,
+        expiration_days: r.expiration.and_then(|e| e.days),
+        noncurrent_version_expiration_days: r
+            .noncurrent_version_expiration
+            .and_then(|e| e.noncurrent_days),
+        abort_incomplete_multipart_upload_days: r
+            .abort_incomplete_multipart_upload
+            .and_then(|a| a.days_after_initiation),
+        transitions: r
+            .transitions
+            .unwrap_or_default()
+            .into_iter()
+            .filter_map(|t| {
+                let class = match t.storage_class? {
+                    s3::TransitionStorageClass::StandardIa => StorageClass::STANDARD_IA,
+                    s3::TransitionStorageClass::OnezoneIa => StorageClass::ONEZONE_IA,
+                    s3::TransitionStorageClass::IntelligentTiering => {
+                        StorageClass::INTELLIGENT_TIERING
+                    }
+                    s3::TransitionStorageClass::Glacier => StorageClass::GLACIER,
+                    s3::TransitionStorageClass::GlacierIr => StorageClass::GLACIER_IR,
+                    s3::TransitionStorageClass::DeepArchive => StorageClass::DEEP_ARCHIVE,
+                    _ => return None,
+                };
+                Some(Transition {
+                    days: t.days?,
+                    storage_class: class,
+                })
+            })
+            .collect(),
+    }
+}
+
+fn lifecycle_to_aws(r: &LifecycleRule) -> s3::LifecycleRule {
+    let status = if r.enabled {
+        s3::ExpirationStatus::Enabled
+    } else {
+        s3::ExpirationStatus::Disabled
+    };
+    s3::LifecycleRule::builder()
+        .id(&r.id)
+        .status(status)
+        .filter(
+            s3::LifecycleRuleFilter::builder()
+                .prefix(r.prefix.clone().unwrap_or_default())
+                .build(),
+        )
+        .set_expiration(
+            r.expiration_days
+                .map(|d| s3::LifecycleExpiration::builder().days(d).build()),
+        )
+        .set_noncurrent_version_expiration(r.noncurrent_version_expiration_days.map(|d| {
+            s3::NoncurrentVersionExpiration::builder()
+                .noncurrent_days(d)
+                .build()
+        }))
+        .set_abort_incomplete_multipart_upload(r.abort_incomplete_multipart_upload_days.map(|d| {
+            s3::AbortIncompleteMultipartUpload::builder()
+                .days_after_initiation(d)
+                .build()
+        }))
+        .set_transitions(if r.transitions.is_empty() {
+            None
+        } else {
+            Some(
+                r.transitions
+                    .iter()
+                    .map(|t| {
+                        let class = match t.storage_class {
+                            StorageClass::STANDARD_IA => s3::TransitionStorageClass::StandardIa,
+                            StorageClass::ONEZONE_IA => s3::TransitionStorageClass::OnezoneIa,
+                            StorageClass::INTELLIGENT_TIERING => {
+                                s3::TransitionStorageClass::IntelligentTiering
+                            }
+                            StorageClass::GLACIER => s3::TransitionStorageClass::Glacier,
+                            StorageClass::GLACIER_IR => s3::TransitionStorageClass::GlacierIr,
+                            StorageClass::DEEP_ARCHIVE => s3::TransitionStorageClass::DeepArchive,
+                        };
+                        s3::Transition::builder()
+                            .days(t.days)
+                            .storage_class(class)
+                            .build()
+                    })
+                    .collect(),
+            )
+        })
+        .build()
+        .expect("status is set")
+}
+
+fn cors_from_aws(r: s3::CorsRule) -> CorsRule {
+    let mut methods: Vec<CorsMethod> = r
+        .allowed_methods
+        .iter()
+        .filter_map(|m| serde_json::from_value(serde_json::Value::String(m.clone())).ok())
+        .collect();
+    methods.sort();
+    CorsRule {
+        allowed_methods: methods,
+        allowed_origins: r.allowed_origins,
+        allowed_headers: r.allowed_headers.unwrap_or_default(),
+        expose_headers: r.expose_headers.unwrap_or_default(),
+        max_age_seconds: r.max_age_seconds,
+    }
+}
+
+fn cors_to_aws(r: &CorsRule) -> s3::CorsRule {
+    s3::CorsRule::builder()
+        .set_allowed_methods(Some(
+            r.allowed_methods.iter().map(|m| format!("{m:?}")).collect(),
+        ))
+        .set_allowed_origins(Some(r.allowed_origins.clone()))
+        .set_allowed_headers((!r.allowed_headers.is_empty()).then(|| r.allowed_headers.clone()))
+        .set_expose_headers((!r.expose_headers.is_empty()).then(|| r.expose_headers.clone()))
+        .set_max_age_seconds(r.max_age_seconds)
+        .build()
+        .expect("methods and origins are set")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lifecycle_rules_round_trip_through_the_sdk_types() {
+        let rule = LifecycleRule {
+            id: "logs".into(),
+            prefix: Some("logs/".into()),
+            enabled: true,
+            expiration_days: Some(30),
+            noncurrent_version_expiration_days: Some(7),
+            abort_incomplete_multipart_upload_days: Some(2),
+            transitions: vec![Transition {
+                days: 10,
+                storage_class: StorageClass::GLACIER,
+            }],
+        };
+        assert_eq!(lifecycle_from_aws(lifecycle_to_aws(&rule)), rule);
+    }
+
+    #[test]
+    fn cors_rules_round_trip_through_the_sdk_types() {
+        let rule = CorsRule {
+            allowed_methods: vec![CorsMethod::GET, CorsMethod::PUT],
+            allowed_origins: vec!["https://example.com".into()],
+            allowed_headers: vec!["*".into()],
+            expose_headers: vec![],
+            max_age_seconds: Some(300),
+        };
+        assert_eq!(cors_from_aws(cors_to_aws(&rule)), rule);
+    }
+}

@@ -1,0 +1,112 @@
+//! Ownership tags: who in which cluster owns an AWS resource. The operator never changes or
+//! deletes a resource whose tags name another owner.
+
+use std::collections::BTreeMap;
+
+pub const CLUSTER: &str = "s3.operator.dev/cluster";
+pub const NAMESPACE: &str = "s3.operator.dev/namespace";
+pub const NAME: &str = "s3.operator.dev/name";
+pub const UID: &str = "s3.operator.dev/uid";
+const KEYS: [&str; 4] = [CLUSTER, NAMESPACE, NAME, UID];
+
+/// The Kubernetes object that owns an AWS resource.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Owner {
+    pub cluster: String,
+    pub namespace: String,
+    pub name: String,
+    pub uid: String,
+}
+
+/// What a resource's tags say about its owner, seen from one owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// Tagged as ours (same cluster and UID).
+    Ours,
+    /// No ownership tags at all.
+    Unowned,
+    /// Tagged for another object, cluster or installation.
+    Foreign(String),
+}
+
+impl Owner {
+    pub fn tags(&self) -> BTreeMap<String, String> {
+        KEYS.iter()
+            .zip([&self.cluster, &self.namespace, &self.name, &self.uid])
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect()
+    }
+
+    pub fn judge(&self, tags: &BTreeMap<String, String>) -> Ownership {
+        if !KEYS.iter().any(|k| tags.contains_key(*k)) {
+            return Ownership::Unowned;
+        }
+        if tags.get(CLUSTER) == Some(&self.cluster) && tags.get(UID) == Some(&self.uid) {
+            return Ownership::Ours;
+        }
+        let get = |k: &str| tags.get(k).map(String::as_str).unwrap_or("?");
+        Ownership::Foreign(format!(
+            "owned by {}/{} in cluster {}",
+            get(NAMESPACE),
+            get(NAME),
+            get(CLUSTER)
+        ))
+    }
+}
+
+/// User tags plus ownership tags; ownership keys always win.
+pub fn with_ownership(user: &BTreeMap<String, String>, owner: &Owner) -> BTreeMap<String, String> {
+    let mut all = user.clone();
+    all.extend(owner.tags());
+    all
+}
+
+/// `tags` without the ownership keys (what a retained resource keeps).
+pub fn without_ownership(tags: &BTreeMap<String, String>) -> BTreeMap<String, String> {
+    tags.iter()
+        .filter(|(k, _)| !KEYS.contains(&k.as_str()))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn owner() -> Owner {
+        Owner {
+            cluster: "c".into(),
+            namespace: "ns".into(),
+            name: "n".into(),
+            uid: "u1".into(),
+        }
+    }
+
+    #[test]
+    fn ownership_is_judged_by_cluster_and_uid() {
+        let o = owner();
+        assert_eq!(o.judge(&o.tags()), Ownership::Ours);
+        assert_eq!(
+            o.judge(&BTreeMap::from([("team".into(), "x".into())])),
+            Ownership::Unowned
+        );
+        let mut other = o.tags();
+        other.insert(UID.into(), "u2".into());
+        assert!(matches!(o.judge(&other), Ownership::Foreign(m) if m.contains("ns/n")));
+    }
+
+    #[test]
+    fn ownership_tags_cannot_be_overridden() {
+        let user = BTreeMap::from([
+            (UID.to_string(), "evil".to_string()),
+            ("team".into(), "a".into()),
+        ]);
+        let all = with_ownership(&user, &owner());
+        assert_eq!(all[UID], "u1");
+        assert_eq!(all["team"], "a");
+        assert_eq!(
+            without_ownership(&all),
+            BTreeMap::from([("team".into(), "a".into())])
+        );
+    }
+}

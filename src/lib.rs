@@ -1,0 +1,12 @@
+//! s3-operator: self-service S3 buckets and least-privilege IAM access for Kubernetes.
+//!
+//! - [`api`]: the CRD types (the public contract)
+//! - [`reconcile`]: one module per kind: observe, plan (pure), apply
+//! - [`aws`]: every S3 and IAM call, naming, tags and policy documents
+//! - [`runtime`]: leader election, web server, metrics, telemetry, shutdown
+#![forbid(unsafe_code)]
+
+pub mod api;
+pub mod aws;
+pub mod reconcile;
+pub mod runtime;

@@ -1,0 +1,218 @@
+//! The `s3-operator` binary: CLI parsing and wiring only.
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use s3_operator::api::DeletionPolicy;
+use s3_operator::aws::{naming, policy};
+use s3_operator::runtime::{self, leader, telemetry};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "s3-operator",
+    version,
+    about = "Self-service S3 buckets and least-privilege IAM access for Kubernetes"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: RunArgs,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the operator (the default).
+    Run(Box<RunArgs>),
+    /// Print the CustomResourceDefinitions as YAML.
+    Crd,
+    /// Print the minimal IAM policy the operator needs, as JSON.
+    IamPolicy(PolicyArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct PolicyArgs {
+    /// Must match the operator's --bucket-name-prefix.
+    #[arg(long, env = "BUCKET_NAME_PREFIX", default_value = "s3op-")]
+    bucket_name_prefix: String,
+    /// Must match the operator's --cluster-name (it scopes the IAM path).
+    #[arg(long, env = "CLUSTER_NAME", default_value = "default")]
+    cluster_name: String,
+    /// AWS partition: aws, aws-cn or aws-us-gov.
+    #[arg(long, default_value = "aws")]
+    partition: String,
+}
+
+#[derive(Args, Debug, Clone)]
+struct RunArgs {
+    /// Name of this cluster: written into ownership tags and the IAM path /s3-operator/<cluster>/.
+    #[arg(long, env = "CLUSTER_NAME", default_value = "default", value_parser = cluster_name)]
+    cluster_name: String,
+    /// Prefix of generated bucket names. Bucket names in specs must start with it too, because the
+    /// operator's IAM policy covers only such buckets.
+    #[arg(long, env = "BUCKET_NAME_PREFIX", default_value = "s3op-")]
+    bucket_name_prefix: String,
+    /// Deletion policy of Buckets whose spec names none: Retain or Delete.
+    #[arg(long, env = "DEFAULT_DELETION_POLICY", default_value = "Retain", value_parser = deletion_policy)]
+    default_deletion_policy: DeletionPolicy,
+    /// Region of Buckets that name none (else the AWS default chain's region, else us-east-1).
+    #[arg(long, env = "AWS_REGION")]
+    aws_region: Option<String>,
+    /// A custom S3/IAM-compatible endpoint, for example an emulator.
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    aws_endpoint_url: Option<String>,
+    /// ARN of the cluster's IAM OIDC provider, needed for ServiceAccountRole credentials.
+    #[arg(long, env = "OIDC_PROVIDER_ARN")]
+    oidc_provider_arn: Option<String>,
+    /// Namespaces to watch, comma-separated; empty watches all (OLM's olm.targetNamespaces format).
+    #[arg(
+        long,
+        env = "WATCH_NAMESPACE",
+        default_value = "",
+        value_delimiter = ','
+    )]
+    watch_namespaces: Vec<String>,
+    /// How often a Ready object is re-read from AWS to correct drift (jittered by up to 10%).
+    #[arg(long, env = "RESYNC_PERIOD", default_value = "10m", value_parser = duration)]
+    resync_period: std::time::Duration,
+    /// Reconciles running at once, per kind and namespace.
+    #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
+    max_concurrent_reconciles: u16,
+    /// Address of the /metrics endpoint.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    metrics_bind_address: SocketAddr,
+    /// Address of the /healthz and /readyz endpoints.
+    #[arg(
+        long,
+        env = "HEALTH_PROBE_BIND_ADDRESS",
+        default_value = "0.0.0.0:8081"
+    )]
+    health_probe_bind_address: SocketAddr,
+    /// Elect a leader through a Lease so only one replica reconciles.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
+    leader_elect: bool,
+    /// Name of the leader-election Lease.
+    #[arg(long, env = "LEADER_ELECTION_ID", default_value = "s3-operator-leader")]
+    leader_election_id: String,
+    /// Namespace of the leader-election Lease (in a pod: its own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    leader_election_namespace: String,
+    /// How long a lease is valid without renewal.
+    #[arg(long, env = "LEASE_DURATION", default_value = "15s", value_parser = duration)]
+    lease_duration: std::time::Duration,
+    /// How often the leader renews the lease (and standbys retry).
+    #[arg(long, env = "LEASE_RENEW_PERIOD", default_value = "2s", value_parser = duration)]
+    lease_renew_period: std::time::Duration,
+    /// Identity in the Lease (in a pod: its name). Defaults to hostname and process id.
+    #[arg(long, env = "POD_NAME")]
+    pod_name: Option<String>,
+    /// Log format: text (local) or json (clusters). Level from RUST_LOG.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: telemetry::LogFormat,
+}
+
+fn duration(s: &str) -> Result<std::time::Duration, String> {
+    let d: kube::core::Duration = s
+        .parse()
+        .map_err(|e| format!("{e} (use a duration such as 30s, 10m or 1h)"))?;
+    std::time::Duration::try_from(d).map_err(|_| "must not be negative".to_string())
+}
+
+fn deletion_policy(s: &str) -> Result<DeletionPolicy, String> {
+    match s {
+        "Retain" => Ok(DeletionPolicy::Retain),
+        "Delete" => Ok(DeletionPolicy::Delete),
+        _ => Err("must be Retain or Delete".into()),
+    }
+}
+
+fn cluster_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty()
+        && s.len() <= 32
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
+    ok.then(|| s.to_string()).ok_or_else(|| {
+        "must be 1-32 letters, digits, '-' or '_' (it becomes part of an IAM path)".into()
+    })
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match cli.command {
+        Some(Command::Crd) => {
+            print!("{}", s3_operator::api::crds_yaml());
+            ExitCode::SUCCESS
+        }
+        Some(Command::IamPolicy(p)) => {
+            let doc = policy::operator_policy(
+                &p.partition,
+                &p.bucket_name_prefix,
+                &naming::iam_path(&p.cluster_name),
+            );
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&doc).expect("policy serializes")
+            );
+            ExitCode::SUCCESS
+        }
+        Some(Command::Run(args)) => run(*args),
+        None => run(cli.run),
+    }
+}
+
+fn run(args: RunArgs) -> ExitCode {
+    let _guard = match telemetry::init(args.log_format) {
+        Ok(g) => g,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let identity = args.pod_name.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    let config = runtime::Config {
+        reconcile: s3_operator::reconcile::Settings {
+            cluster_name: args.cluster_name,
+            bucket_name_prefix: args.bucket_name_prefix,
+            default_deletion_policy: args.default_deletion_policy,
+            oidc_provider_arn: args.oidc_provider_arn,
+            resync_period: args.resync_period,
+        },
+        aws: s3_operator::aws::Settings {
+            region: args.aws_region,
+            endpoint_url: args.aws_endpoint_url,
+        },
+        watch_namespaces: args
+            .watch_namespaces
+            .into_iter()
+            .map(|n| n.trim().to_string())
+            .filter(|n| !n.is_empty())
+            .collect(),
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
+        metrics_addr: args.metrics_bind_address,
+        probe_addr: args.health_probe_bind_address,
+        leader_election: args.leader_elect.then(|| leader::Settings {
+            namespace: args.leader_election_namespace,
+            name: args.leader_election_id,
+            identity,
+            lease_duration: args.lease_duration,
+            renew_period: args.lease_renew_period,
+        }),
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    match rt.block_on(runtime::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!(error = %e, "s3-operator stopped");
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,850 @@
+//! Bucket: observe the S3 bucket, plan the difference from the spec (pure), apply it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use kube::ResourceExt;
+use kube::runtime::controller::Action;
+
+use super::{Context, Error, deletion_policy, ensure_finalizer, remove_finalizer, update_status};
+use crate::api::condition::{self, Reason};
+use crate::api::{
+    Bucket, BucketStatus, CorsRule, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule,
+    PublicAccessBlock, Versioning,
+};
+use crate::aws::tags::{Owner, Ownership, with_ownership, without_ownership};
+use crate::aws::{ErrorKind, naming};
+use crate::runtime::metrics::METRICS;
+
+/// What the spec asks for, resolved against the operator's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    pub name: String,
+    pub region: String,
+    pub tags: BTreeMap<String, String>,
+    pub public_access_block: PublicAccessBlock,
+    pub encryption: Encryption,
+    /// `None`: not managed (left as it is in S3), and not even read.
+    pub versioning: Option<Versioning>,
+    pub lifecycle_rules: Option<Vec<LifecycleRule>>,
+    pub cors: Option<Vec<CorsRule>>,
+}
+
+/// What S3 holds for the bucket name, as far as the plan needs to know.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Observed {
+    Absent,
+    /// Exists with another owner's tags.
+    Foreign(String),
+    /// Exists with no ownership tags and the spec does not allow adoption.
+    Unowned,
+    /// Ours, or unowned and adoptable: its current configuration.
+    Present(Config),
+}
+
+/// The bucket's current configuration. Unmanaged aspects are `None` (not read).
+#[derive(Clone, Debug, PartialEq, Default)]
+pub struct Config {
+    pub tags: BTreeMap<String, String>,
+    pub public_access_block: Option<PublicAccessBlock>,
+    pub encryption: Option<Encryption>,
+    pub versioning: Option<Versioning>,
+    pub lifecycle_rules: Option<Vec<LifecycleRule>>,
+    pub cors: Option<Vec<CorsRule>>,
+}
+
+/// One write to S3.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Change {
+    Create,
+    Tags,
+    PublicAccessBlock,
+    Encryption,
+    Versioning(Versioning),
+    LifecycleRules,
+    Cors,
+}
+
+impl Change {
+    /// The aspect name used in events and the drift metric.
+    pub fn aspect(&self) -> &'static str {
+        match self {
+            Change::Create => "bucket",
+            Change::Tags => "tags",
+            Change::PublicAccessBlock => "publicAccessBlock",
+            Change::Encryption => "encryption",
+            Change::Versioning(_) => "versioning",
+            Change::LifecycleRules => "lifecycleRules",
+            Change::Cors => "cors",
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Plan {
+    /// Nothing may be done until a person acts.
+    Blocked(Reason, String),
+    /// These writes bring S3 in line with the spec (none in steady state).
+    Apply(Vec<Change>),
+}
+
+/// The pure heart of the Bucket reconciler: which writes turn `observed` into `desired`.
+pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
+    let config = match observed {
+        Observed::Foreign(owner) => {
+            return Plan::Blocked(
+                Reason::NameConflict,
+                format!(
+                    "bucket {} already exists and is {owner}; it will not be modified",
+                    desired.name
+                ),
+            );
+        }
+        Observed::Unowned => {
+            return Plan::Blocked(
+                Reason::NameConflict,
+                format!(
+                    "bucket {} already exists in this account without an owner; set spec.adoptExisting: true to manage it",
+                    desired.name
+                ),
+            );
+        }
+        Observed::Absent => {
+            let mut all = vec![
+                Change::Create,
+                Change::Tags,
+                Change::PublicAccessBlock,
+                Change::Encryption,
+            ];
+            if let Some(v) = desired.versioning {
+                // A new bucket is unversioned, which is what Suspended means for it.
+                if v == Versioning::Enabled {
+                    all.push(Change::Versioning(v));
+                }
+            }
+            if desired
+                .lifecycle_rules
+                .as_ref()
+                .is_some_and(|r| !r.is_empty())
+            {
+                all.push(Change::LifecycleRules);
+            }
+            if desired.cors.as_ref().is_some_and(|r| !r.is_empty()) {
+                all.push(Change::Cors);
+            }
+            return Plan::Apply(all);
+        }
+        Observed::Present(config) => config,
+    };
+    let mut changes = Vec::new();
+    if config.tags != desired.tags {
+        changes.push(Change::Tags);
+    }
+    if config.public_access_block != Some(desired.public_access_block) {
+        changes.push(Change::PublicAccessBlock);
+    }
+    if config.encryption.as_ref().map(normalize_encryption)
+        != Some(normalize_encryption(&desired.encryption))
+    {
+        changes.push(Change::Encryption);
+    }
+    if let Some(want) = desired.versioning {
+        let have = config.versioning.unwrap_or(Versioning::Suspended);
+        if have != want {
+            changes.push(Change::Versioning(want));
+        }
+    }
+    if let Some(want) = &desired.lifecycle_rules {
+        if config.lifecycle_rules.as_ref().map(|r| sorted_rules(r)) != Some(sorted_rules(want)) {
+            changes.push(Change::LifecycleRules);
+        }
+    }
+    if let Some(want) = &desired.cors {
+        if config.cors.as_ref().map(|r| normalize_cors(r)) != Some(normalize_cors(want)) {
+            changes.push(Change::Cors);
+        }
+    }
+    Plan::Apply(changes)
+}
+
+fn normalize_encryption(e: &Encryption) -> Encryption {
+    let mut e = e.clone();
+    if e.algorithm == EncryptionAlgorithm::AwsKms {
+        e.bucket_key_enabled = Some(e.bucket_key_enabled.unwrap_or(false));
+    }
+    e
+}
+
+fn sorted_rules(rules: &[LifecycleRule]) -> Vec<LifecycleRule> {
+    let mut r = rules.to_vec();
+    r.sort_by(|a, b| a.id.cmp(&b.id));
+    r
+}
+
+fn normalize_cors(rules: &[CorsRule]) -> Vec<CorsRule> {
+    rules
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r.allowed_methods.sort();
+            r.allowed_methods.dedup();
+            r
+        })
+        .collect()
+}
+
+/// The spec resolved into a [`Desired`], or why it cannot be served.
+pub fn desired(
+    bucket: &Bucket,
+    ctx_settings: &super::Settings,
+    default_region: &str,
+    owner: &Owner,
+) -> Result<Desired, String> {
+    let spec = &bucket.spec;
+    let prefix = &ctx_settings.bucket_name_prefix;
+    let name = match (
+        &spec.bucket_name,
+        bucket.status.as_ref().and_then(|s| s.bucket_name.clone()),
+    ) {
+        (Some(n), _) => n.clone(),
+        // Once chosen, a generated name is kept even if the operator's prefix changes later.
+        (None, Some(n)) => n,
+        (None, None) => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
+    };
+    if !name.starts_with(prefix.as_str()) {
+        return Err(format!(
+            "spec.bucketName {name:?} must start with the operator's bucket-name prefix {prefix:?}: its IAM policy only covers such buckets"
+        ));
+    }
+    Ok(Desired {
+        name,
+        region: spec
+            .region
+            .clone()
+            .unwrap_or_else(|| default_region.to_string()),
+        tags: with_ownership(&spec.tags, owner),
+        public_access_block: spec.public_access_block,
+        encryption: spec.encryption.clone(),
+        versioning: spec.versioning,
+        lifecycle_rules: spec.lifecycle_rules.clone(),
+        cors: spec.cors.clone(),
+    })
+}
+
+pub fn owner(bucket: &Bucket, cluster: &str) -> Owner {
+    Owner {
+        cluster: cluster.to_string(),
+        namespace: bucket.namespace().unwrap_or_default(),
+        name: bucket.name_any(),
+        uid: bucket.uid().unwrap_or_default(),
+    }
+}
+
+pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if bucket.metadata.deletion_timestamp.is_some() {
+        return cleanup(&bucket, &ctx).await;
+    }
+    ensure_finalizer(&ctx.client, bucket.as_ref()).await?;
+    apply(&bucket, &ctx).await
+}
+
+/// Reads what the plan needs: tags first (existence and ownership), then each managed aspect.
+async fn observe(
+    ctx: &Context,
+    d: &Desired,
+    owner: &Owner,
+    adopt: bool,
+) -> Result<Observed, crate::aws::Error> {
+    let aws = &ctx.aws;
+    let Some(tags) = aws.bucket_tags(&d.region, &d.name).await? else {
+        return Ok(Observed::Absent);
+    };
+    match owner.judge(&tags) {
+        Ownership::Foreign(who) => return Ok(Observed::Foreign(who)),
+        Ownership::Unowned if !adopt => return Ok(Observed::Unowned),
+        _ => {}
+    }
+    let (r, n) = (&d.region, &d.name);
+    let (public_access_block, encryption) =
+        tokio::try_join!(aws.public_access_block(r, n), aws.encryption(r, n))?;
+    let versioning = match d.versioning {
+        Some(_) => aws.versioning(r, n).await?,
+        None => None,
+    };
+    let lifecycle_rules = match d.lifecycle_rules {
+        Some(_) => Some(aws.lifecycle_rules(r, n).await?),
+        None => None,
+    };
+    let cors = match d.cors {
+        Some(_) => Some(aws.cors_rules(r, n).await?),
+        None => None,
+    };
+    Ok(Observed::Present(Config {
+        tags,
+        public_access_block,
+        encryption,
+        versioning,
+        lifecycle_rules,
+        cors,
+    }))
+}
+
+/// A reason and message for AWS refusals a person must fix; `None` for transient errors.
+fn refusal(e: &crate::aws::Error) -> Option<(Reason, String)> {
+    match e.kind {
+        ErrorKind::AccessDenied => Some((
+            Reason::AccessDenied,
+            format!(
+                "AWS denied {} {}: the bucket may belong to another account, or the operator's IAM policy does not allow it ({})",
+                e.service, e.operation, e.message
+            ),
+        )),
+        ErrorKind::Conflict => Some((
+            Reason::NameConflict,
+            format!("{} {}: {}: {}", e.service, e.operation, e.code, e.message),
+        )),
+        ErrorKind::Invalid => Some((
+            Reason::InvalidSpec,
+            format!("AWS rejected {}: {}: {}", e.operation, e.code, e.message),
+        )),
+        ErrorKind::NotFound | ErrorKind::Transient => None,
+    }
+}
+
+async fn apply(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
+    let owner = owner(bucket, &ctx.settings.cluster_name);
+    let d = match desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
+        Ok(d) => d,
+        Err(msg) => return blocked(bucket, ctx, None, Reason::InvalidSpec, msg).await,
+    };
+    let observed = match observe(ctx, &d, &owner, bucket.spec.adopt_existing).await {
+        Ok(o) => o,
+        Err(e) => match refusal(&e) {
+            Some((reason, msg)) => return blocked(bucket, ctx, Some(&d), reason, msg).await,
+            None => return Err(e.into()),
+        },
+    };
+    let changes = match plan(&d, &observed) {
+        Plan::Blocked(reason, msg) => return blocked(bucket, ctx, Some(&d), reason, msg).await,
+        Plan::Apply(changes) => changes,
+    };
+    // Changes to an object whose spec we already served are drift: someone changed AWS.
+    let served = bucket.status.as_ref().is_some_and(|s| {
+        s.observed_generation == bucket.metadata.generation && condition::is_ready(&s.conditions)
+    });
+    let adopting =
+        matches!(&observed, Observed::Present(c) if owner.judge(&c.tags) == Ownership::Unowned);
+    for change in &changes {
+        if let Err(e) = write(ctx, &d, change).await {
+            if e.is("BucketAlreadyOwnedByYou") {
+                // Created meanwhile by someone in this account: the next pass judges its tags.
+                return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+            }
+            return match refusal(&e) {
+                Some((reason, msg)) => blocked(bucket, ctx, Some(&d), reason, msg).await,
+                None => Err(e.into()),
+            };
+        }
+        let note = match change {
+            Change::Create => format!("Created S3 bucket {} in {}", d.name, d.region),
+            Change::Tags if adopting => format!("Adopted existing S3 bucket {}", d.name),
+            other => format!("Updated {} of S3 bucket {}", other.aspect(), d.name),
+        };
+        if served && *change != Change::Create {
+            METRICS
+                .drift_corrections_total
+                .with_label_values(&["Bucket", change.aspect()])
+                .inc();
+            ctx.event(
+                bucket,
+                true,
+                "DriftCorrected",
+                format!("{note} (changed outside the operator)"),
+            )
+            .await;
+        } else {
+            ctx.event(
+                bucket,
+                false,
+                if *change == Change::Create {
+                    "Created"
+                } else {
+                    "Updated"
+                },
+                note,
+            )
+            .await;
+        }
+    }
+    let status = status_for(
+        bucket,
+        ctx,
+        Some(&d),
+        true,
+        Reason::Available,
+        format!("S3 bucket {} is ready", d.name),
+    );
+    update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?;
+    Ok(ctx.resync())
+}
+
+async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate::aws::Error> {
+    let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
+    match change {
+        Change::Create => aws.create_bucket(r, n).await,
+        Change::Tags => aws.put_tags(r, n, &d.tags).await,
+        Change::PublicAccessBlock => {
+            aws.put_public_access_block(r, n, &d.public_access_block)
+                .await
+        }
+        Change::Encryption => aws.put_encryption(r, n, &d.encryption).await,
+        Change::Versioning(v) => aws.put_versioning(r, n, *v).await,
+        Change::LifecycleRules => {
+            aws.put_lifecycle_rules(r, n, d.lifecycle_rules.as_deref().unwrap_or_default())
+                .await
+        }
+        Change::Cors => {
+            aws.put_cors_rules(r, n, d.cors.as_deref().unwrap_or_default())
+                .await
+        }
+    }
+}
+
+fn status_for(
+    bucket: &Bucket,
+    ctx: &Context,
+    d: Option<&Desired>,
+    ready: bool,
+    reason: Reason,
+    msg: String,
+) -> BucketStatus {
+    let previous = bucket.status.clone().unwrap_or_default();
+    let generation = bucket.metadata.generation;
+    let cond = condition::ready(
+        &previous.conditions,
+        ready,
+        reason,
+        msg,
+        generation,
+        jiff::Timestamp::now(),
+    );
+    let d_region = d.map(|d| d.region.clone());
+    BucketStatus {
+        conditions: vec![cond],
+        observed_generation: generation,
+        // Only a bucket we hold is reported as ours.
+        bucket_name: if ready {
+            d.map(|d| d.name.clone())
+        } else {
+            previous.bucket_name.filter(|_| d.is_some())
+        },
+        arn: d
+            .filter(|_| ready)
+            .map(|d| naming::bucket_arn(naming::partition(&d.region), &d.name)),
+        region: d_region.clone(),
+        endpoint: d_region.map(|r| ctx.aws.s3_endpoint(&r)),
+    }
+}
+
+/// Reports a condition a person must fix and waits: no hot loop, but a periodic re-check in case
+/// the cause went away outside Kubernetes (an IAM policy fixed, a conflicting bucket deleted).
+async fn blocked(
+    bucket: &Bucket,
+    ctx: &Context,
+    d: Option<&Desired>,
+    reason: Reason,
+    msg: String,
+) -> Result<Action, Error> {
+    let status = status_for(bucket, ctx, d, false, reason, msg.clone());
+    if bucket.status.as_ref() != Some(&status) {
+        ctx.event(bucket, true, reason.as_str(), msg).await;
+        update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?;
+    }
+    METRICS
+        .terminal_reconcile_errors_total
+        .with_label_values(&["bucket"])
+        .inc();
+    Ok(ctx.resync())
+}
+
+async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
+    if !bucket
+        .finalizers()
+        .iter()
+        .any(|f| f == crate::api::FINALIZER)
+    {
+        return Ok(Action::await_change());
+    }
+    let owner = owner(bucket, &ctx.settings.cluster_name);
+    let policy = deletion_policy(bucket.spec.deletion_policy, &ctx.settings);
+    // A spec the operator never served created nothing.
+    if let Ok(d) = desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
+        release_or_delete(bucket, ctx, &d, &owner, policy).await?;
+    }
+    remove_finalizer(&ctx.client, bucket).await?;
+    Ok(Action::await_change())
+}
+
+async fn release_or_delete(
+    bucket: &Bucket,
+    ctx: &Context,
+    d: &Desired,
+    owner: &Owner,
+    policy: DeletionPolicy,
+) -> Result<(), Error> {
+    let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
+    let tags = match aws.bucket_tags(r, n).await {
+        Ok(Some(tags)) => tags,
+        Ok(None) => return Ok(()),
+        // Not readable by us: not ours to touch.
+        Err(e) if e.kind == ErrorKind::AccessDenied => return Ok(()),
+        Err(e) => return Err(e.into()),
+    };
+    if owner.judge(&tags) != Ownership::Ours {
+        ctx.event(
+            bucket,
+            false,
+            "Released",
+            format!("S3 bucket {n} is not owned by this object; left untouched"),
+        )
+        .await;
+        return Ok(());
+    }
+    match policy {
+        DeletionPolicy::Retain => {
+            aws.put_tags(r, n, &without_ownership(&tags)).await?;
+            ctx.event(
+                bucket,
+                false,
+                "Retained",
+                format!("S3 bucket {n} retained; ownership tags removed"),
+            )
+            .await;
+        }
+        DeletionPolicy::Delete => {
+            if bucket.spec.force_delete {
+                let deleted = aws.empty_bucket(r, n).await?;
+                if deleted > 0 {
+                    ctx.event(
+                        bucket,
+                        false,
+                        "Emptied",
+                        format!("Deleted {deleted} object versions from {n} (forceDelete)"),
+                    )
+                    .await;
+                }
+            } else if !aws.bucket_is_empty(r, n).await? {
+                let msg = format!(
+                    "S3 bucket {n} is not empty; empty it or set spec.forceDelete: true to delete it with its objects"
+                );
+                let status = status_for(
+                    bucket,
+                    ctx,
+                    Some(d),
+                    false,
+                    Reason::DeletionBlocked,
+                    msg.clone(),
+                );
+                if bucket.status.as_ref() != Some(&status) {
+                    ctx.event(bucket, true, "DeletionBlocked", msg.clone())
+                        .await;
+                    update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?;
+                }
+                return Err(Error::DeletionBlocked(msg));
+            }
+            aws.delete_bucket(r, n).await?;
+            ctx.event(bucket, false, "Deleted", format!("Deleted S3 bucket {n}"))
+                .await;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{BucketSpec, CorsMethod};
+
+    fn owner() -> Owner {
+        Owner {
+            cluster: "c".into(),
+            namespace: "ns".into(),
+            name: "b".into(),
+            uid: "uid-1".into(),
+        }
+    }
+
+    fn desired_for(spec: BucketSpec) -> Desired {
+        let mut b = Bucket::new("b", spec);
+        b.metadata.namespace = Some("ns".into());
+        b.metadata.uid = Some("uid-1".into());
+        let settings = super::super::Settings {
+            cluster_name: "c".into(),
+            bucket_name_prefix: "s3op-".into(),
+            default_deletion_policy: DeletionPolicy::Retain,
+            oidc_provider_arn: None,
+            resync_period: std::time::Duration::from_secs(600),
+        };
+        desired(&b, &settings, "us-east-1", &owner()).unwrap()
+    }
+
+    /// The configuration S3 holds after the plan for `d` was applied.
+    fn converged(d: &Desired) -> Config {
+        Config {
+            tags: d.tags.clone(),
+            public_access_block: Some(d.public_access_block),
+            encryption: Some(d.encryption.clone()),
+            versioning: d.versioning,
+            lifecycle_rules: d.lifecycle_rules.clone(),
+            cors: d.cors.clone(),
+        }
+    }
+
+    fn rule(id: &str) -> LifecycleRule {
+        LifecycleRule {
+            id: id.into(),
+            prefix: None,
+            enabled: true,
+            expiration_days: Some(30),
+            noncurrent_version_expiration_days: None,
+            abort_incomplete_multipart_upload_days: None,
+            transitions: vec![],
+        }
+    }
+
+    #[test]
+    fn absent_bucket_is_created_with_defaults() {
+        let d = desired_for(BucketSpec::default());
+        assert!(d.name.starts_with("s3op-ns-b-"));
+        assert_eq!(
+            plan(&d, &Observed::Absent),
+            Plan::Apply(vec![
+                Change::Create,
+                Change::Tags,
+                Change::PublicAccessBlock,
+                Change::Encryption
+            ])
+        );
+    }
+
+    #[test]
+    fn absent_bucket_gets_every_managed_aspect() {
+        let d = desired_for(BucketSpec {
+            versioning: Some(Versioning::Enabled),
+            lifecycle_rules: Some(vec![rule("a")]),
+            cors: Some(vec![]),
+            ..Default::default()
+        });
+        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert!(changes.contains(&Change::Versioning(Versioning::Enabled)));
+        assert!(changes.contains(&Change::LifecycleRules));
+        assert!(
+            !changes.contains(&Change::Cors),
+            "an empty CORS list needs no write on a new bucket"
+        );
+    }
+
+    #[test]
+    fn steady_state_plans_nothing() {
+        let d = desired_for(BucketSpec {
+            versioning: Some(Versioning::Enabled),
+            lifecycle_rules: Some(vec![rule("b"), rule("a")]),
+            cors: Some(vec![CorsRule {
+                allowed_methods: vec![CorsMethod::PUT, CorsMethod::GET],
+                allowed_origins: vec!["*".into()],
+                allowed_headers: vec![],
+                expose_headers: vec![],
+                max_age_seconds: None,
+            }]),
+            tags: BTreeMap::from([("team".into(), "x".into())]),
+            ..Default::default()
+        });
+        let mut c = converged(&d);
+        // S3 returns rules in its own order and methods sorted.
+        c.lifecycle_rules.as_mut().unwrap().reverse();
+        c.cors.as_mut().unwrap()[0].allowed_methods.sort();
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+    }
+
+    #[test]
+    fn each_drift_is_planned_alone() {
+        let d = desired_for(BucketSpec {
+            versioning: Some(Versioning::Enabled),
+            lifecycle_rules: Some(vec![rule("a")]),
+            cors: Some(vec![]),
+            ..Default::default()
+        });
+        let cases: Vec<(Box<dyn Fn(&mut Config)>, Change)> = vec![
+            (
+                Box::new(|c| c.public_access_block.as_mut().unwrap().block_public_policy = false),
+                Change::PublicAccessBlock,
+            ),
+            (
+                Box::new(|c| c.public_access_block = None),
+                Change::PublicAccessBlock,
+            ),
+            (Box::new(|c| c.encryption = None), Change::Encryption),
+            (
+                Box::new(|c| {
+                    c.encryption.as_mut().unwrap().algorithm = EncryptionAlgorithm::AwsKms
+                }),
+                Change::Encryption,
+            ),
+            (
+                Box::new(|c| c.versioning = Some(Versioning::Suspended)),
+                Change::Versioning(Versioning::Enabled),
+            ),
+            (
+                Box::new(|c| c.lifecycle_rules = Some(vec![])),
+                Change::LifecycleRules,
+            ),
+            (
+                Box::new(|c| c.lifecycle_rules.as_mut().unwrap()[0].expiration_days = Some(1)),
+                Change::LifecycleRules,
+            ),
+            (
+                Box::new(|c| {
+                    c.cors = Some(vec![CorsRule {
+                        allowed_methods: vec![CorsMethod::GET],
+                        allowed_origins: vec!["*".into()],
+                        allowed_headers: vec![],
+                        expose_headers: vec![],
+                        max_age_seconds: None,
+                    }])
+                }),
+                Change::Cors,
+            ),
+            (
+                Box::new(|c| {
+                    c.tags.insert("extra".into(), "1".into());
+                }),
+                Change::Tags,
+            ),
+            (
+                Box::new(|c| {
+                    c.tags.remove(crate::aws::tags::NAME);
+                }),
+                Change::Tags,
+            ),
+        ];
+        for (mutate, want) in cases {
+            let mut c = converged(&d);
+            mutate(&mut c);
+            assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![want]));
+        }
+    }
+
+    #[test]
+    fn unmanaged_aspects_are_never_planned() {
+        let d = desired_for(BucketSpec::default());
+        let mut c = converged(&d);
+        c.versioning = Some(Versioning::Enabled);
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+    }
+
+    #[test]
+    fn suspended_is_satisfied_by_a_never_versioned_bucket() {
+        let d = desired_for(BucketSpec {
+            versioning: Some(Versioning::Suspended),
+            ..Default::default()
+        });
+        let mut c = converged(&d);
+        c.versioning = None;
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+    }
+
+    #[test]
+    fn kms_bucket_key_defaults_to_false() {
+        let enc = Encryption {
+            algorithm: EncryptionAlgorithm::AwsKms,
+            kms_key_id: Some("k".into()),
+            bucket_key_enabled: None,
+        };
+        let d = desired_for(BucketSpec {
+            encryption: enc.clone(),
+            ..Default::default()
+        });
+        let mut c = converged(&d);
+        c.encryption = Some(Encryption {
+            bucket_key_enabled: Some(false),
+            ..enc
+        });
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+    }
+
+    #[test]
+    fn foreign_and_unowned_buckets_are_never_touched() {
+        let d = desired_for(BucketSpec::default());
+        assert!(
+            matches!(plan(&d, &Observed::Foreign("owned by x/y in cluster z".into())), Plan::Blocked(Reason::NameConflict, m) if m.contains("x/y"))
+        );
+        assert!(
+            matches!(plan(&d, &Observed::Unowned), Plan::Blocked(Reason::NameConflict, m) if m.contains("adoptExisting"))
+        );
+    }
+
+    #[test]
+    fn adoption_writes_ownership_tags_and_keeps_user_tags_desired() {
+        let d = desired_for(BucketSpec {
+            tags: BTreeMap::from([("team".into(), "x".into())]),
+            ..Default::default()
+        });
+        let mut c = converged(&d);
+        c.tags = BTreeMap::from([("team".into(), "x".into())]);
+        assert_eq!(
+            plan(&d, &Observed::Present(c)),
+            Plan::Apply(vec![Change::Tags])
+        );
+        assert_eq!(
+            d.tags.get(crate::aws::tags::UID).map(String::as_str),
+            Some("uid-1")
+        );
+    }
+
+    #[test]
+    fn names_outside_the_prefix_are_refused_with_the_rule() {
+        let mut b = Bucket::new(
+            "b",
+            BucketSpec {
+                bucket_name: Some("other-bucket".into()),
+                ..Default::default()
+            },
+        );
+        b.metadata.namespace = Some("ns".into());
+        let settings = super::super::Settings {
+            cluster_name: "c".into(),
+            bucket_name_prefix: "s3op-".into(),
+            default_deletion_policy: DeletionPolicy::Retain,
+            oidc_provider_arn: None,
+            resync_period: std::time::Duration::from_secs(600),
+        };
+        let err = desired(&b, &settings, "us-east-1", &owner()).unwrap_err();
+        assert!(
+            err.contains("spec.bucketName") && err.contains("s3op-"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn generated_name_is_kept_from_status() {
+        let mut b = Bucket::new("b", BucketSpec::default());
+        b.metadata.namespace = Some("ns".into());
+        b.status = Some(BucketStatus {
+            bucket_name: Some("s3op-kept-name".into()),
+            ..Default::default()
+        });
+        let settings = super::super::Settings {
+            cluster_name: "c".into(),
+            bucket_name_prefix: "s3op-".into(),
+            default_deletion_policy: DeletionPolicy::Retain,
+            oidc_provider_arn: None,
+            resync_period: std::time::Duration::from_secs(600),
+        };
+        assert_eq!(
+            desired(&b, &settings, "us-east-1", &owner()).unwrap().name,
+            "s3op-kept-name"
+        );
+    }
+}

@@ -1,0 +1,986 @@
+//! BucketAccess: an IAM user (with access keys) or role scoped to one bucket, and the Secret
+//! that hands its credentials to the application.
+//!
+//! Key rotation is crash-safe because every decision is recomputed from what AWS and the Secret
+//! hold: keys AWS has that the Secret does not vouch for are deleted before any key is created,
+//! so a user never holds more than two keys, and the previous key's grace period is recorded in
+//! the same Secret write that introduces its successor.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::api::{Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::Value;
+use sha2::{Digest, Sha256};
+
+use super::{Context, Error, MANAGER, ensure_finalizer, remove_finalizer, update_status};
+use crate::api::condition::{self, Reason};
+use crate::api::{Bucket, BucketAccess, BucketAccessStatus, CredentialsType};
+use crate::aws::iam::{AccessKey, NewAccessKey};
+use crate::aws::tags::{Owner, Ownership};
+use crate::aws::{ErrorKind, naming, policy};
+use crate::runtime::metrics::METRICS;
+
+/// Name of the inline policy on every user and role.
+pub const POLICY_NAME: &str = "s3-operator-access";
+pub const MANAGED_BY_LABEL: &str = "app.kubernetes.io/managed-by";
+pub const MANAGED_BY: &str = "s3-operator";
+pub const ACCESS_LABEL: &str = "s3.operator.dev/bucket-access";
+const ANN_KEY_ID: &str = "s3.operator.dev/access-key-id";
+const ANN_KEY_HASH: &str = "s3.operator.dev/secret-access-key-sha256";
+const ANN_PREVIOUS: &str = "s3.operator.dev/previous-access-key-id";
+const ANN_ROTATED_AT: &str = "s3.operator.dev/rotated-at";
+
+/// What the Secret vouches for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SecretCreds {
+    pub key_id: String,
+    /// The key pair in `data` is the one the operator wrote (id and secret hash match).
+    pub intact: bool,
+    pub previous_key_id: Option<String>,
+    pub rotated_at: Option<jiff::Timestamp>,
+}
+
+/// Rotation settings in force.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RotationPolicy {
+    pub interval: Option<Duration>,
+    pub grace: Duration,
+}
+
+/// Which keys to delete and whether to create one; computed purely from observed state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyPlan {
+    pub delete: Vec<String>,
+    pub create: bool,
+    /// The key the Secret keeps (when no key is created).
+    pub active: Option<AccessKey>,
+    /// The key that stays valid through its grace period, and when that period started.
+    pub previous: Option<(String, jiff::Timestamp)>,
+    /// When the plan changes next by itself (a rotation or a grace period ending).
+    pub wake_at: Option<jiff::Timestamp>,
+}
+
+fn add(t: jiff::Timestamp, d: Duration) -> jiff::Timestamp {
+    t.checked_add(jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::MAX))
+        .unwrap_or(jiff::Timestamp::MAX)
+}
+
+/// The pure key planner. `keys` are the user's keys in AWS (oldest first), `secret` what the
+/// Secret vouches for, `last_active` the key id status last reported.
+pub fn plan_keys(
+    keys: &[AccessKey],
+    secret: Option<&SecretCreds>,
+    last_active: Option<&str>,
+    rotation: RotationPolicy,
+    now: jiff::Timestamp,
+) -> KeyPlan {
+    let find = |id: &str| keys.iter().find(|k| k.id == id).cloned();
+    let active = secret.filter(|s| s.intact).and_then(|s| find(&s.key_id));
+    let Some(active) = active else {
+        // The Secret is missing, edited, or names a key AWS no longer has: issue a new key. The
+        // key running pods most likely still use (the last one reported active, else the newest)
+        // keeps working through the grace period; any other key goes first, so at most two exist.
+        let keep = (rotation.grace > Duration::ZERO)
+            .then(|| last_active.and_then(find).or_else(|| keys.last().cloned()))
+            .flatten();
+        return KeyPlan {
+            delete: keys
+                .iter()
+                .filter(|k| Some(&k.id) != keep.as_ref().map(|k| &k.id))
+                .map(|k| k.id.clone())
+                .collect(),
+            create: true,
+            active: None,
+            previous: keep.map(|k| (k.id, now)),
+            wake_at: (rotation.grace > Duration::ZERO).then(|| add(now, rotation.grace)),
+        };
+    };
+    let previous = secret.and_then(|s| {
+        let id = s.previous_key_id.as_deref()?;
+        let since = s.rotated_at?;
+        (id != active.id && find(id).is_some() && add(since, rotation.grace) > now)
+            .then(|| (id.to_string(), since))
+    });
+    let delete = keys
+        .iter()
+        .filter(|k| k.id != active.id && Some(&k.id) != previous.as_ref().map(|p| &p.0))
+        .map(|k| k.id.clone())
+        .collect();
+    let rotate_at = rotation.interval.map(|i| add(active.created, i));
+    let grace_ends = previous
+        .as_ref()
+        .map(|(_, since)| add(*since, rotation.grace));
+    // Never rotate while the previous key is still in its grace period: that would need a third key.
+    if rotate_at.is_some_and(|t| t <= now) && previous.is_none() {
+        return KeyPlan {
+            delete,
+            create: true,
+            active: None,
+            previous: (rotation.grace > Duration::ZERO).then(|| (active.id.clone(), now)),
+            wake_at: Some(add(
+                now,
+                rotation
+                    .grace
+                    .min(rotation.interval.unwrap_or(Duration::MAX)),
+            )),
+        };
+    }
+    let wake_at = [rotate_at, grace_ends].into_iter().flatten().min();
+    KeyPlan {
+        delete,
+        create: false,
+        active: Some(active),
+        previous,
+        wake_at,
+    }
+}
+
+/// What the Secret holding `data` vouches for.
+pub fn secret_creds(secret: &Secret) -> Option<SecretCreds> {
+    let ann = secret.metadata.annotations.as_ref()?;
+    let data = secret.data.as_ref()?;
+    let key_id = ann.get(ANN_KEY_ID)?.clone();
+    let id_in_data =
+        data.get("AWS_ACCESS_KEY_ID").map(|b| b.0.as_slice()) == Some(key_id.as_bytes());
+    let hash_ok = data.get("AWS_SECRET_ACCESS_KEY").map(|b| sha256_hex(&b.0))
+        == ann.get(ANN_KEY_HASH).cloned();
+    Some(SecretCreds {
+        key_id,
+        intact: id_in_data && hash_ok,
+        previous_key_id: ann.get(ANN_PREVIOUS).filter(|s| !s.is_empty()).cloned(),
+        rotated_at: ann.get(ANN_ROTATED_AT).and_then(|t| t.parse().ok()),
+    })
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
+}
+
+pub fn owner(access: &BucketAccess, cluster: &str) -> Owner {
+    Owner {
+        cluster: cluster.to_string(),
+        namespace: access.namespace().unwrap_or_default(),
+        name: access.name_any(),
+        uid: access.uid().unwrap_or_default(),
+    }
+}
+
+pub fn secret_name(access: &BucketAccess) -> String {
+    access
+        .spec
+        .credentials
+        .secret_name
+        .clone()
+        .unwrap_or_else(|| access.name_any())
+}
+
+fn rotation_policy(access: &BucketAccess) -> RotationPolicy {
+    match &access.spec.credentials.rotation {
+        Some(r) => RotationPolicy {
+            interval: Some(Duration::try_from(r.interval).unwrap_or(Duration::MAX)),
+            grace: Duration::try_from(r.grace_period).unwrap_or(Duration::ZERO),
+        },
+        None => RotationPolicy {
+            interval: None,
+            grace: Duration::ZERO,
+        },
+    }
+}
+
+/// Facts about the bucket a BucketAccess grants, taken from the Bucket's status.
+struct BucketFacts {
+    name: String,
+    region: String,
+    arn: String,
+}
+
+pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<Action, Error> {
+    if access.metadata.deletion_timestamp.is_some() {
+        return cleanup(&access, &ctx).await;
+    }
+    ensure_finalizer(&ctx.client, access.as_ref()).await?;
+    let ns = access.namespace().ok_or(Error::NoNamespace)?;
+    let bucket_ref = &access.spec.bucket_ref.name;
+    let bucket = Api::<Bucket>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(bucket_ref)
+        .await?;
+    let facts = match bucket.as_ref().and_then(|b| b.status.as_ref()) {
+        None if bucket.is_none() => {
+            let msg = format!("Bucket {bucket_ref} does not exist in namespace {ns}");
+            return waiting(&access, &ctx, Reason::BucketNotFound, msg).await;
+        }
+        Some(s) if condition::is_ready(&s.conditions) && s.bucket_name.is_some() => BucketFacts {
+            name: s.bucket_name.clone().unwrap_or_default(),
+            region: s.region.clone().unwrap_or_else(|| ctx.aws.region.clone()),
+            arn: s.arn.clone().unwrap_or_default(),
+        },
+        _ => {
+            let msg = format!("waiting for Bucket {bucket_ref} to become Ready");
+            return waiting(&access, &ctx, Reason::BucketNotReady, msg).await;
+        }
+    };
+    let result = match access.spec.credentials.type_ {
+        CredentialsType::AccessKey => apply_user(&access, &ctx, &facts).await,
+        CredentialsType::ServiceAccountRole => apply_role(&access, &ctx, &facts).await,
+    };
+    match result {
+        Err(Error::Aws(e)) => match refusal(&e) {
+            Some((reason, msg)) => waiting(&access, &ctx, reason, msg).await,
+            None => Err(Error::Aws(e)),
+        },
+        other => other,
+    }
+}
+
+fn refusal(e: &crate::aws::Error) -> Option<(Reason, String)> {
+    match e.kind {
+        ErrorKind::AccessDenied => Some((
+            Reason::AccessDenied,
+            format!(
+                "AWS denied {} {}: the operator's IAM policy does not allow it ({})",
+                e.service, e.operation, e.message
+            ),
+        )),
+        ErrorKind::Invalid | ErrorKind::Conflict => Some((
+            Reason::InvalidSpec,
+            format!("AWS rejected {}: {}: {}", e.operation, e.code, e.message),
+        )),
+        ErrorKind::NotFound | ErrorKind::Transient => None,
+    }
+}
+
+async fn apply_user(
+    access: &BucketAccess,
+    ctx: &Context,
+    facts: &BucketFacts,
+) -> Result<Action, Error> {
+    let aws = &ctx.aws;
+    let owner = owner(access, &ctx.settings.cluster_name);
+    let ns = owner.namespace.clone();
+    let user = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
+    let doc = policy::access_policy(
+        naming::partition(&facts.region),
+        &facts.name,
+        access.spec.permission,
+        access.spec.prefix.as_deref(),
+    );
+
+    // Observe.
+    let existing = aws.get_user(&user).await?;
+    let (arn, current_policy, keys) = match existing {
+        Some(entity) => {
+            let who = match owner.judge(&entity.tags) {
+                Ownership::Ours => None,
+                Ownership::Unowned => Some("not tagged by the operator".to_string()),
+                Ownership::Foreign(who) => Some(who),
+            };
+            if let Some(who) = who {
+                let msg =
+                    format!("IAM user {user} already exists and is {who}; it will not be modified");
+                return waiting(access, ctx, Reason::OwnershipConflict, msg).await;
+            }
+            let (p, k) =
+                tokio::try_join!(aws.user_policy(&user, POLICY_NAME), aws.access_keys(&user))?;
+            (entity.arn, p, k)
+        }
+        None => {
+            let entity = aws
+                .create_user(
+                    &user,
+                    &naming::iam_path(&ctx.settings.cluster_name),
+                    &owner.tags(),
+                )
+                .await?;
+            ctx.event(access, false, "Created", format!("Created IAM user {user}"))
+                .await;
+            (entity.arn, None, Vec::new())
+        }
+    };
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
+    let secret_name = secret_name(access);
+    let secret = secrets.get_opt(&secret_name).await?;
+    if let Some(s) = &secret {
+        if !s
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == access.meta().uid.as_ref())
+        {
+            let msg = format!(
+                "Secret {secret_name} exists and is not owned by this BucketAccess; it will not be overwritten"
+            );
+            return waiting(access, ctx, Reason::OwnershipConflict, msg).await;
+        }
+    }
+    let creds = secret.as_ref().and_then(secret_creds);
+    let now = jiff::Timestamp::now();
+    let last_active = access
+        .status
+        .as_ref()
+        .and_then(|s| s.access_key_id.as_deref());
+    let keys_plan = plan_keys(
+        &keys,
+        creds.as_ref(),
+        last_active,
+        rotation_policy(access),
+        now,
+    );
+
+    // Apply: policy, then deletions before any creation (never more than two keys).
+    let served = served(access);
+    if current_policy.as_ref() != Some(&doc) {
+        aws.put_user_policy(&user, POLICY_NAME, &doc).await?;
+        drift_or_event(
+            access,
+            ctx,
+            served && current_policy.is_some(),
+            "policy",
+            format!("Set access policy of IAM user {user}"),
+        )
+        .await;
+    }
+    for id in &keys_plan.delete {
+        aws.delete_access_key(&user, id).await?;
+        ctx.event(
+            access,
+            false,
+            "KeyDeleted",
+            format!("Deleted access key {id} of IAM user {user}"),
+        )
+        .await;
+    }
+    let new_key = if keys_plan.create {
+        let k = aws.create_access_key(&user).await?;
+        ctx.event(
+            access,
+            false,
+            "KeyCreated",
+            format!("Created access key {} for IAM user {user}", k.key.id),
+        )
+        .await;
+        Some(k)
+    } else {
+        None
+    };
+
+    let mut data = bucket_data(ctx, facts);
+    let mut annotations = BTreeMap::new();
+    let (active_id, active_created) = match (&new_key, &keys_plan.active) {
+        (Some(NewAccessKey { key, secret }), _) => {
+            data.insert("AWS_ACCESS_KEY_ID".into(), key.id.clone());
+            data.insert("AWS_SECRET_ACCESS_KEY".into(), secret.expose().to_string());
+            annotations.insert(
+                ANN_KEY_HASH.to_string(),
+                sha256_hex(secret.expose().as_bytes()),
+            );
+            (key.id.clone(), key.created)
+        }
+        (None, Some(active)) => {
+            // Keep the pair the Secret already holds.
+            let old = secret
+                .as_ref()
+                .and_then(|s| s.data.as_ref())
+                .and_then(|d| d.get("AWS_SECRET_ACCESS_KEY"));
+            data.insert("AWS_ACCESS_KEY_ID".into(), active.id.clone());
+            data.insert(
+                "AWS_SECRET_ACCESS_KEY".into(),
+                String::from_utf8_lossy(&old.map(|b| b.0.clone()).unwrap_or_default()).into(),
+            );
+            annotations.insert(
+                ANN_KEY_HASH.to_string(),
+                sha256_hex(&old.map(|b| b.0.clone()).unwrap_or_default()),
+            );
+            (active.id.clone(), active.created)
+        }
+        (None, None) => unreachable!("plan_keys either keeps a key or creates one"),
+    };
+    annotations.insert(ANN_KEY_ID.to_string(), active_id.clone());
+    annotations.insert(
+        ANN_PREVIOUS.to_string(),
+        keys_plan
+            .previous
+            .as_ref()
+            .map(|p| p.0.clone())
+            .unwrap_or_default(),
+    );
+    annotations.insert(
+        ANN_ROTATED_AT.to_string(),
+        keys_plan
+            .previous
+            .as_ref()
+            .map(|p| p.1.to_string())
+            .unwrap_or_else(|| active_created.to_string()),
+    );
+    write_secret(
+        access,
+        ctx,
+        &secrets,
+        &secret_name,
+        secret.as_ref(),
+        data,
+        annotations,
+    )
+    .await?;
+
+    let rotation = rotation_policy(access);
+    let status = BucketAccessStatus {
+        conditions: vec![condition::ready(
+            &access.status.clone().unwrap_or_default().conditions,
+            true,
+            Reason::Available,
+            format!(
+                "credentials for bucket {} are in Secret {secret_name}",
+                facts.name
+            ),
+            access.metadata.generation,
+            now,
+        )],
+        observed_generation: access.metadata.generation,
+        secret_name: Some(secret_name),
+        user_arn: Some(arn),
+        role_arn: None,
+        access_key_id: Some(active_id),
+        last_rotation_time: Some(Time(active_created)),
+        next_rotation_time: rotation.interval.map(|i| Time(add(active_created, i))),
+    };
+    update_status(&ctx.client, access, access.status.as_ref(), &status).await?;
+    Ok(next_action(ctx, keys_plan.wake_at, now))
+}
+
+/// Requeue at the resync period, or sooner when a rotation or grace period is due.
+fn next_action(ctx: &Context, wake_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Action {
+    let resync = ctx.resync();
+    match wake_at {
+        Some(t) => {
+            let until = Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO);
+            // Wake just after the deadline; never spin on a deadline already passed.
+            let wait = (until + Duration::from_millis(200)).max(Duration::from_millis(500));
+            if wait < ctx.settings.resync_period {
+                Action::requeue(wait)
+            } else {
+                resync
+            }
+        }
+        None => resync,
+    }
+}
+
+fn bucket_data(ctx: &Context, facts: &BucketFacts) -> BTreeMap<String, String> {
+    let mut data = BTreeMap::from([
+        ("AWS_REGION".to_string(), facts.region.clone()),
+        ("BUCKET_NAME".to_string(), facts.name.clone()),
+        ("BUCKET_ARN".to_string(), facts.arn.clone()),
+    ]);
+    if let Some(endpoint) = &ctx.aws.endpoint_url {
+        data.insert("AWS_ENDPOINT_URL_S3".into(), endpoint.clone());
+    }
+    data
+}
+
+fn served(access: &BucketAccess) -> bool {
+    access.status.as_ref().is_some_and(|s| {
+        s.observed_generation == access.metadata.generation && condition::is_ready(&s.conditions)
+    })
+}
+
+async fn drift_or_event(
+    access: &BucketAccess,
+    ctx: &Context,
+    drift: bool,
+    aspect: &str,
+    note: String,
+) {
+    if drift {
+        METRICS
+            .drift_corrections_total
+            .with_label_values(&["BucketAccess", aspect])
+            .inc();
+        ctx.event(
+            access,
+            true,
+            "DriftCorrected",
+            format!("{note} (changed outside the operator)"),
+        )
+        .await;
+    } else {
+        ctx.event(access, false, "Updated", note).await;
+    }
+}
+
+/// Writes the Secret if its data, labels, annotations or owner differ from what it should be.
+async fn write_secret(
+    access: &BucketAccess,
+    ctx: &Context,
+    api: &Api<Secret>,
+    name: &str,
+    current: Option<&Secret>,
+    data: BTreeMap<String, String>,
+    annotations: BTreeMap<String, String>,
+) -> Result<(), Error> {
+    let labels = BTreeMap::from([
+        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
+        (ACCESS_LABEL.to_string(), access.name_any()),
+    ]);
+    let data: BTreeMap<String, ByteString> = data
+        .into_iter()
+        .map(|(k, v)| (k, ByteString(v.into_bytes())))
+        .collect();
+    let owner_ref = access
+        .controller_owner_ref(&())
+        .expect("BucketAccess has a name and uid");
+    if let Some(cur) = current {
+        let has = |want: &BTreeMap<String, String>, have: Option<&BTreeMap<String, String>>| {
+            want.iter()
+                .all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v))
+        };
+        let same_data = cur.data.as_ref() == Some(&data);
+        let same_meta = has(&labels, cur.metadata.labels.as_ref())
+            && has(&annotations, cur.metadata.annotations.as_ref())
+            && cur.owner_references().contains(&owner_ref);
+        if same_data && same_meta && cur.type_.as_deref() == Some("Opaque") {
+            return Ok(());
+        }
+    }
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            namespace: access.namespace(),
+            labels: Some(labels),
+            annotations: Some(annotations),
+            owner_references: Some(vec![owner_ref]),
+            ..Default::default()
+        },
+        data: Some(data),
+        type_: Some("Opaque".into()),
+        ..Default::default()
+    };
+    let restored = current.is_some() && served(access);
+    METRICS
+        .kube_writes_total
+        .with_label_values(&["Secret", "apply"])
+        .inc();
+    api.patch(
+        name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&secret),
+    )
+    .await?;
+    if current.is_none() && served(access) {
+        drift_or_event(
+            access,
+            ctx,
+            true,
+            "secret",
+            format!("Recreated Secret {name}"),
+        )
+        .await;
+    } else if restored {
+        ctx.event(
+            access,
+            false,
+            "SecretUpdated",
+            format!("Updated Secret {name}"),
+        )
+        .await;
+    }
+    Ok(())
+}
+
+async fn apply_role(
+    access: &BucketAccess,
+    ctx: &Context,
+    facts: &BucketFacts,
+) -> Result<Action, Error> {
+    let aws = &ctx.aws;
+    let Some(oidc) = ctx.settings.oidc_provider_arn.clone() else {
+        let msg = "ServiceAccountRole credentials need the operator's --oidc-provider-arn, which is not set".to_string();
+        return waiting(access, ctx, Reason::InvalidSpec, msg).await;
+    };
+    let owner = owner(access, &ctx.settings.cluster_name);
+    let role = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
+    let sa = access
+        .spec
+        .credentials
+        .service_account_name
+        .clone()
+        .unwrap_or_default();
+    let trust = policy::irsa_trust_policy(&oidc, &owner.namespace, &sa);
+    let doc = policy::access_policy(
+        naming::partition(&facts.region),
+        &facts.name,
+        access.spec.permission,
+        access.spec.prefix.as_deref(),
+    );
+    let served = served(access);
+
+    let arn = match aws.get_role(&role).await? {
+        Some(entity) => {
+            if owner.judge(&entity.tags) != Ownership::Ours {
+                let msg = format!(
+                    "IAM role {role} already exists and is not owned by this BucketAccess; it will not be modified"
+                );
+                return waiting(access, ctx, Reason::OwnershipConflict, msg).await;
+            }
+            if entity.trust_policy.as_ref() != Some(&trust) {
+                aws.update_trust_policy(&role, &trust).await?;
+                drift_or_event(
+                    access,
+                    ctx,
+                    served,
+                    "trustPolicy",
+                    format!("Set trust policy of IAM role {role}"),
+                )
+                .await;
+            }
+            entity.arn
+        }
+        None => {
+            let path = naming::iam_path(&ctx.settings.cluster_name);
+            let entity = aws.create_role(&role, &path, &trust, &owner.tags()).await?;
+            ctx.event(
+                access,
+                false,
+                "Created",
+                format!("Created IAM role {role} for ServiceAccount {sa}"),
+            )
+            .await;
+            entity.arn
+        }
+    };
+    let current: Option<Value> = aws.role_policy(&role, POLICY_NAME).await?;
+    if current.as_ref() != Some(&doc) {
+        aws.put_role_policy(&role, POLICY_NAME, &doc).await?;
+        drift_or_event(
+            access,
+            ctx,
+            served && current.is_some(),
+            "policy",
+            format!("Set access policy of IAM role {role}"),
+        )
+        .await;
+    }
+    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace);
+    let secret_name = secret_name(access);
+    let secret = secrets.get_opt(&secret_name).await?;
+    if let Some(s) = &secret {
+        if !s
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == access.meta().uid.as_ref())
+        {
+            let msg = format!(
+                "Secret {secret_name} exists and is not owned by this BucketAccess; it will not be overwritten"
+            );
+            return waiting(access, ctx, Reason::OwnershipConflict, msg).await;
+        }
+    }
+    let mut data = bucket_data(ctx, facts);
+    data.insert("AWS_ROLE_ARN".into(), arn.clone());
+    write_secret(
+        access,
+        ctx,
+        &secrets,
+        &secret_name,
+        secret.as_ref(),
+        data,
+        BTreeMap::new(),
+    )
+    .await?;
+    let status = BucketAccessStatus {
+        conditions: vec![condition::ready(
+            &access.status.clone().unwrap_or_default().conditions,
+            true,
+            Reason::Available,
+            format!("IAM role {role} is ready for ServiceAccount {sa}"),
+            access.metadata.generation,
+            jiff::Timestamp::now(),
+        )],
+        observed_generation: access.metadata.generation,
+        secret_name: Some(secret_name),
+        role_arn: Some(arn),
+        ..Default::default()
+    };
+    update_status(&ctx.client, access, access.status.as_ref(), &status).await?;
+    Ok(ctx.resync())
+}
+
+/// Reports why the access is not Ready and waits for a change (or the periodic resync).
+async fn waiting(
+    access: &BucketAccess,
+    ctx: &Context,
+    reason: Reason,
+    msg: String,
+) -> Result<Action, Error> {
+    let previous = access.status.clone().unwrap_or_default();
+    let status = BucketAccessStatus {
+        conditions: vec![condition::ready(
+            &previous.conditions,
+            false,
+            reason,
+            msg.clone(),
+            access.metadata.generation,
+            jiff::Timestamp::now(),
+        )],
+        observed_generation: access.metadata.generation,
+        ..previous.clone()
+    };
+    if access.status.as_ref() != Some(&status) {
+        let warning = !matches!(reason, Reason::BucketNotReady);
+        ctx.event(access, warning, reason.as_str(), msg).await;
+        update_status(&ctx.client, access, access.status.as_ref(), &status).await?;
+    }
+    if !matches!(reason, Reason::BucketNotReady | Reason::BucketNotFound) {
+        METRICS
+            .terminal_reconcile_errors_total
+            .with_label_values(&["bucketaccess"])
+            .inc();
+    }
+    Ok(ctx.resync())
+}
+
+/// Deletes what this BucketAccess created in IAM: keys, inline policies, then the user or role.
+/// The Secret goes with the object through its owner reference.
+async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Action, Error> {
+    if !access
+        .finalizers()
+        .iter()
+        .any(|f| f == crate::api::FINALIZER)
+    {
+        return Ok(Action::await_change());
+    }
+    let aws = &ctx.aws;
+    let owner = owner(access, &ctx.settings.cluster_name);
+    let name = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
+    match access.spec.credentials.type_ {
+        CredentialsType::AccessKey => {
+            if let Some(user) = aws.get_user(&name).await? {
+                if owner.judge(&user.tags) == Ownership::Ours {
+                    for key in aws.access_keys(&name).await? {
+                        aws.delete_access_key(&name, &key.id).await?;
+                    }
+                    for p in aws.user_policy_names(&name).await? {
+                        aws.delete_user_policy(&name, &p).await?;
+                    }
+                    aws.delete_user(&name).await?;
+                    ctx.event(
+                        access,
+                        false,
+                        "Deleted",
+                        format!("Deleted IAM user {name} and its keys"),
+                    )
+                    .await;
+                }
+            }
+        }
+        CredentialsType::ServiceAccountRole => {
+            if let Some(role) = aws.get_role(&name).await? {
+                if owner.judge(&role.tags) == Ownership::Ours {
+                    for p in aws.role_policy_names(&name).await? {
+                        aws.delete_role_policy(&name, &p).await?;
+                    }
+                    aws.delete_role(&name).await?;
+                    ctx.event(access, false, "Deleted", format!("Deleted IAM role {name}"))
+                        .await;
+                }
+            }
+        }
+    }
+    remove_finalizer(&ctx.client, access).await?;
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+    fn key(id: &str, created: i64) -> AccessKey {
+        AccessKey {
+            id: id.into(),
+            created: t(created),
+        }
+    }
+    fn creds(id: &str, previous: Option<&str>, rotated_at: Option<i64>) -> SecretCreds {
+        SecretCreds {
+            key_id: id.into(),
+            intact: true,
+            previous_key_id: previous.map(Into::into),
+            rotated_at: rotated_at.map(t),
+        }
+    }
+    const NO_ROTATION: RotationPolicy = RotationPolicy {
+        interval: None,
+        grace: Duration::ZERO,
+    };
+    const ROTATION: RotationPolicy = RotationPolicy {
+        interval: Some(Duration::from_secs(100)),
+        grace: Duration::from_secs(10),
+    };
+
+    #[test]
+    fn first_pass_creates_one_key() {
+        let p = plan_keys(&[], None, None, NO_ROTATION, t(0));
+        assert!(p.create && p.delete.is_empty() && p.previous.is_none());
+    }
+
+    #[test]
+    fn steady_state_keeps_the_key() {
+        let p = plan_keys(
+            &[key("A", 0)],
+            Some(&creds("A", None, None)),
+            Some("A"),
+            ROTATION,
+            t(50),
+        );
+        assert_eq!(
+            p,
+            KeyPlan {
+                delete: vec![],
+                create: false,
+                active: Some(key("A", 0)),
+                previous: None,
+                wake_at: Some(t(100))
+            }
+        );
+    }
+
+    #[test]
+    fn rotation_creates_a_key_and_keeps_the_old_one_for_the_grace_period() {
+        let p = plan_keys(
+            &[key("A", 0)],
+            Some(&creds("A", None, None)),
+            Some("A"),
+            ROTATION,
+            t(100),
+        );
+        assert!(p.create && p.delete.is_empty());
+        assert_eq!(p.previous, Some(("A".into(), t(100))));
+    }
+
+    #[test]
+    fn previous_key_survives_the_grace_period_then_goes() {
+        let keys = [key("A", 0), key("B", 100)];
+        let s = creds("B", Some("A"), Some(100));
+        let during = plan_keys(&keys, Some(&s), Some("B"), ROTATION, t(105));
+        assert!(during.delete.is_empty() && !during.create);
+        assert_eq!(during.wake_at, Some(t(110)));
+        let after = plan_keys(&keys, Some(&s), Some("B"), ROTATION, t(111));
+        assert_eq!(after.delete, vec!["A".to_string()]);
+        assert!(!after.create);
+    }
+
+    #[test]
+    fn crash_after_creating_a_key_deletes_the_orphan_before_creating_again() {
+        // Rotation created C but died before writing the Secret, which still vouches for A.
+        let keys = [key("A", 0), key("C", 100)];
+        let p = plan_keys(
+            &keys,
+            Some(&creds("A", None, None)),
+            Some("A"),
+            ROTATION,
+            t(101),
+        );
+        assert_eq!(p.delete, vec!["C".to_string()]);
+        assert!(p.create);
+        assert!(keys.len() - p.delete.len() + usize::from(p.create) <= 2);
+    }
+
+    #[test]
+    fn no_rotation_while_a_previous_key_is_in_grace() {
+        let keys = [key("A", 0), key("B", 5)];
+        // B is already past its interval, but A is still in its grace period.
+        let policy = RotationPolicy {
+            interval: Some(Duration::from_secs(1)),
+            grace: Duration::from_secs(10),
+        };
+        let p = plan_keys(
+            &keys,
+            Some(&creds("B", Some("A"), Some(5))),
+            Some("B"),
+            policy,
+            t(8),
+        );
+        assert!(!p.create && p.delete.is_empty());
+    }
+
+    #[test]
+    fn deleted_or_edited_secret_issues_a_new_key_keeping_the_last_active_through_grace() {
+        let keys = [key("A", 0), key("B", 50)];
+        for s in [
+            None,
+            Some(SecretCreds {
+                intact: false,
+                ..creds("B", None, None)
+            }),
+        ] {
+            let p = plan_keys(&keys, s.as_ref(), Some("B"), ROTATION, t(60));
+            assert!(p.create);
+            assert_eq!(p.delete, vec!["A".to_string()]);
+            assert_eq!(p.previous, Some(("B".into(), t(60))));
+        }
+        // Without a grace period every old key goes at once.
+        let p = plan_keys(&keys, None, Some("B"), NO_ROTATION, t(60));
+        assert_eq!(p.delete, vec!["A".to_string(), "B".to_string()]);
+    }
+
+    #[test]
+    fn never_more_than_two_keys_in_any_state() {
+        let all = [key("A", 0), key("B", 10)];
+        for n in 0..=2 {
+            let keys = &all[..n];
+            for secret in [
+                None,
+                Some(creds("A", None, None)),
+                Some(creds("B", Some("A"), Some(10))),
+                Some(creds("X", None, None)),
+            ] {
+                for now in [5, 50, 105, 200] {
+                    for policy in [NO_ROTATION, ROTATION] {
+                        let p = plan_keys(keys, secret.as_ref(), Some("A"), policy, t(now));
+                        let after = keys.len() - p.delete.len() + usize::from(p.create);
+                        assert!(after <= 2, "{keys:?} {secret:?} {now}: {p:?}");
+                        assert!(p.create || p.active.is_some());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn secret_creds_detect_edits() {
+        let mut s = Secret {
+            metadata: ObjectMeta {
+                annotations: Some(BTreeMap::from([
+                    (ANN_KEY_ID.to_string(), "A".to_string()),
+                    (ANN_KEY_HASH.to_string(), sha256_hex(b"secret")),
+                ])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([
+                ("AWS_ACCESS_KEY_ID".to_string(), ByteString(b"A".to_vec())),
+                (
+                    "AWS_SECRET_ACCESS_KEY".to_string(),
+                    ByteString(b"secret".to_vec()),
+                ),
+            ])),
+            ..Default::default()
+        };
+        assert!(secret_creds(&s).unwrap().intact);
+        s.data.as_mut().unwrap().insert(
+            "AWS_SECRET_ACCESS_KEY".into(),
+            ByteString(b"edited".to_vec()),
+        );
+        assert!(!secret_creds(&s).unwrap().intact);
+    }
+}

@@ -1,0 +1,280 @@
+//! The reconcilers, one module per kind. Each pass observes AWS and Kubernetes, computes a plan
+//! with a pure function, and applies only the difference, so a steady-state pass writes nothing.
+
+pub mod bucket;
+pub mod bucket_access;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::NamespaceResourceScope;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Api, Resource, ResourceExt};
+use rand::Rng;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::json;
+
+use crate::api::{DeletionPolicy, FINALIZER};
+use crate::aws::{self, Aws};
+use crate::runtime::metrics::METRICS;
+
+/// Field manager of every write the operator makes.
+pub const MANAGER: &str = "s3-operator";
+
+/// Operator settings the reconcilers need.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Name of this cluster, in ownership tags and the IAM path.
+    pub cluster_name: String,
+    /// Prefix of generated bucket names; the operator's IAM policy is scoped to it.
+    pub bucket_name_prefix: String,
+    /// Deletion policy of Buckets that name none.
+    pub default_deletion_policy: DeletionPolicy,
+    /// ARN of the cluster's IAM OIDC provider, for `ServiceAccountRole` credentials.
+    pub oidc_provider_arn: Option<String>,
+    /// How often a Ready object is re-read from AWS to find drift (jittered by up to 10%).
+    pub resync_period: Duration,
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: kube::Client,
+    pub aws: Aws,
+    pub settings: Settings,
+    pub recorder: Recorder,
+    pub backoff: Backoff,
+}
+
+/// What can fail in a reconcile. AWS refusals that a person must fix (names taken, access
+/// denied, invalid configuration) are not errors: they land in the Ready condition.
+#[derive(thiserror::Error, Debug)]
+pub enum Error {
+    #[error(transparent)]
+    Aws(#[from] aws::Error),
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("object has no namespace")]
+    NoNamespace,
+    /// Deletion must wait (bucket not empty, or cleanup still running); the finalizer stays.
+    #[error("deletion blocked: {0}")]
+    DeletionBlocked(String),
+}
+
+impl Error {
+    /// A short, bounded label for logs and spans.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::Aws(_) => "aws",
+            Error::Kube(_) => "kubernetes",
+            Error::NoNamespace => "invalid",
+            Error::DeletionBlocked(_) => "deletion_blocked",
+        }
+    }
+}
+
+/// Per-object exponential backoff for failed reconciles (kube-runtime has none built in):
+/// 1s, 2s, 4s, ... capped at 5 minutes, with jitter, reset by the next success.
+#[derive(Default)]
+pub struct Backoff {
+    failures: Mutex<HashMap<String, u32>>,
+}
+
+impl Backoff {
+    pub const BASE: Duration = Duration::from_secs(1);
+    pub const MAX: Duration = Duration::from_secs(300);
+
+    pub fn next(&self, key: &str) -> Duration {
+        let mut failures = self.failures.lock().expect("backoff map poisoned");
+        let n = failures.entry(key.to_string()).or_insert(0);
+        let delay = Self::BASE
+            .saturating_mul(2u32.saturating_pow(*n))
+            .min(Self::MAX);
+        *n = n.saturating_add(1);
+        jitter(delay, 0.2)
+    }
+
+    pub fn reset(&self, key: &str) {
+        self.failures
+            .lock()
+            .expect("backoff map poisoned")
+            .remove(key);
+    }
+}
+
+/// `d` lengthened by up to `fraction` at random, so objects do not resync in lockstep.
+pub fn jitter(d: Duration, fraction: f64) -> Duration {
+    d.mul_f64(1.0 + rand::rng().random_range(0.0..fraction))
+}
+
+impl Context {
+    pub fn resync(&self) -> kube::runtime::controller::Action {
+        kube::runtime::controller::Action::requeue(jitter(self.settings.resync_period, 0.1))
+    }
+
+    /// Publishes an event about `obj`; failures are logged, never fatal.
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        let ev = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: reason.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+            tracing::warn!(error = %e, "could not publish event");
+        }
+    }
+}
+
+fn namespaced_api<K>(client: &kube::Client, obj: &K) -> Result<Api<K>, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
+{
+    Ok(Api::namespaced(
+        client.clone(),
+        obj.meta().namespace.as_deref().ok_or(Error::NoNamespace)?,
+    ))
+}
+
+/// Adds the finalizer if missing; the resourceVersion in the patch makes it a compare-and-swap.
+pub async fn ensure_finalizer<K>(client: &kube::Client, obj: &K) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    if obj.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(());
+    }
+    let mut finalizers = obj.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    patch_finalizers(client, obj, finalizers).await
+}
+
+/// Removes the finalizer so Kubernetes can delete the object.
+pub async fn remove_finalizer<K>(client: &kube::Client, obj: &K) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let finalizers: Vec<String> = obj
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    patch_finalizers(client, obj, finalizers).await
+}
+
+async fn patch_finalizers<K>(
+    client: &kube::Client,
+    obj: &K,
+    finalizers: Vec<String>,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api = namespaced_api(client, obj)?;
+    let patch =
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
+    METRICS
+        .kube_writes_total
+        .with_label_values(&[K::kind(&()).as_ref(), "patch"])
+        .inc();
+    api.patch(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .instrument_kube("patch finalizers")
+    .await?;
+    Ok(())
+}
+
+/// Writes `status` if it differs from what the object carries (a steady-state pass writes nothing).
+pub async fn update_status<K, S>(
+    client: &kube::Client,
+    obj: &K,
+    current: Option<&S>,
+    status: &S,
+) -> Result<(), Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+    S: Serialize + PartialEq,
+{
+    if current == Some(status) {
+        return Ok(());
+    }
+    let api = namespaced_api(client, obj)?;
+    METRICS
+        .kube_writes_total
+        .with_label_values(&[K::kind(&()).as_ref(), "patch_status"])
+        .inc();
+    api.patch_status(
+        &obj.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": status })),
+    )
+    .instrument_kube("patch status")
+    .await?;
+    Ok(())
+}
+
+/// The deletion policy in force for a Bucket.
+pub fn deletion_policy(spec: Option<DeletionPolicy>, settings: &Settings) -> DeletionPolicy {
+    spec.unwrap_or(settings.default_deletion_policy)
+}
+
+/// Wraps a Kubernetes write in a child span of the reconcile.
+trait InstrumentKube: Future + Sized {
+    fn instrument_kube(self, what: &'static str) -> tracing::instrument::Instrumented<Self> {
+        tracing::Instrument::instrument(
+            self,
+            tracing::info_span!("kube", otel.name = what, otel.kind = "client"),
+        )
+    }
+}
+impl<F: Future> InstrumentKube for F {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn backoff_grows_exponentially_caps_and_resets() {
+        let b = Backoff::default();
+        let first = b.next("a");
+        assert!(first >= Duration::from_secs(1) && first < Duration::from_millis(1200));
+        let second = b.next("a");
+        assert!(second >= Duration::from_secs(2) && second < Duration::from_millis(2400));
+        for _ in 0..20 {
+            b.next("a");
+        }
+        assert!(b.next("a") <= Backoff::MAX.mul_f64(1.2));
+        assert!(b.next("other") < Duration::from_millis(1200), "per object");
+        b.reset("a");
+        assert!(b.next("a") < Duration::from_millis(1200));
+    }
+}

@@ -1,0 +1,375 @@
+//! The process around the reconcilers: configuration, leader election, the web server, metrics,
+//! telemetry and one shutdown signal shared by all of them.
+
+pub mod leader;
+pub mod metrics;
+pub mod telemetry;
+mod web;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use tokio::sync::watch;
+use tracing::Instrument;
+
+use crate::api::condition::is_ready;
+use crate::api::{Bucket, BucketAccess};
+use crate::aws::Aws;
+use crate::reconcile::{self, Context, bucket_access};
+use metrics::METRICS;
+
+/// Everything `s3-operator run` is configured with.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub reconcile: reconcile::Settings,
+    pub aws: crate::aws::Settings,
+    /// Namespaces to watch; empty means all.
+    pub watch_namespaces: Vec<String>,
+    pub max_concurrent_reconciles: u16,
+    pub metrics_addr: std::net::SocketAddr,
+    pub probe_addr: std::net::SocketAddr,
+    /// `None` runs without leader election (a single replica, or local development).
+    pub leader_election: Option<leader::Settings>,
+}
+
+#[derive(thiserror::Error, Debug)]
+pub enum Error {
+    #[error("cannot reach the Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("Kubernetes client configuration: {0}")]
+    KubeConfig(#[from] kube::config::InferConfigError),
+    #[error("cannot serve on {0}: {1}")]
+    Bind(std::net::SocketAddr, std::io::Error),
+    #[error(transparent)]
+    Leader(#[from] leader::Error),
+}
+
+/// Probe state shared with the web server.
+#[derive(Default)]
+pub struct Health {
+    pub ready: AtomicBool,
+    pub heartbeat: std::sync::Mutex<Option<Instant>>,
+}
+
+pub async fn run(config: Config) -> Result<(), Error> {
+    let client = kube::Client::try_default().await?;
+    // Fail fast with one clear line when the API server is unreachable or refuses us.
+    client.apiserver_version().await?;
+    let aws = Aws::new(&config.aws).await;
+
+    let (shutdown_tx, shutdown) = watch::channel(false);
+    tokio::spawn(signal_shutdown(shutdown_tx));
+    let health = Arc::new(Health::default());
+    tokio::spawn(heartbeat(health.clone()));
+    let servers = web::serve(
+        config.metrics_addr,
+        config.probe_addr,
+        health.clone(),
+        shutdown.clone(),
+    )
+    .await?;
+
+    // Leader election: standbys wait here (and are ready); the leader goes on to reconcile.
+    let (leading_tx, mut leading) = watch::channel(config.leader_election.is_none());
+    let (release_tx, release) = watch::channel(false);
+    let mut lease_task = None;
+    if let Some(le) = config.leader_election.clone() {
+        let c = client.clone();
+        lease_task = Some(tokio::spawn(async move {
+            if let Err(e) = leader::run(c, le, leading_tx, release).await {
+                // Another replica may already act: stop at once, without draining.
+                tracing::error!(error = %e, "leadership lost; exiting");
+                std::process::exit(1);
+            }
+        }));
+        health.ready.store(true, Ordering::SeqCst);
+        let mut sd = shutdown.clone();
+        tokio::select! {
+            _ = leading.wait_for(|l| *l) => {}
+            _ = sd.wait_for(|s| *s) => {}
+        }
+    }
+
+    if !*shutdown.borrow() {
+        let identity = config.leader_election.as_ref().map(|l| l.identity.clone());
+        let reporter = Reporter {
+            controller: "s3-operator".into(),
+            instance: identity,
+        };
+        let ctx = Arc::new(Context {
+            client: client.clone(),
+            aws,
+            settings: config.reconcile.clone(),
+            recorder: Recorder::new(client.clone(), reporter),
+            backoff: Default::default(),
+        });
+        run_controllers(&config, ctx, shutdown.clone(), health.clone()).await;
+    }
+    // Controllers have drained; now hand the lease over so a standby takes over at once.
+    let _ = release_tx.send(true);
+    if let Some(t) = lease_task {
+        let _ = t.await;
+    }
+    servers.await;
+    tracing::info!("shut down cleanly");
+    Ok(())
+}
+
+/// One Bucket and one BucketAccess controller per watched namespace (or one pair for all), so a
+/// namespaced install lists and watches only where it has Roles.
+async fn run_controllers(
+    config: &Config,
+    ctx: Arc<Context>,
+    shutdown: watch::Receiver<bool>,
+    health: Arc<Health>,
+) {
+    let scopes: Vec<Option<String>> = if config.watch_namespaces.is_empty() {
+        vec![None]
+    } else {
+        config.watch_namespaces.iter().cloned().map(Some).collect()
+    };
+    let concurrency = config.max_concurrent_reconciles;
+    for c in metrics::CONTROLLERS {
+        METRICS
+            .max_concurrent_reconciles
+            .with_label_values(&[c])
+            .set(i64::from(concurrency) * scopes.len() as i64);
+    }
+    let mut runs = Vec::new();
+    let mut bucket_stores = Vec::new();
+    let mut access_stores = Vec::new();
+    for ns in scopes {
+        let api = |c: &kube::Client| match &ns {
+            Some(n) => (
+                Api::<Bucket>::namespaced(c.clone(), n),
+                Api::<BucketAccess>::namespaced(c.clone(), n),
+                Api::<Secret>::namespaced(c.clone(), n),
+            ),
+            None => (
+                Api::all(c.clone()),
+                Api::all(c.clone()),
+                Api::all(c.clone()),
+            ),
+        };
+        let (buckets, accesses, secrets) = api(&ctx.client);
+        let cfg = controller::Config::default().concurrency(concurrency);
+        let bc = Controller::new(buckets.clone(), watcher::Config::default())
+            .with_config(cfg.clone())
+            .graceful_shutdown_on(wait_true(shutdown.clone()));
+        bucket_stores.push(bc.store());
+        runs.push(
+            bc.run(
+                |b, c| instrumented("bucket", b, c, reconcile::bucket::reconcile),
+                |b, e, c| error_policy("bucket", b, e, c),
+                ctx.clone(),
+            )
+            .for_each(|_| async {})
+            .boxed(),
+        );
+
+        let managed = watcher::Config::default().labels(&format!(
+            "{}={}",
+            bucket_access::MANAGED_BY_LABEL,
+            bucket_access::MANAGED_BY
+        ));
+        let ac = Controller::new(accesses, watcher::Config::default())
+            .with_config(cfg)
+            .graceful_shutdown_on(wait_true(shutdown.clone()));
+        let store = ac.store();
+        access_stores.push(store.clone());
+        let ac = ac.owns(secrets, managed).watches(
+            buckets,
+            watcher::Config::default(),
+            move |b: Bucket| {
+                // A Bucket change wakes every BucketAccess that refers to it.
+                let ns = b.namespace();
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|a| a.namespace() == ns && a.spec.bucket_ref.name == b.name_any())
+                    .map(|a| ObjectRef::from_obj(a.as_ref()))
+                    .collect::<Vec<_>>()
+            },
+        );
+        runs.push(
+            ac.run(
+                |a, c| instrumented("bucketaccess", a, c, reconcile::bucket_access::reconcile),
+                |a, e, c| error_policy("bucketaccess", a, e, c),
+                ctx.clone(),
+            )
+            .for_each(|_| async {})
+            .boxed(),
+        );
+    }
+    let stores = (bucket_stores.clone(), access_stores.clone());
+    tokio::spawn(async move {
+        for s in stores.0.iter() {
+            let _ = s.wait_until_ready().await;
+        }
+        for s in stores.1.iter() {
+            let _ = s.wait_until_ready().await;
+        }
+        health.ready.store(true, Ordering::SeqCst);
+        tracing::info!("caches synced");
+    });
+    tokio::spawn(report_managed_objects(
+        bucket_stores,
+        access_stores,
+        shutdown,
+    ));
+    join_all(runs).await;
+}
+
+async fn wait_true(mut rx: watch::Receiver<bool>) {
+    let _ = rx.wait_for(|v| *v).await;
+}
+
+/// One root span, metrics and backoff bookkeeping around every reconcile.
+async fn instrumented<K, F, Fut>(
+    controller: &'static str,
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    reconcile: F,
+) -> Result<Action, reconcile::Error>
+where
+    K: Resource<DynamicType = ()>,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<Action, reconcile::Error>>,
+{
+    let kind = K::kind(&());
+    let span = tracing::info_span!(
+        parent: None,
+        "reconcile",
+        otel.name = format!("reconcile {kind}"),
+        otel.kind = "internal",
+        k8s.namespace = obj.meta().namespace.as_deref().unwrap_or_default(),
+        k8s.name = obj.meta().name.as_deref().unwrap_or_default(),
+        kind = kind.as_ref(),
+        generation = obj.meta().generation.unwrap_or_default(),
+        outcome = tracing::field::Empty,
+        trace_id = tracing::field::Empty,
+    );
+    span.record(
+        "trace_id",
+        span.in_scope(telemetry::current_trace_id).as_str(),
+    );
+    let key = format!(
+        "{kind}/{}/{}",
+        obj.meta().namespace.as_deref().unwrap_or_default(),
+        obj.meta().name.as_deref().unwrap_or_default()
+    );
+    let workers = METRICS.active_workers.with_label_values(&[controller]);
+    workers.inc();
+    let start = Instant::now();
+    let result = reconcile(obj, ctx.clone()).instrument(span.clone()).await;
+    workers.dec();
+    METRICS
+        .reconcile_time_seconds
+        .with_label_values(&[controller])
+        .observe(start.elapsed().as_secs_f64());
+    let outcome = match &result {
+        Ok(_) => {
+            ctx.backoff.reset(&key);
+            "success"
+        }
+        Err(e) => {
+            METRICS
+                .reconcile_errors_total
+                .with_label_values(&[controller])
+                .inc();
+            span.in_scope(|| tracing::warn!(error = %e, "reconcile failed; retrying with backoff"));
+            "error"
+        }
+    };
+    span.record("outcome", outcome);
+    METRICS
+        .reconcile_total
+        .with_label_values(&[controller, outcome])
+        .inc();
+    result
+}
+
+fn error_policy<K: Resource<DynamicType = ()>>(
+    _controller: &str,
+    obj: Arc<K>,
+    _e: &reconcile::Error,
+    ctx: Arc<Context>,
+) -> Action {
+    let key = format!(
+        "{}/{}/{}",
+        K::kind(&()),
+        obj.meta().namespace.as_deref().unwrap_or_default(),
+        obj.meta().name.as_deref().unwrap_or_default()
+    );
+    Action::requeue(ctx.backoff.next(&key))
+}
+
+async fn report_managed_objects(
+    buckets: Vec<Store<Bucket>>,
+    accesses: Vec<Store<BucketAccess>>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    loop {
+        let count = |ready: Vec<bool>| {
+            (
+                ready.iter().filter(|r| **r).count() as i64,
+                ready.iter().filter(|r| !**r).count() as i64,
+            )
+        };
+        let b = count(
+            buckets
+                .iter()
+                .flat_map(|s| s.state())
+                .map(|b| b.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
+                .collect(),
+        );
+        let a = count(
+            accesses
+                .iter()
+                .flat_map(|s| s.state())
+                .map(|a| a.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
+                .collect(),
+        );
+        for (kind, (ready, not_ready)) in [("Bucket", b), ("BucketAccess", a)] {
+            METRICS
+                .managed_objects
+                .with_label_values(&[kind, "true"])
+                .set(ready);
+            METRICS
+                .managed_objects
+                .with_label_values(&[kind, "false"])
+                .set(not_ready);
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(Duration::from_secs(5)) => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+    }
+}
+
+async fn heartbeat(health: Arc<Health>) {
+    loop {
+        *health.heartbeat.lock().expect("heartbeat lock") = Some(Instant::now());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+}
+
+async fn signal_shutdown(tx: watch::Sender<bool>) {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .expect("SIGTERM handler");
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {}
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutdown signal received; draining in-flight reconciles");
+    let _ = tx.send(true);
+}
