@@ -22,6 +22,7 @@ while [[ $# -gt 0 ]]; do
     *) die "unknown argument $1" ;;
   esac
 done
+if [[ $cmd == down && ! -d $state ]]; then exit 0; fi  # already gone (the watchdog may come late)
 mkdir -p "$state"
 state="$(cd "$state" && pwd)"
 

@@ -4,7 +4,11 @@ Stock moto authorizes IAM actions against the resource "*" unless a role of that
 exists, so a policy scoped to an IAM path (as the operator's own policy is) would be denied every
 user action. AWS evaluates `arn:aws:iam::<account>:user/<path>/<name>`; this launcher makes moto
 do the same for users and roles, existing or about to be created, so the tests enforce the
-operator's shipped policy exactly. Everything else is stock moto.
+operator's shipped policy exactly.
+
+It also fixes one wire-format bug: moto names the root element of a GetBucketVersioning answer
+`GetBucketVersioningResponse`, where S3 (and every strict SDK parser) uses `VersioningConfiguration`.
+Everything else is stock moto.
 
 Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 """
@@ -12,6 +16,7 @@ Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 import sys
 
 from moto.iam.responses import IamResponse
+from moto.s3.responses import S3Response
 from moto.server import main
 
 
@@ -35,6 +40,20 @@ def _determine_resource(self) -> str:
 
 
 IamResponse._determine_resource = _determine_resource
+
+_get_bucket_versioning = S3Response.get_bucket_versioning
+
+
+def _get_bucket_versioning_as_s3(self):
+    status, headers, body = _get_bucket_versioning(self)
+    if isinstance(body, bytes):
+        body = body.replace(b"GetBucketVersioningResponse", b"VersioningConfiguration")
+    else:
+        body = body.replace("GetBucketVersioningResponse", "VersioningConfiguration")
+    return status, headers, body
+
+
+S3Response.get_bucket_versioning = _get_bucket_versioning_as_s3
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

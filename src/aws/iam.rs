@@ -85,9 +85,19 @@ fn absent_ok<T>(r: Result<T, Error>) -> Result<Option<T>, Error> {
     }
 }
 
+fn absent_or_denied<T>(r: Result<T, Error>) -> Result<Option<T>, Error> {
+    match r {
+        Err(e) if e.kind == super::ErrorKind::AccessDenied => Ok(None),
+        other => absent_ok(other),
+    }
+}
+
 impl Aws {
+    /// `Ok(None)` when the user does not exist, or when IAM refuses to say: IAM authorizes a read
+    /// of a missing user against a path-less ARN that a path-scoped policy does not cover. The
+    /// path-scoped CreateUser that follows settles it (EntityAlreadyExists: someone else's).
     pub async fn get_user(&self, name: &str) -> Result<Option<Entity>, Error> {
-        let out = absent_ok(
+        let out = absent_or_denied(
             Aws::call(IAM, "GetUser", self.iam().get_user().user_name(name).send()).await,
         )?;
         Ok(out.and_then(|o| o.user).map(|u| Entity {
@@ -223,8 +233,9 @@ impl Aws {
         absent_ok(Aws::call(IAM, "DeleteAccessKey", req).await).map(drop)
     }
 
+    /// Like [`Aws::get_user`]: a refused read of a role is treated as absent.
     pub async fn get_role(&self, name: &str) -> Result<Option<Entity>, Error> {
-        let out = absent_ok(
+        let out = absent_or_denied(
             Aws::call(IAM, "GetRole", self.iam().get_role().role_name(name).send()).await,
         )?;
         Ok(out.and_then(|o| o.role).map(|r| Entity {

@@ -294,13 +294,16 @@ async fn apply_user(
             (entity.arn, p, k)
         }
         None => {
-            let entity = aws
-                .create_user(
-                    &user,
-                    &naming::iam_path(&ctx.settings.cluster_name),
-                    &owner.tags(),
-                )
-                .await?;
+            let path = naming::iam_path(&ctx.settings.cluster_name);
+            let entity = match aws.create_user(&user, &path, &owner.tags()).await {
+                Err(e) if e.is("EntityAlreadyExists") => {
+                    let msg = format!(
+                        "IAM user {user} already exists outside the operator's path {path}; it will not be modified"
+                    );
+                    return waiting(access, ctx, Reason::OwnershipConflict, msg).await;
+                }
+                other => other?,
+            };
             ctx.event(access, false, "Created", format!("Created IAM user {user}"))
                 .await;
             (entity.arn, None, Vec::new())
@@ -645,7 +648,15 @@ async fn apply_role(
         }
         None => {
             let path = naming::iam_path(&ctx.settings.cluster_name);
-            let entity = aws.create_role(&role, &path, &trust, &owner.tags()).await?;
+            let entity = match aws.create_role(&role, &path, &trust, &owner.tags()).await {
+                Err(e) if e.is("EntityAlreadyExists") => {
+                    let msg = format!(
+                        "IAM role {role} already exists outside the operator's path {path}; it will not be modified"
+                    );
+                    return waiting(access, ctx, Reason::OwnershipConflict, msg).await;
+                }
+                other => other?,
+            };
             ctx.event(
                 access,
                 false,

@@ -7,15 +7,16 @@ pub mod telemetry;
 mod web;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use futures::{FutureExt, StreamExt};
+use futures::{FutureExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Secret;
+use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
 use tokio::sync::watch;
@@ -61,22 +62,28 @@ pub struct Health {
 }
 
 pub async fn run(config: Config) -> Result<(), Error> {
-    let client = kube::Client::try_default().await?;
-    // Fail fast with one clear line when the API server is unreachable or refuses us.
-    client.apiserver_version().await?;
-    let aws = Aws::new(&config.aws).await;
-
     let (shutdown_tx, shutdown) = watch::channel(false);
     tokio::spawn(signal_shutdown(shutdown_tx));
+    let client = kube::Client::try_default().await?;
+    // Fail fast with one clear line when the API server is unreachable or refuses us; a signal
+    // during start-up still stops the process.
+    tokio::select! {
+        v = client.apiserver_version() => { v?; }
+        _ = wait_true(shutdown.clone()) => return Ok(()),
+    }
+    let aws = Aws::new(&config.aws).await;
+
     let health = Arc::new(Health::default());
     tokio::spawn(heartbeat(health.clone()));
-    let servers = web::serve(
-        config.metrics_addr,
-        config.probe_addr,
-        health.clone(),
-        shutdown.clone(),
-    )
-    .await?;
+    let servers = tokio::spawn(
+        web::serve(
+            config.metrics_addr,
+            config.probe_addr,
+            health.clone(),
+            shutdown.clone(),
+        )
+        .await?,
+    );
 
     // Leader election: standbys wait here (and are ready); the leader goes on to reconcile.
     let (leading_tx, mut leading) = watch::channel(config.leader_election.is_none());
@@ -119,7 +126,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     if let Some(t) = lease_task {
         let _ = t.await;
     }
-    servers.await;
+    let _ = servers.await;
     tracing::info!("shut down cleanly");
     Ok(())
 }
@@ -147,6 +154,10 @@ async fn run_controllers(
     let mut runs = Vec::new();
     let mut bucket_stores = Vec::new();
     let mut access_stores = Vec::new();
+    let sync = Arc::new(CacheSync {
+        pending: AtomicUsize::new(2 * scopes.len()),
+        health,
+    });
     for ns in scopes {
         let api = |c: &kube::Client| match &ns {
             Some(n) => (
@@ -162,7 +173,8 @@ async fn run_controllers(
         };
         let (buckets, accesses, secrets) = api(&ctx.client);
         let cfg = controller::Config::default().concurrency(concurrency);
-        let bc = Controller::new(buckets.clone(), watcher::Config::default())
+        let (store, stream) = reflected(buckets.clone(), sync.clone());
+        let bc = Controller::for_stream(stream, store)
             .with_config(cfg.clone())
             .graceful_shutdown_on(wait_true(shutdown.clone()));
         bucket_stores.push(bc.store());
@@ -181,7 +193,8 @@ async fn run_controllers(
             bucket_access::MANAGED_BY_LABEL,
             bucket_access::MANAGED_BY
         ));
-        let ac = Controller::new(accesses, watcher::Config::default())
+        let (store, stream) = reflected(accesses, sync.clone());
+        let ac = Controller::for_stream(stream, store)
             .with_config(cfg)
             .graceful_shutdown_on(wait_true(shutdown.clone()));
         let store = ac.store();
@@ -210,23 +223,54 @@ async fn run_controllers(
             .boxed(),
         );
     }
-    let stores = (bucket_stores.clone(), access_stores.clone());
-    tokio::spawn(async move {
-        for s in stores.0.iter() {
-            let _ = s.wait_until_ready().await;
-        }
-        for s in stores.1.iter() {
-            let _ = s.wait_until_ready().await;
-        }
-        health.ready.store(true, Ordering::SeqCst);
-        tracing::info!("caches synced");
-    });
     tokio::spawn(report_managed_objects(
         bucket_stores,
         access_stores,
         shutdown,
     ));
     join_all(runs).await;
+}
+
+/// Counts the primary watch streams still to list their objects; /readyz turns ready at zero.
+struct CacheSync {
+    pending: AtomicUsize,
+    health: Arc<Health>,
+}
+
+/// A reflector over `api` feeding a controller, reporting its first complete list to `sync`.
+/// (Waiting on `Store::wait_until_ready` beside the controller would steal its single wake-up.)
+fn reflected<K>(
+    api: Api<K>,
+    sync: Arc<CacheSync>,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store();
+    let mut listed = false;
+    let stream = watcher::watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .inspect_ok(move |event| {
+            if !listed && matches!(event, watcher::Event::InitDone) {
+                listed = true;
+                if sync.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    sync.health.ready.store(true, Ordering::SeqCst);
+                    tracing::info!("caches synced");
+                }
+            }
+        })
+        .touched_objects();
+    (reader, stream)
 }
 
 async fn wait_true(mut rx: watch::Receiver<bool>) {

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# The test command: lint, build, start a private control plane and moto, run every test.
+#
+#   hack/test.sh [cargo test arguments]    e.g. hack/test.sh --test e2e bucket_
+#
+# S3OP_TEST_THREADS sets cargo test's --test-threads (default 4). Heavy builds are cached under
+# $S3OP_CACHE (default ~/.cache/s3-operator), the Rust target dir included.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+source hack/lib.sh
+
+log "building or reusing the test tools (etcd, kube-apiserver, kubectl, moto)"
+hack/tools.sh etcd kube moto
+
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
+log "Rust target dir: $CARGO_TARGET_DIR"
+
+log "cargo fmt --check"
+cargo fmt --all -- --check
+
+log "cargo clippy"
+cargo clippy --all-targets --locked -- -D warnings
+
+log "cargo build"
+cargo build --locked --all-targets
+
+state="$(mktemp -d "${TMPDIR:-/tmp}/s3op-test.XXXXXX")"
+# shellcheck disable=SC2317  # called by the EXIT trap
+cleanup() {
+  "$root/hack/env.sh" down --state "$state" || true
+  rm -rf "$state"
+}
+trap cleanup EXIT
+# Make Ctrl-C and SIGTERM run the EXIT trap too.
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+e2e_logs="$CARGO_TARGET_DIR/e2e-logs"
+# Prints the tail of every server and e2e log, to debug a failure without rerunning.
+dump_logs() {
+  local f
+  while IFS= read -r f; do
+    printf '\n===== last 40 lines of %s =====\n' "$f" >&2
+    tail -n 40 "$f" >&2 || true
+  done < <(find "$state" "$e2e_logs" -name '*.log' -type f 2>/dev/null | sort)
+}
+
+log "starting the test environment in $state"
+if ! envfile="$(hack/env.sh up --state "$state" --owner-pid $$ | tail -n 1)"; then
+  dump_logs
+  die "the test environment did not come up"
+fi
+export S3OP_ENV_FILE="$envfile"
+
+# Logs left by an earlier run would be mistaken for this run's.
+rm -rf "$e2e_logs"
+
+log "cargo test (env file $S3OP_ENV_FILE)"
+rc=0
+cargo test --locked "$@" -- --test-threads "${S3OP_TEST_THREADS:-4}" || rc=$?
+if [[ $rc -ne 0 ]]; then
+  dump_logs
+  log "tests failed (exit code $rc)"
+else
+  log "all tests passed"
+fi
+exit "$rc"

@@ -1,0 +1,478 @@
+//! BucketAccess end to end: scoped credentials that really work (and really fail), the Secret
+//! restored, rotation with a grace period, IRSA roles, and full IAM clean-up.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use s3_operator::api::{Bucket, BucketAccess};
+use serde_json::json;
+
+use crate::bucket::{bucket, wait_ready};
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+fn access(name: &str, spec: serde_json::Value) -> BucketAccess {
+    serde_json::from_value(json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess", "metadata": {"name": name}, "spec": spec}))
+        .expect("valid BucketAccess")
+}
+
+async fn keys_of(user: &str) -> Vec<String> {
+    let out = admin_iam().list_access_keys().user_name(user).send().await;
+    out.map(|o| {
+        o.access_key_metadata
+            .into_iter()
+            .filter_map(|k| k.access_key_id)
+            .collect()
+    })
+    .unwrap_or_default()
+}
+
+fn user_name(arn: &str) -> String {
+    arn.rsplit('/').next().unwrap().to_string()
+}
+
+async fn put(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<(), String> {
+    s3.put_object()
+        .bucket(bucket)
+        .key(key)
+        .body(b"data".to_vec().into())
+        .send()
+        .await
+        .map(drop)
+        .map_err(|e| format!("{e:?}"))
+}
+
+async fn get(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Vec<u8>, String> {
+    let out = s3
+        .get_object()
+        .bucket(bucket)
+        .key(key)
+        .send()
+        .await
+        .map_err(|e| format!("{e:?}"))?;
+    Ok(out
+        .body
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?
+        .into_bytes()
+        .to_vec())
+}
+
+#[tokio::test]
+async fn credentials_grant_exactly_their_permission_and_are_cleaned_up() {
+    let client = admin().await;
+    let ns = namespace(&client, "bka").await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        ..Default::default()
+    })
+    .await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+
+    // Waits with a clear reason for a Bucket that does not exist yet.
+    accesses
+        .create(
+            &PostParams::default(),
+            &access(
+                "rw",
+                json!({"bucketRef": {"name": "data"}, "permission": "ReadWrite"}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_reason(&accesses, "rw", "BucketNotFound", T).await;
+    buckets
+        .create(
+            &PostParams::default(),
+            &bucket(
+                "data",
+                json!({"deletionPolicy": "Delete", "forceDelete": true}),
+            ),
+        )
+        .await
+        .unwrap();
+    buckets
+        .create(
+            &PostParams::default(),
+            &bucket(
+                "other",
+                json!({"deletionPolicy": "Delete", "forceDelete": true}),
+            ),
+        )
+        .await
+        .unwrap();
+    let data = wait_ready(&buckets, "data").await;
+    let other = wait_ready(&buckets, "other").await;
+    wait_reason(&accesses, "rw", "Available", T).await;
+    accesses
+        .create(&PostParams::default(), &access("ro", json!({"bucketRef": {"name": "data"}, "permission": "ReadOnly", "credentials": {"secretName": "ro-creds"}})))
+        .await
+        .unwrap();
+    accesses
+        .create(&PostParams::default(), &access("wo", json!({"bucketRef": {"name": "data"}, "permission": "WriteOnly", "prefix": "inbox/"})))
+        .await
+        .unwrap();
+    wait_reason(&accesses, "ro", "Available", T).await;
+    wait_reason(&accesses, "wo", "Available", T).await;
+
+    // The Secret: every key an SDK needs, owned by its BucketAccess, labelled as ours.
+    let rw_secret = secrets.get("rw").await.unwrap();
+    let d = secret_data(&rw_secret);
+    for k in [
+        "AWS_ACCESS_KEY_ID",
+        "AWS_SECRET_ACCESS_KEY",
+        "AWS_REGION",
+        "BUCKET_NAME",
+        "BUCKET_ARN",
+        "AWS_ENDPOINT_URL_S3",
+    ] {
+        assert!(d.contains_key(k), "Secret lacks {k}");
+    }
+    assert_eq!(d["BUCKET_NAME"], data);
+    assert_eq!(d["AWS_ENDPOINT_URL_S3"], env().aws_endpoint);
+    let rw = accesses.get("rw").await.unwrap();
+    assert_eq!(
+        rw_secret.metadata.owner_references.as_ref().unwrap()[0].uid,
+        rw.metadata.uid.clone().unwrap()
+    );
+    assert_eq!(
+        rw_secret.metadata.labels.as_ref().unwrap()["app.kubernetes.io/managed-by"],
+        "s3-operator"
+    );
+    let st = rw.status.clone().unwrap();
+    assert_eq!(
+        st.access_key_id.as_deref(),
+        Some(d["AWS_ACCESS_KEY_ID"].as_str())
+    );
+    let user_arn = st.user_arn.clone().unwrap();
+    assert!(
+        user_arn.contains(&format!(":user/s3-operator/{}/", op.cluster)),
+        "{user_arn}"
+    );
+
+    // ReadWrite works on its bucket and nowhere else.
+    let rw_s3 = s3_with(&d["AWS_ACCESS_KEY_ID"], &d["AWS_SECRET_ACCESS_KEY"]);
+    put(&rw_s3, &data, "a.txt")
+        .await
+        .expect("ReadWrite may write");
+    assert_eq!(get(&rw_s3, &data, "a.txt").await.unwrap(), b"data");
+    let err = put(&rw_s3, &other, "a.txt").await.unwrap_err();
+    assert!(err.contains("AccessDenied"), "{err}");
+    assert!(get(&rw_s3, &other, "x").await.is_err());
+
+    // ReadOnly reads but may not write.
+    let ro = secret_data(&secrets.get("ro-creds").await.unwrap());
+    let ro_s3 = s3_with(&ro["AWS_ACCESS_KEY_ID"], &ro["AWS_SECRET_ACCESS_KEY"]);
+    assert_eq!(get(&ro_s3, &data, "a.txt").await.unwrap(), b"data");
+    assert!(
+        put(&ro_s3, &data, "b.txt")
+            .await
+            .unwrap_err()
+            .contains("AccessDenied")
+    );
+
+    // WriteOnly under a prefix writes there only, and cannot read.
+    let wo = secret_data(&secrets.get("wo").await.unwrap());
+    let wo_s3 = s3_with(&wo["AWS_ACCESS_KEY_ID"], &wo["AWS_SECRET_ACCESS_KEY"]);
+    put(&wo_s3, &data, "inbox/c.txt")
+        .await
+        .expect("WriteOnly may write under its prefix");
+    assert!(
+        put(&wo_s3, &data, "c.txt")
+            .await
+            .unwrap_err()
+            .contains("AccessDenied")
+    );
+    assert!(get(&wo_s3, &data, "inbox/c.txt").await.is_err());
+
+    // Secrets never reach status, events or logs.
+    let secret_values = [
+        &d["AWS_SECRET_ACCESS_KEY"],
+        &ro["AWS_SECRET_ACCESS_KEY"],
+        &wo["AWS_SECRET_ACCESS_KEY"],
+    ];
+    let status_text =
+        serde_json::to_string(&accesses.list(&ListParams::default()).await.unwrap()).unwrap();
+    let events_text = serde_json::to_string(
+        &Api::<Event>::namespaced(client.clone(), &ns)
+            .list(&ListParams::default())
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let metrics_text = op.metrics().await;
+    for s in secret_values {
+        assert!(
+            !status_text.contains(s.as_str())
+                && !events_text.contains(s.as_str())
+                && !op.log_text().contains(s.as_str())
+                && !metrics_text.contains(s.as_str())
+        );
+    }
+
+    // Deleting a BucketAccess removes its keys, policy and user; the Secret is garbage-collected.
+    let user = user_name(&user_arn);
+    assert_eq!(keys_of(&user).await.len(), 1);
+    accesses
+        .delete("rw", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("BucketAccess rw gone", T, || async {
+        accesses
+            .get_opt("rw")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        admin_iam()
+            .get_user()
+            .user_name(&user)
+            .send()
+            .await
+            .is_err(),
+        "IAM user deleted"
+    );
+    wait_for("Secret garbage-collected", T, || async {
+        secrets.get_opt("rw").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(
+        put(&rw_s3, &data, "z").await.is_err(),
+        "old credentials no longer work"
+    );
+}
+
+#[tokio::test]
+async fn secret_is_restored_and_keys_rotate_without_outage() {
+    let client = admin().await;
+    let ns = namespace(&client, "rot").await;
+    let _op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "30s",
+        ..Default::default()
+    })
+    .await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    buckets
+        .create(
+            &PostParams::default(),
+            &bucket(
+                "b",
+                json!({"deletionPolicy": "Delete", "forceDelete": true}),
+            ),
+        )
+        .await
+        .unwrap();
+    let name = wait_ready(&buckets, "b").await;
+    let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite", "credentials": {"rotation": {"interval": "12s", "gracePeriod": "4s"}}});
+    accesses
+        .create(&PostParams::default(), &access("app", spec))
+        .await
+        .unwrap();
+    wait_reason(&accesses, "app", "Available", T).await;
+    let user = user_name(
+        accesses
+            .get("app")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .user_arn
+            .as_deref()
+            .unwrap(),
+    );
+    let first = secret_data(&secrets.get("app").await.unwrap());
+    let status = accesses.get("app").await.unwrap().status.unwrap();
+    assert!(status.next_rotation_time.is_some() && status.last_rotation_time.is_some());
+
+    // An edited Secret is put back (non-credential data), without issuing a new key.
+    secrets
+        .patch(
+            "app",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": {"BUCKET_NAME": "tampered"}})),
+        )
+        .await
+        .unwrap();
+    wait_for("edited Secret restored", T, || async {
+        let d = secret_data(&secrets.get("app").await.ok()?);
+        (d["BUCKET_NAME"] == name).then_some(())
+    })
+    .await;
+    assert_eq!(
+        secret_data(&secrets.get("app").await.unwrap())["AWS_ACCESS_KEY_ID"],
+        first["AWS_ACCESS_KEY_ID"]
+    );
+
+    // Rotation: a new key reaches the Secret; the old one keeps working through the grace period
+    // and is deleted after it; the user never holds more than two keys.
+    let max_keys = std::sync::atomic::AtomicUsize::new(0);
+    let rotated = wait_for("a rotated key", Duration::from_secs(40), || async {
+        max_keys.fetch_max(
+            keys_of(&user).await.len(),
+            std::sync::atomic::Ordering::SeqCst,
+        );
+        let d = secret_data(&secrets.get("app").await.ok()?);
+        (d["AWS_ACCESS_KEY_ID"] != first["AWS_ACCESS_KEY_ID"]).then_some(d)
+    })
+    .await;
+    let old_s3 = s3_with(&first["AWS_ACCESS_KEY_ID"], &first["AWS_SECRET_ACCESS_KEY"]);
+    let new_s3 = s3_with(
+        &rotated["AWS_ACCESS_KEY_ID"],
+        &rotated["AWS_SECRET_ACCESS_KEY"],
+    );
+    put(&new_s3, &name, "new")
+        .await
+        .expect("new key works at once");
+    put(&old_s3, &name, "old")
+        .await
+        .expect("old key still works during the grace period");
+    wait_for(
+        "old key deleted after the grace period",
+        Duration::from_secs(20),
+        || async {
+            max_keys.fetch_max(
+                keys_of(&user).await.len(),
+                std::sync::atomic::Ordering::SeqCst,
+            );
+            (!keys_of(&user).await.contains(&first["AWS_ACCESS_KEY_ID"])).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        put(&old_s3, &name, "late").await.is_err(),
+        "old key revoked"
+    );
+    let max_keys = max_keys.into_inner();
+    assert!(max_keys <= 2, "never more than two keys (saw {max_keys})");
+    let status = accesses.get("app").await.unwrap().status.unwrap();
+    assert_eq!(
+        status.access_key_id.as_deref(),
+        Some(rotated["AWS_ACCESS_KEY_ID"].as_str())
+    );
+
+    // A deleted Secret comes back with working credentials.
+    secrets
+        .delete("app", &DeleteParams::default())
+        .await
+        .unwrap();
+    let restored = wait_for("deleted Secret restored", T, || async {
+        secrets.get_opt("app").await.ok()?.map(|s| secret_data(&s))
+    })
+    .await;
+    let s3 = s3_with(
+        &restored["AWS_ACCESS_KEY_ID"],
+        &restored["AWS_SECRET_ACCESS_KEY"],
+    );
+    put(&s3, &name, "after-restore")
+        .await
+        .expect("restored credentials work");
+    assert!(keys_of(&user).await.len() <= 2);
+}
+
+#[tokio::test]
+async fn service_account_role_gets_a_web_identity_trust_policy() {
+    let client = admin().await;
+    let ns = namespace(&client, "irsa").await;
+    let oidc = "arn:aws:iam::123456789012:oidc-provider/oidc.example.com/id/TEST";
+    let _op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        extra_args: vec!["--oidc-provider-arn".into(), oidc.into()],
+        ..Default::default()
+    })
+    .await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    buckets
+        .create(
+            &PostParams::default(),
+            &bucket("b", json!({"deletionPolicy": "Delete"})),
+        )
+        .await
+        .unwrap();
+    let name = wait_ready(&buckets, "b").await;
+    let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "prefix": "reports/",
+        "credentials": {"type": "ServiceAccountRole", "serviceAccountName": "reporter"}});
+    accesses
+        .create(&PostParams::default(), &access("irsa", spec))
+        .await
+        .unwrap();
+    wait_reason(&accesses, "irsa", "Available", T).await;
+    let role_arn = accesses
+        .get("irsa")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .role_arn
+        .unwrap();
+    let role = user_name(&role_arn);
+    let got = admin_iam()
+        .get_role()
+        .role_name(&role)
+        .send()
+        .await
+        .unwrap()
+        .role
+        .unwrap();
+    let trust = s3_operator::aws::policy::decode_document(
+        got.assume_role_policy_document.as_deref().unwrap(),
+    )
+    .unwrap();
+    let st = &trust["Statement"][0];
+    assert_eq!(st["Principal"]["Federated"], oidc);
+    assert_eq!(st["Action"], "sts:AssumeRoleWithWebIdentity");
+    assert_eq!(
+        st["Condition"]["StringEquals"]["oidc.example.com/id/TEST:sub"],
+        format!("system:serviceaccount:{ns}:reporter")
+    );
+    let pol = admin_iam()
+        .get_role_policy()
+        .role_name(&role)
+        .policy_name("s3-operator-access")
+        .send()
+        .await
+        .unwrap();
+    let doc = s3_operator::aws::policy::decode_document(&pol.policy_document).unwrap();
+    assert!(
+        doc.to_string()
+            .contains(&format!("arn:aws:s3:::{name}/reports/*")),
+        "{doc}"
+    );
+    let d = secret_data(
+        &Api::<Secret>::namespaced(client.clone(), &ns)
+            .get("irsa")
+            .await
+            .unwrap(),
+    );
+    assert_eq!(d["AWS_ROLE_ARN"], role_arn);
+    assert!(
+        !d.contains_key("AWS_SECRET_ACCESS_KEY"),
+        "no long-lived keys"
+    );
+    accesses
+        .delete("irsa", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("role deleted", T, || async {
+        admin_iam()
+            .get_role()
+            .role_name(&role)
+            .send()
+            .await
+            .is_err()
+            .then_some(())
+    })
+    .await;
+}

@@ -1,0 +1,437 @@
+//! Bucket end to end: create, update, drift, quiet steady state, deletion policies, conflicts.
+
+use std::time::Duration;
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use s3_operator::api::Bucket;
+use serde_json::json;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+pub fn bucket(name: &str, spec: serde_json::Value) -> Bucket {
+    serde_json::from_value(json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec}))
+        .expect("valid Bucket")
+}
+
+/// Waits for Ready=True and returns the S3 bucket name from status.
+pub async fn wait_ready(api: &Api<Bucket>, name: &str) -> String {
+    wait_reason(api, name, "Available", T).await;
+    api.get(name)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .bucket_name
+        .unwrap()
+}
+
+async fn events(ns: &str, reason: &str) -> Vec<Event> {
+    let api = Api::<Event>::namespaced(admin().await, ns);
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .collect()
+}
+
+async fn gone(api: &Api<Bucket>, name: &str) {
+    wait_for(&format!("{name} to be deleted"), T, || async {
+        api.get_opt(name).await.unwrap().is_none().then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
+    let client = admin().await;
+    let ns = namespace(&client, "bkt").await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "2s",
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let spec = json!({
+        "versioning": "Enabled",
+        "deletionPolicy": "Delete",
+        "tags": {"team": "media"},
+        "lifecycleRules": [{"id": "tmp", "prefix": "tmp/", "expirationDays": 7}],
+        "cors": [{"allowedMethods": ["GET", "PUT"], "allowedOrigins": ["https://example.com"]}],
+    });
+    api.create(&PostParams::default(), &bucket("photos", spec))
+        .await
+        .unwrap();
+    let name = wait_ready(&api, "photos").await;
+    assert!(name.starts_with(&format!("{PREFIX}{ns}-photos-")), "{name}");
+    let b = api.get("photos").await.unwrap();
+    let st = b.status.unwrap();
+    assert_eq!(
+        st.arn.as_deref(),
+        Some(format!("arn:aws:s3:::{name}").as_str())
+    );
+    assert_eq!(st.region.as_deref(), Some("us-east-1"));
+    assert_eq!(st.observed_generation, b.metadata.generation);
+
+    // What S3 holds.
+    let s3 = admin_s3();
+    let tags = bucket_tags(&name).await;
+    assert_eq!(tags.get("team").map(String::as_str), Some("media"));
+    assert_eq!(tags.get("s3.operator.dev/namespace"), Some(&ns));
+    assert_eq!(
+        tags.get("s3.operator.dev/name").map(String::as_str),
+        Some("photos")
+    );
+    assert_eq!(tags.get("s3.operator.dev/uid"), b.metadata.uid.as_ref());
+    assert_eq!(tags.get("s3.operator.dev/cluster"), Some(&op.cluster));
+    let pab = s3
+        .get_public_access_block()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap()
+        .public_access_block_configuration
+        .unwrap();
+    assert_eq!(
+        (
+            pab.block_public_acls,
+            pab.ignore_public_acls,
+            pab.block_public_policy,
+            pab.restrict_public_buckets
+        ),
+        (Some(true), Some(true), Some(true), Some(true))
+    );
+    let enc = s3
+        .get_bucket_encryption()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    let rule = &enc.server_side_encryption_configuration.unwrap().rules[0];
+    assert_eq!(
+        rule.apply_server_side_encryption_by_default
+            .as_ref()
+            .unwrap()
+            .sse_algorithm
+            .as_str(),
+        "AES256"
+    );
+    let ver = s3
+        .get_bucket_versioning()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ver.status.unwrap().as_str(), "Enabled");
+    let lc = s3
+        .get_bucket_lifecycle_configuration()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap()
+        .rules
+        .unwrap();
+    assert_eq!(
+        (lc[0].id.as_deref(), lc[0].expiration.as_ref().unwrap().days),
+        (Some("tmp"), Some(7))
+    );
+    let cors = s3
+        .get_bucket_cors()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap()
+        .cors_rules
+        .unwrap();
+    assert_eq!(
+        cors[0].allowed_origins,
+        vec!["https://example.com".to_string()]
+    );
+    assert!(
+        !events(&ns, "Created").await.is_empty(),
+        "creation is reported as an event"
+    );
+
+    // Quiet steady state: several resyncs (2s) make no AWS write and no Kubernetes write.
+    let (aws0, kube0) = (op.aws_writes().await, op.kube_writes().await);
+    let reads0 = op
+        .metric(
+            "s3_operator_aws_requests_total",
+            &[("operation", "GetBucketTagging")],
+        )
+        .await;
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert_eq!(op.aws_writes().await, aws0, "steady state wrote to AWS");
+    assert_eq!(
+        op.kube_writes().await,
+        kube0,
+        "steady state wrote to Kubernetes"
+    );
+    let reads1 = op
+        .metric(
+            "s3_operator_aws_requests_total",
+            &[("operation", "GetBucketTagging")],
+        )
+        .await;
+    assert!(
+        reads1 >= reads0 + 2.0,
+        "resync re-reads AWS ({reads0} -> {reads1})"
+    );
+
+    // Drift: public access block switched off and a tag removed out of band are put back.
+    s3.delete_public_access_block()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    wait_for("public access block restored", T, || async {
+        let c = s3
+            .get_public_access_block()
+            .bucket(&name)
+            .send()
+            .await
+            .ok()?
+            .public_access_block_configuration?;
+        (c.block_public_policy == Some(true)).then_some(())
+    })
+    .await;
+    assert!(
+        op.metric(
+            "s3_operator_drift_corrections_total",
+            &[("aspect", "publicAccessBlock")]
+        )
+        .await
+            >= 1.0
+    );
+    assert!(!events(&ns, "DriftCorrected").await.is_empty());
+
+    // Update: tags and versioning follow the spec.
+    let patch = json!({"spec": {"versioning": "Suspended", "tags": {"team": "video"}}});
+    api.patch("photos", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("spec update applied", T, || async {
+        let v = s3
+            .get_bucket_versioning()
+            .bucket(&name)
+            .send()
+            .await
+            .ok()?
+            .status?;
+        (v.as_str() == "Suspended"
+            && bucket_tags(&name).await.get("team").map(String::as_str) == Some("video"))
+        .then_some(())
+    })
+    .await;
+
+    // Delete policy: the (empty) bucket goes with the object.
+    api.delete("photos", &DeleteParams::default())
+        .await
+        .unwrap();
+    gone(&api, "photos").await;
+    assert!(!bucket_exists(&name).await);
+    let log = op.log_text();
+    assert!(!log.contains("panicked"), "operator panicked:\n{log}");
+}
+
+#[tokio::test]
+async fn deletion_respects_retain_and_blocks_on_non_empty_buckets() {
+    let client = admin().await;
+    let ns = namespace(&client, "del").await;
+    let _op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let s3 = admin_s3();
+
+    // Default policy (the operator's flag default) is Retain: kept, ownership released.
+    api.create(
+        &PostParams::default(),
+        &bucket("keep", json!({"tags": {"app": "x"}})),
+    )
+    .await
+    .unwrap();
+    let kept = wait_ready(&api, "keep").await;
+    api.delete("keep", &DeleteParams::default()).await.unwrap();
+    gone(&api, "keep").await;
+    assert!(bucket_exists(&kept).await, "Retain keeps the bucket");
+    let tags = bucket_tags(&kept).await;
+    assert_eq!(tags.get("app").map(String::as_str), Some("x"));
+    assert!(
+        !tags.keys().any(|k| k.starts_with("s3.operator.dev/")),
+        "ownership released: {tags:?}"
+    );
+
+    // Delete on a non-empty bucket blocks, reported in status and events, until forceDelete.
+    api.create(
+        &PostParams::default(),
+        &bucket("full", json!({"deletionPolicy": "Delete"})),
+    )
+    .await
+    .unwrap();
+    let full = wait_ready(&api, "full").await;
+    s3.put_object()
+        .bucket(&full)
+        .key("data.txt")
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+    api.delete("full", &DeleteParams::default()).await.unwrap();
+    let msg = wait_reason(&api, "full", "DeletionBlocked", T).await;
+    assert!(msg.contains("forceDelete"), "{msg}");
+    assert!(!events(&ns, "DeletionBlocked").await.is_empty());
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        bucket_exists(&full).await && api.get_opt("full").await.unwrap().is_some(),
+        "nothing deleted"
+    );
+    api.patch(
+        "full",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"forceDelete": true}})),
+    )
+    .await
+    .unwrap();
+    gone(&api, "full").await;
+    assert!(
+        !bucket_exists(&full).await,
+        "forceDelete empties and deletes"
+    );
+}
+
+#[tokio::test]
+async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
+    let client = admin().await;
+    let ns = namespace(&client, "own").await;
+    let _op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let s3 = admin_s3();
+    let tagging = |pairs: &[(&str, &str)]| {
+        let tags = pairs
+            .iter()
+            .map(|(k, v)| {
+                aws_sdk_s3::types::Tag::builder()
+                    .key(*k)
+                    .value(*v)
+                    .build()
+                    .unwrap()
+            })
+            .collect();
+        aws_sdk_s3::types::Tagging::builder()
+            .set_tag_set(Some(tags))
+            .build()
+            .unwrap()
+    };
+
+    // A bucket owned by another object: NameConflict, not modified, kept after deletion.
+    let foreign = format!("{PREFIX}foreign-{}", random(6));
+    s3.create_bucket().bucket(&foreign).send().await.unwrap();
+    let theirs = [
+        ("s3.operator.dev/cluster", "other"),
+        ("s3.operator.dev/namespace", "x"),
+        ("s3.operator.dev/name", "y"),
+        ("s3.operator.dev/uid", "z"),
+    ];
+    s3.put_bucket_tagging()
+        .bucket(&foreign)
+        .tagging(tagging(&theirs))
+        .send()
+        .await
+        .unwrap();
+    api.create(&PostParams::default(), &bucket("f", json!({"bucketName": foreign, "deletionPolicy": "Delete", "adoptExisting": true, "forceDelete": true}))).await.unwrap();
+    let msg = wait_reason(&api, "f", "NameConflict", T).await;
+    assert!(msg.contains("x/y"), "{msg}");
+    assert!(
+        s3.get_public_access_block()
+            .bucket(&foreign)
+            .send()
+            .await
+            .is_err(),
+        "no public access block was written"
+    );
+    assert_eq!(bucket_tags(&foreign).await.len(), 4, "tags untouched");
+    api.delete("f", &DeleteParams::default()).await.unwrap();
+    gone(&api, "f").await;
+    assert!(
+        bucket_exists(&foreign).await,
+        "a foreign bucket survives deletion with Delete + forceDelete"
+    );
+
+    // An unowned bucket: NameConflict until adoptExisting, then adopted with user tags kept.
+    let unowned = format!("{PREFIX}unowned-{}", random(6));
+    s3.create_bucket().bucket(&unowned).send().await.unwrap();
+    api.create(
+        &PostParams::default(),
+        &bucket("u", json!({"bucketName": unowned, "tags": {"k": "v"}})),
+    )
+    .await
+    .unwrap();
+    let msg = wait_reason(&api, "u", "NameConflict", T).await;
+    assert!(msg.contains("adoptExisting"), "{msg}");
+    assert!(bucket_tags(&unowned).await.is_empty(), "not modified");
+    api.patch(
+        "u",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"adoptExisting": true}})),
+    )
+    .await
+    .unwrap();
+    wait_ready(&api, "u").await;
+    let tags = bucket_tags(&unowned).await;
+    assert_eq!(
+        tags.get("s3.operator.dev/name").map(String::as_str),
+        Some("u")
+    );
+    assert_eq!(tags.get("k").map(String::as_str), Some("v"));
+    assert!(!events(&ns, "NameConflict").await.is_empty());
+
+    // A name outside the operator's prefix: refused before any AWS call, naming the rule.
+    api.create(
+        &PostParams::default(),
+        &bucket("outside", json!({"bucketName": "not-ours-bucket"})),
+    )
+    .await
+    .unwrap();
+    let msg = wait_reason(&api, "outside", "InvalidSpec", T).await;
+    assert!(
+        msg.contains("spec.bucketName") && msg.contains(PREFIX),
+        "{msg}"
+    );
+    assert!(!bucket_exists("not-ours-bucket").await);
+
+    // Two Buckets asking for one name: the second is a NameConflict, the first keeps it.
+    let shared = format!("{PREFIX}shared-{}", random(6));
+    api.create(
+        &PostParams::default(),
+        &bucket("first", json!({"bucketName": shared})),
+    )
+    .await
+    .unwrap();
+    wait_ready(&api, "first").await;
+    api.create(
+        &PostParams::default(),
+        &bucket("second", json!({"bucketName": shared})),
+    )
+    .await
+    .unwrap();
+    wait_reason(&api, "second", "NameConflict", T).await;
+    assert_eq!(
+        bucket_tags(&shared)
+            .await
+            .get("s3.operator.dev/name")
+            .map(String::as_str),
+        Some("first")
+    );
+}

@@ -1,0 +1,9 @@
+//! End-to-end tests on a real kube-apiserver (RBAC, ServiceAccount tokens, garbage collection)
+//! and moto with IAM enforcement. Run through `hack/test.sh`, or with a bare `cargo test`, which
+//! starts a private environment (`hack/env.sh`) for the run.
+
+mod access;
+mod bucket;
+mod smoke;
+mod support;
+mod validation;

@@ -1,0 +1,654 @@
+//! The end-to-end harness: the real API server and moto from `hack/env.sh`, clients for them, and
+//! the operator binary run as a local process under its own ServiceAccount, RBAC and IAM policy.
+
+#![allow(dead_code)]
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use s3_operator::api::condition::READY;
+use s3_operator::aws::{naming, policy};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+pub const PREFIX: &str = "s3op-";
+
+/// The running environment, read from the env file `hack/env.sh up` writes.
+pub struct Env {
+    pub kubeconfig: PathBuf,
+    pub server: String,
+    pub ca: PathBuf,
+    pub aws_endpoint: String,
+    pub region: String,
+    admin_key: (String, String),
+}
+
+static ENV: OnceLock<Env> = OnceLock::new();
+
+pub fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+pub fn env() -> &'static Env {
+    ENV.get_or_init(|| {
+        let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+        let file = std::env::var("S3OP_ENV_FILE")
+            .map(PathBuf::from)
+            .unwrap_or_else(|_| start_env());
+        let text = std::fs::read_to_string(&file)
+            .unwrap_or_else(|e| panic!("reading {}: {e}", file.display()));
+        let vars: HashMap<String, String> = text
+            .lines()
+            .filter_map(|l| l.strip_prefix("export "))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let get = |k: &str| {
+            vars.get(k)
+                .cloned()
+                .unwrap_or_else(|| panic!("{k} missing from {}", file.display()))
+        };
+        Env {
+            kubeconfig: get("KUBECONFIG").into(),
+            server: get("S3OP_KUBE_SERVER"),
+            ca: get("S3OP_KUBE_CA").into(),
+            aws_endpoint: get("S3OP_AWS_ENDPOINT"),
+            region: get("S3OP_AWS_REGION"),
+            admin_key: (
+                get("S3OP_AWS_ADMIN_ACCESS_KEY_ID"),
+                get("S3OP_AWS_ADMIN_SECRET_ACCESS_KEY"),
+            ),
+        }
+    })
+}
+
+/// Without `S3OP_ENV_FILE` (a bare `cargo test`), start a private environment that tears itself
+/// down when this test process exits.
+fn start_env() -> PathBuf {
+    let state = std::env::temp_dir().join(format!("s3op-e2e-{}", std::process::id()));
+    let out = std::process::Command::new(repo().join("hack/env.sh"))
+        .args(["up", "--state"])
+        .arg(&state)
+        .args(["--owner-pid", &std::process::id().to_string()])
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .expect("running hack/env.sh up");
+    assert!(out.status.success(), "hack/env.sh up failed");
+    PathBuf::from(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .last()
+            .expect("env file path")
+            .trim(),
+    )
+}
+
+pub fn logs_dir() -> PathBuf {
+    let target = std::env::var("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|_| repo().join("target"));
+    let dir = target.join("e2e-logs");
+    std::fs::create_dir_all(&dir).expect("logs dir");
+    dir
+}
+
+pub async fn admin() -> kube::Client {
+    let kc = Kubeconfig::read_from(&env().kubeconfig).expect("admin kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("kube config");
+    kube::Client::try_from(cfg).expect("kube client")
+}
+
+/// A kube client authenticated with `token` (a ServiceAccount token).
+pub fn client_with_token(token: &str) -> kube::Client {
+    let kubeconfig = kubeconfig_yaml(token);
+    let kc: Kubeconfig = serde_yaml::from_str(&kubeconfig).expect("kubeconfig");
+    let cfg = futures::executor::block_on(kube::Config::from_custom_kubeconfig(
+        kc,
+        &KubeConfigOptions::default(),
+    ))
+    .expect("config");
+    kube::Client::try_from(cfg).expect("client")
+}
+
+fn kubeconfig_yaml(token: &str) -> String {
+    let e = env();
+    format!(
+        "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: local\n  context:\n    cluster: local\n    user: sa\ncurrent-context: local\n",
+        e.server,
+        e.ca.display()
+    )
+}
+
+pub fn random(n: usize) -> String {
+    use rand::Rng;
+    let mut r = rand::rng();
+    (0..n)
+        .map(|_| char::from(b"abcdefghijklmnopqrstuvwxyz0123456789"[r.random_range(0..36)]))
+        .collect()
+}
+
+pub async fn namespace(client: &kube::Client, tag: &str) -> String {
+    let name = format!("e2e-{tag}-{}", random(5));
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .expect("create namespace");
+    name
+}
+
+static CRDS: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+
+/// Applies the committed CRDs (config/crd) once per test binary and waits until they are served.
+pub async fn install_crds() {
+    CRDS.get_or_init(|| async {
+        let client = admin().await;
+        let api = Api::<CustomResourceDefinition>::all(client);
+        let text = std::fs::read_to_string(repo().join("config/crd/s3.operator.dev_crds.yaml"))
+            .expect("CRD file");
+        for doc in serde_yaml::Deserializer::from_str(&text) {
+            let crd: CustomResourceDefinition =
+                serde::Deserialize::deserialize(doc).expect("CRD yaml");
+            let name = crd.metadata.name.clone().expect("name");
+            api.patch(
+                &name,
+                &PatchParams::apply("e2e").force(),
+                &Patch::Apply(&crd),
+            )
+            .await
+            .expect("apply CRD");
+            wait_for(
+                &format!("CRD {name} established"),
+                Duration::from_secs(30),
+                || async {
+                    let c = api.get(&name).await.ok()?;
+                    c.status?
+                        .conditions?
+                        .iter()
+                        .any(|c| c.type_ == "Established" && c.status == "True")
+                        .then_some(())
+                },
+            )
+            .await;
+        }
+    })
+    .await;
+}
+
+/// Polls `f` every 200ms until it returns `Some`, or panics after `timeout` naming `what`.
+pub async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let start = Instant::now();
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// (status, reason, message) of the Ready condition in a status value.
+pub fn ready_of(status: Option<serde_json::Value>) -> Option<(String, String, String)> {
+    let conds = status?.get("conditions")?.as_array()?.clone();
+    let c = conds.iter().find(|c| c["type"] == READY)?;
+    Some((
+        c["status"].as_str()?.into(),
+        c["reason"].as_str()?.into(),
+        c["message"].as_str()?.into(),
+    ))
+}
+
+/// Waits until the object's Ready condition has `reason`; returns its message.
+pub async fn wait_reason<K>(api: &Api<K>, name: &str, reason: &str, timeout: Duration) -> String
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    wait_for(&format!("{name} to report {reason}"), timeout, || async {
+        let obj = api.get(name).await.ok()?;
+        let v = serde_json::to_value(&obj).ok()?;
+        let (_, r, m) = ready_of(v.get("status").cloned())?;
+        (r == reason).then_some(m)
+    })
+    .await
+}
+
+// ---------------------------------------------------------------- AWS
+
+pub fn s3_with(key: &str, secret: &str) -> aws_sdk_s3::Client {
+    let creds = aws_sdk_s3::config::Credentials::new(key, secret, None, None, "e2e");
+    let conf = aws_sdk_s3::config::Builder::new()
+        .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+        .region(aws_sdk_s3::config::Region::new(env().region.clone()))
+        .endpoint_url(&env().aws_endpoint)
+        .credentials_provider(creds)
+        .force_path_style(true)
+        .build();
+    aws_sdk_s3::Client::from_conf(conf)
+}
+
+pub fn iam_with(key: &str, secret: &str) -> aws_sdk_iam::Client {
+    let creds = aws_sdk_iam::config::Credentials::new(key, secret, None, None, "e2e");
+    let conf = aws_sdk_iam::config::Builder::new()
+        .behavior_version(aws_sdk_iam::config::BehaviorVersion::latest())
+        .region(aws_sdk_iam::config::Region::new(env().region.clone()))
+        .endpoint_url(&env().aws_endpoint)
+        .credentials_provider(creds)
+        .build();
+    aws_sdk_iam::Client::from_conf(conf)
+}
+
+/// The test's own admin identity (full access), for setting up and auditing.
+pub fn admin_s3() -> aws_sdk_s3::Client {
+    let (k, s) = &env().admin_key;
+    s3_with(k, s)
+}
+
+pub fn admin_iam() -> aws_sdk_iam::Client {
+    let (k, s) = &env().admin_key;
+    iam_with(k, s)
+}
+
+pub async fn bucket_tags(bucket: &str) -> BTreeMap<String, String> {
+    admin_s3()
+        .get_bucket_tagging()
+        .bucket(bucket)
+        .send()
+        .await
+        .map(|o| o.tag_set.into_iter().map(|t| (t.key, t.value)).collect())
+        .unwrap_or_default()
+}
+
+pub async fn bucket_exists(bucket: &str) -> bool {
+    admin_s3().head_bucket().bucket(bucket).send().await.is_ok()
+}
+
+/// An IAM user with `policy` and one access key, for tests that need a specific identity.
+pub async fn iam_user_with_policy(
+    name: &str,
+    path: &str,
+    policy: Option<&serde_json::Value>,
+) -> (String, String) {
+    let iam = admin_iam();
+    iam.create_user()
+        .user_name(name)
+        .path(path)
+        .send()
+        .await
+        .expect("create user");
+    if let Some(p) = policy {
+        iam.put_user_policy()
+            .user_name(name)
+            .policy_name("p")
+            .policy_document(p.to_string())
+            .send()
+            .await
+            .expect("put policy");
+    }
+    let k = iam
+        .create_access_key()
+        .user_name(name)
+        .send()
+        .await
+        .expect("key")
+        .access_key
+        .expect("key");
+    (k.access_key_id, k.secret_access_key)
+}
+
+// ---------------------------------------------------------------- Kubernetes identities
+
+/// The operator's RBAC rules from the single source, config/rbac/role.yaml.
+pub fn manager_rules() -> Vec<PolicyRule> {
+    let text = std::fs::read_to_string(repo().join("config/rbac/role.yaml")).expect("role.yaml");
+    let role: ClusterRole = serde_yaml::from_str(&text).expect("ClusterRole");
+    role.rules.expect("rules")
+}
+
+pub fn leader_rules() -> Vec<PolicyRule> {
+    let text = std::fs::read_to_string(repo().join("config/rbac/leader_election_role.yaml"))
+        .expect("leader role");
+    let role: Role = serde_yaml::from_str(&text).expect("Role");
+    role.rules.expect("rules")
+}
+
+/// Creates ServiceAccount `sa` in `sa_ns`, grants it `rules` through a Role in each of
+/// `role_namespaces`, and returns a token for it from the TokenRequest API.
+pub async fn service_account(
+    client: &kube::Client,
+    sa_ns: &str,
+    sa: &str,
+    grants: &[(&str, Vec<PolicyRule>)],
+) -> String {
+    let sas = Api::<ServiceAccount>::namespaced(client.clone(), sa_ns);
+    let account = ServiceAccount {
+        metadata: ObjectMeta {
+            name: Some(sa.into()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let _ = sas.create(&PostParams::default(), &account).await;
+    for (ns, rules) in grants {
+        let name = format!("{sa}-{}", random(4));
+        let role = Role {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            rules: Some(rules.clone()),
+        };
+        Api::<Role>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &role)
+            .await
+            .expect("create role");
+        let binding = RoleBinding {
+            metadata: ObjectMeta {
+                name: Some(name.clone()),
+                ..Default::default()
+            },
+            role_ref: RoleRef {
+                api_group: "rbac.authorization.k8s.io".into(),
+                kind: "Role".into(),
+                name,
+            },
+            subjects: Some(vec![Subject {
+                kind: "ServiceAccount".into(),
+                name: sa.into(),
+                namespace: Some(sa_ns.into()),
+                api_group: None,
+            }]),
+        };
+        Api::<RoleBinding>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &binding)
+            .await
+            .expect("create binding");
+    }
+    let req = TokenRequest {
+        spec: TokenRequestSpec {
+            audiences: vec![],
+            expiration_seconds: Some(3600),
+            bound_object_ref: None,
+        },
+        ..Default::default()
+    };
+    let tr = sas
+        .create_token_request(sa, &PostParams::default(), &req)
+        .await
+        .expect("token request");
+    tr.status.expect("token status").token
+}
+
+// ---------------------------------------------------------------- the operator process
+
+pub struct OperatorOpts {
+    pub namespaces: Vec<String>,
+    pub resync: &'static str,
+    pub leader_elect: bool,
+    pub cluster: Option<String>,
+    pub extra_args: Vec<String>,
+}
+
+impl Default for OperatorOpts {
+    fn default() -> Self {
+        Self {
+            namespaces: vec![],
+            resync: "3s",
+            leader_elect: false,
+            cluster: None,
+            extra_args: vec![],
+        }
+    }
+}
+
+/// The operator binary running as a local process, as its own ServiceAccount (RBAC from
+/// config/rbac only in the watched namespaces) and its own IAM user (exactly the shipped policy).
+pub struct Operator {
+    child: tokio::process::Child,
+    pub cluster: String,
+    pub metrics_addr: String,
+    pub probe_addr: String,
+    pub log: PathBuf,
+    pub operator_ns: String,
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// The identity an operator installation runs as; several processes (replicas) may share one.
+pub struct Identity {
+    pub cluster: String,
+    pub operator_ns: String,
+    kubeconfig: PathBuf,
+    aws_key: (String, String),
+}
+
+impl Identity {
+    pub async fn new(namespaces: &[String], cluster: Option<String>) -> Identity {
+        install_crds().await;
+        let client = admin().await;
+        let cluster = cluster.unwrap_or_else(|| format!("t{}", random(6)));
+        let operator_ns = namespace(&client, "op").await;
+        let mut grants: Vec<(&str, Vec<PolicyRule>)> = namespaces
+            .iter()
+            .map(|n| (n.as_str(), manager_rules()))
+            .collect();
+        grants.push((operator_ns.as_str(), leader_rules()));
+        let token = service_account(&client, &operator_ns, "s3-operator", &grants).await;
+        let kubeconfig = logs_dir().join(format!("{cluster}.kubeconfig"));
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&token)).expect("write kubeconfig");
+        // Exactly the policy shipped in config/iam, rendered for this installation's cluster name.
+        let doc = policy::operator_policy("aws", PREFIX, &naming::iam_path(&cluster));
+        let aws_key =
+            iam_user_with_policy(&format!("s3-operator-{cluster}"), "/", Some(&doc)).await;
+        Identity {
+            cluster,
+            operator_ns,
+            kubeconfig,
+            aws_key,
+        }
+    }
+}
+
+impl Operator {
+    pub async fn start(opts: OperatorOpts) -> Operator {
+        let id = Identity::new(&opts.namespaces, opts.cluster.clone()).await;
+        Operator::start_as(&id, &opts, "0").await
+    }
+
+    /// Starts one more process of the installation `id` (a replica).
+    pub async fn start_as(id: &Identity, opts: &OperatorOpts, replica: &str) -> Operator {
+        let metrics_addr = format!("127.0.0.1:{}", free_port());
+        let probe_addr = format!("127.0.0.1:{}", free_port());
+        let log = logs_dir().join(format!("operator-{}-{replica}.log", id.cluster));
+        let out = std::fs::File::create(&log).expect("log file");
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_s3-operator"));
+        cmd.arg("run")
+            .arg("--cluster-name")
+            .arg(&id.cluster)
+            .arg("--watch-namespaces")
+            .arg(opts.namespaces.join(","))
+            .arg("--resync-period")
+            .arg(opts.resync)
+            .arg("--aws-endpoint-url")
+            .arg(&env().aws_endpoint)
+            .arg("--metrics-bind-address")
+            .arg(&metrics_addr)
+            .arg("--health-probe-bind-address")
+            .arg(&probe_addr)
+            .arg("--leader-election-namespace")
+            .arg(&id.operator_ns)
+            .arg("--pod-name")
+            .arg(format!("{}-{replica}", id.cluster))
+            .args(&opts.extra_args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("KUBECONFIG", &id.kubeconfig)
+            .env("AWS_ACCESS_KEY_ID", &id.aws_key.0)
+            .env("AWS_SECRET_ACCESS_KEY", &id.aws_key.1)
+            .env("AWS_REGION", &env().region)
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("RUST_LOG", "info,s3_operator=debug")
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .kill_on_drop(true);
+        if opts.leader_elect {
+            cmd.arg("--leader-elect");
+        }
+        let child = cmd.spawn().expect("start operator");
+        let op = Operator {
+            child,
+            cluster: id.cluster.clone(),
+            metrics_addr,
+            probe_addr,
+            log,
+            operator_ns: id.operator_ns.clone(),
+        };
+        let probe = op.probe_addr.clone();
+        wait_for("operator /readyz", Duration::from_secs(60), || {
+            let probe = probe.clone();
+            async move { (http_get(&probe, "/readyz").await?.0 == 200).then_some(()) }
+        })
+        .await;
+        op
+    }
+
+    pub async fn metrics(&self) -> String {
+        http_get(&self.metrics_addr, "/metrics")
+            .await
+            .expect("metrics")
+            .1
+    }
+
+    /// Sum of the samples of `name` whose labels include every `label=value` in `labels`.
+    pub async fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        metric_sum(&self.metrics().await, name, labels)
+    }
+
+    /// AWS writes (every operation that is not Get/List/Head) the operator has made so far.
+    pub async fn aws_writes(&self) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .filter(|l| l.starts_with("s3_operator_aws_requests_total{"))
+            .filter(|l| {
+                !["operation=\"Get", "operation=\"List", "operation=\"Head"]
+                    .iter()
+                    .any(|p| l.contains(p))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub async fn kube_writes(&self) -> f64 {
+        self.metric("s3_operator_kube_writes_total", &[]).await
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then wait for exit; returns the exit code.
+    pub async fn terminate(mut self) -> Option<i32> {
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status();
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .ok()?
+            .ok()?
+            .code()
+    }
+
+    pub async fn kill9(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .ok()?
+            .ok()?
+            .code()
+    }
+}
+
+pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name) && l[name.len()..].starts_with(['{', ' ']))
+        .filter(|l| {
+            labels
+                .iter()
+                .all(|(k, v)| l.contains(&format!("{k}=\"{v}\"")))
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A minimal HTTP/1.0 GET against a loopback address: (status, body).
+pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
+    tokio::time::timeout(Duration::from_secs(5), http_get_inner(addr, path))
+        .await
+        .ok()?
+}
+
+async fn http_get_inner(addr: &str, path: &str) -> Option<(u16, String)> {
+    let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    s.write_all(
+        format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+    )
+    .await
+    .ok()?;
+    let mut buf = String::new();
+    s.read_to_string(&mut buf).await.ok()?;
+    let status = buf.split_whitespace().nth(1)?.parse().ok()?;
+    let body = buf
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// The Secret's data as strings.
+pub fn secret_data(s: &Secret) -> BTreeMap<String, String> {
+    s.data
+        .clone()
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
+        .collect()
+}
+
+pub fn read_file(p: &Path) -> String {
+    std::fs::read_to_string(p).unwrap_or_default()
+}

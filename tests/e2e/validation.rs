@@ -1,0 +1,160 @@
+//! Bad input is refused by the API server with a message naming the field and the rule.
+
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use s3_operator::api::{Bucket, BucketAccess};
+use serde_json::json;
+
+use crate::support::*;
+
+async fn refused<K>(api: &Api<K>, obj: serde_json::Value) -> String
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    let obj: K = serde_json::from_value(obj).expect("deserializes");
+    match api.create(&PostParams::default(), &obj).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            e.message
+        }
+        other => panic!("expected a 422, got {other:?}"),
+    }
+}
+
+fn bkt(name: &str, spec: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec})
+}
+
+fn bka(name: &str, spec: serde_json::Value) -> serde_json::Value {
+    json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess", "metadata": {"name": name}, "spec": spec})
+}
+
+#[tokio::test]
+async fn invalid_specs_are_refused_naming_field_and_rule() {
+    install_crds().await;
+    let client = admin().await;
+    let ns = namespace(&client, "val").await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+
+    for (name, want) in [
+        ("Bad_Name", "spec.bucketName may contain only lowercase"),
+        ("a..b", "two adjacent periods"),
+        ("192.168.1.1", "IP address"),
+        ("xn--abc", "reserved prefixes"),
+        ("ab", "spec.bucketName"),
+    ] {
+        let msg = refused(&buckets, bkt("b", json!({"bucketName": name}))).await;
+        assert!(msg.contains(want), "{name}: {msg}");
+    }
+    let msg = refused(
+        &buckets,
+        bkt("b", json!({"tags": {"s3.operator.dev/uid": "x"}})),
+    )
+    .await;
+    assert!(
+        msg.contains("spec.tags") && msg.contains("reserved"),
+        "{msg}"
+    );
+    let msg = refused(
+        &buckets,
+        bkt(
+            "b",
+            json!({"encryption": {"algorithm": "AES256", "kmsKeyId": "k"}}),
+        ),
+    )
+    .await;
+    assert!(msg.contains("kmsKeyId"), "{msg}");
+    let msg = refused(&buckets, bkt("b", json!({"lifecycleRules": [{"id": "x"}]}))).await;
+    assert!(msg.contains("at least one action"), "{msg}");
+    let msg = refused(&buckets, bkt("b", json!({"versioning": "Off"}))).await;
+    assert!(msg.contains("spec.versioning"), "{msg}");
+
+    let msg = refused(
+        &accesses,
+        bka(
+            "a",
+            json!({"bucketRef": {"name": "b"}, "permission": "Admin"}),
+        ),
+    )
+    .await;
+    assert!(msg.contains("spec.permission"), "{msg}");
+    let msg = refused(&accesses, bka("a", json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"type": "ServiceAccountRole"}}))).await;
+    assert!(msg.contains("serviceAccountName is required"), "{msg}");
+    let rot = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"rotation": {"interval": "1h", "gracePeriod": "2h"}}});
+    assert!(
+        refused(&accesses, bka("a", rot))
+            .await
+            .contains("gracePeriod must be shorter than interval")
+    );
+    let rot = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"rotation": {"interval": "1s", "gracePeriod": "0s"}}});
+    assert!(
+        refused(&accesses, bka("a", rot))
+            .await
+            .contains("interval must be at least 10s")
+    );
+    let msg = refused(
+        &accesses,
+        bka(
+            "a",
+            json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "prefix": "/abs*"}),
+        ),
+    )
+    .await;
+    assert!(msg.contains("spec.prefix"), "{msg}");
+
+    // Immutable fields.
+    let b: Bucket =
+        serde_json::from_value(bkt("imm", json!({"bucketName": "s3op-immutable-test"}))).unwrap();
+    buckets.create(&PostParams::default(), &b).await.unwrap();
+    let err = buckets
+        .patch(
+            "imm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"bucketName": "s3op-changed"}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err}").contains("spec.bucketName is immutable"),
+        "{err}"
+    );
+    let err = buckets
+        .patch(
+            "imm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"region": "eu-west-1"}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err}").contains("spec.region is immutable"),
+        "{err}"
+    );
+    let a: BucketAccess = serde_json::from_value(bka(
+        "imm",
+        json!({"bucketRef": {"name": "imm"}, "permission": "ReadOnly"}),
+    ))
+    .unwrap();
+    accesses.create(&PostParams::default(), &a).await.unwrap();
+    let err = accesses
+        .patch(
+            "imm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"bucketRef": {"name": "other"}}})),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err}").contains("spec.bucketRef is immutable"),
+        "{err}"
+    );
+    // Mutable fields still change.
+    accesses
+        .patch(
+            "imm",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"permission": "ReadWrite"}})),
+        )
+        .await
+        .unwrap();
+}
