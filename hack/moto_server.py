@@ -6,6 +6,9 @@ user action. AWS evaluates `arn:aws:iam::<account>:user/<path>/<name>`; this lau
 do the same for users and roles, existing or about to be created, so the tests enforce the
 operator's shipped policy exactly.
 
+Bulk DeleteObjects is authorized like AWS does it, as s3:DeleteObject on the objects
+(`arn:aws:s3:::<bucket>/*`); stock moto checks the bucket ARN and then refuses every key.
+
 It also fixes one wire-format bug: moto names the root element of a GetBucketVersioning answer
 `GetBucketVersioningResponse`, where S3 (and every strict SDK parser) uses `VersioningConfiguration`.
 Everything else is stock moto.
@@ -54,6 +57,17 @@ def _get_bucket_versioning_as_s3(self):
 
 
 S3Response.get_bucket_versioning = _get_bucket_versioning_as_s3
+
+_authorize_s3 = S3Response._authenticate_and_authorize_s3_action
+
+
+def _authorize_bulk_delete_on_objects(self, bucket_name=None, key_name=None):
+    if key_name is None and bucket_name and self.data.get("Action") == "DeleteObject":
+        key_name = "*"
+    return _authorize_s3(self, bucket_name=bucket_name, key_name=key_name)
+
+
+S3Response._authenticate_and_authorize_s3_action = _authorize_bulk_delete_on_objects
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

@@ -261,7 +261,6 @@ impl Aws {
             .role_name(name)
             .path(path)
             .assume_role_policy_document(trust.to_string())
-            .description("Managed by s3-operator")
             .set_tags(Some(to_iam_tags(tags)))
             .send();
         let role = Aws::call(IAM, "CreateRole", req).await?.role;

@@ -109,7 +109,7 @@ const THROTTLED: &[&str] = &[
     "TooManyRequestsException",
 ];
 
-fn classify(code: &str, status: Option<u16>) -> ErrorKind {
+pub(crate) fn classify(code: &str, status: Option<u16>) -> ErrorKind {
     if NOT_FOUND.contains(&code) || (code.is_empty() && status == Some(404)) {
         ErrorKind::NotFound
     } else if ACCESS_DENIED.contains(&code) || (code.is_empty() && status == Some(403)) {
@@ -128,7 +128,14 @@ fn classify(code: &str, status: Option<u16>) -> ErrorKind {
 
 impl Aws {
     pub async fn new(settings: &Settings) -> Self {
-        let mut loader = aws_config::defaults(BehaviorVersion::latest());
+        // Bounded calls: a hung connection must fail (and be retried with backoff), never stall
+        // a reconcile worker forever.
+        let timeouts = aws_config::timeout::TimeoutConfig::builder()
+            .connect_timeout(std::time::Duration::from_secs(5))
+            .operation_attempt_timeout(std::time::Duration::from_secs(20))
+            .operation_timeout(std::time::Duration::from_secs(60))
+            .build();
+        let mut loader = aws_config::defaults(BehaviorVersion::latest()).timeout_config(timeouts);
         if let Some(region) = &settings.region {
             loader = loader.region(Region::new(region.clone()));
         }

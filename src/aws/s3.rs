@@ -358,14 +358,43 @@ impl Aws {
             if ids.is_empty() {
                 return Ok(deleted);
             }
+            tracing::debug!(
+                bucket,
+                objects = ids.len(),
+                "deleting a page of object versions"
+            );
             deleted += ids.len();
             let delete = s3::Delete::builder()
                 .set_objects(Some(ids))
-                .quiet(true)
                 .build()
                 .expect("objects are set");
             let req = client.delete_objects().bucket(bucket).delete(delete).send();
-            Aws::call(S3, "DeleteObjects", req).await?;
+            let out = Aws::call(S3, "DeleteObjects", req).await?;
+            // DeleteObjects answers 200 even when every key failed: surface the first failure
+            // instead of listing the same page again forever.
+            if let Some(e) = out.errors.unwrap_or_default().into_iter().next() {
+                let code = e.code.unwrap_or_default();
+                return Err(Error {
+                    service: S3,
+                    operation: "DeleteObjects",
+                    kind: super::classify(&code, None),
+                    message: format!(
+                        "{}: {}",
+                        e.key.unwrap_or_default(),
+                        e.message.unwrap_or_default()
+                    ),
+                    code,
+                });
+            }
+            if out.deleted.unwrap_or_default().is_empty() {
+                return Err(Error {
+                    service: S3,
+                    operation: "DeleteObjects",
+                    kind: super::ErrorKind::Transient,
+                    message: "no object version was deleted".into(),
+                    code: "NoProgress".into(),
+                });
+            }
         }
     }
 

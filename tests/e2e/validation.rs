@@ -1,17 +1,21 @@
 //! Bad input is refused by the API server with a message naming the field and the rule.
 
-use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess};
 use serde_json::json;
 
 use crate::support::*;
 
+/// Posts raw JSON (typed objects cannot even hold some invalid values) and expects a 422.
 async fn refused<K>(api: &Api<K>, obj: serde_json::Value) -> String
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+    K: kube::Resource<DynamicType = ()>,
 {
-    let obj: K = serde_json::from_value(obj).expect("deserializes");
-    match api.create(&PostParams::default(), &obj).await {
+    let client = admin().await;
+    let ns = api.namespace().unwrap_or("default").to_string();
+    let raw: Api<DynamicObject> = Api::namespaced_with(client, &ns, &ApiResource::erase::<K>(&()));
+    let obj: DynamicObject = serde_json::from_value(obj).expect("a Kubernetes object");
+    match raw.create(&PostParams::default(), &obj).await {
         Err(kube::Error::Api(e)) => {
             assert_eq!(e.code, 422, "{e:?}");
             e.message
