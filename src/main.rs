@@ -116,7 +116,11 @@ fn duration(s: &str) -> Result<std::time::Duration, String> {
     let d: kube::core::Duration = s
         .parse()
         .map_err(|e| format!("{e} (use a duration such as 30s, 10m or 1h)"))?;
-    std::time::Duration::try_from(d).map_err(|_| "must not be negative".to_string())
+    // The conversion keeps only the magnitude, so refuse negative values first.
+    if d.is_negative() {
+        return Err("must not be negative".into());
+    }
+    Ok(d.into())
 }
 
 fn deletion_policy(s: &str) -> Result<DeletionPolicy, String> {
@@ -195,7 +199,7 @@ fn run(args: RunArgs) -> ExitCode {
         max_concurrent_reconciles: args.max_concurrent_reconciles,
         metrics_addr: args.metrics_bind_address,
         probe_addr: args.health_probe_bind_address,
-        leader_election: args.leader_elect.then(|| leader::Settings {
+        leader_election: args.leader_elect.then_some(leader::Settings {
             namespace: args.leader_election_namespace,
             name: args.leader_election_id,
             identity,

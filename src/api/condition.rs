@@ -91,7 +91,7 @@ mod tests {
         let t1: jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
         let first = ready(&[], false, Reason::Provisioning, "creating", Some(1), t0);
         let same = ready(
-            &[first.clone()],
+            std::slice::from_ref(&first),
             false,
             Reason::Retrying,
             "again",

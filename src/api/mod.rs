@@ -34,3 +34,20 @@ pub fn crds_yaml() -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    /// The committed CRDs are exactly what the Rust types generate (`s3-operator crd`).
+    #[test]
+    fn committed_crds_match_the_types() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/crd/s3.operator.dev_crds.yaml"
+        );
+        let committed = std::fs::read_to_string(path).expect("config/crd file");
+        assert!(
+            committed == super::crds_yaml(),
+            "config/crd is stale: run `cargo run -- crd > config/crd/s3.operator.dev_crds.yaml`"
+        );
+    }
+}

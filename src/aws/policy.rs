@@ -234,6 +234,20 @@ mod tests {
         assert_eq!(doc["Statement"][0]["Principal"]["Federated"], arn);
     }
 
+    /// The shipped policy is exactly what `s3-operator iam-policy` prints for the defaults.
+    #[test]
+    fn shipped_operator_policy_matches_the_source() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/config/iam/operator-policy.json"
+        );
+        let shipped: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+        assert!(
+            shipped == operator_policy("aws", "s3op-", "/s3-operator/default/"),
+            "config/iam/operator-policy.json is stale: run `cargo run -- iam-policy > config/iam/operator-policy.json`"
+        );
+    }
+
     #[test]
     fn operator_policy_is_scoped() {
         let doc = operator_policy("aws", "s3op-", "/s3-operator/prod/");

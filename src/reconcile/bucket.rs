@@ -154,15 +154,15 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
             changes.push(Change::Versioning(want));
         }
     }
-    if let Some(want) = &desired.lifecycle_rules {
-        if config.lifecycle_rules.as_ref().map(|r| sorted_rules(r)) != Some(sorted_rules(want)) {
-            changes.push(Change::LifecycleRules);
-        }
+    if let Some(want) = &desired.lifecycle_rules
+        && config.lifecycle_rules.as_ref().map(|r| sorted_rules(r)) != Some(sorted_rules(want))
+    {
+        changes.push(Change::LifecycleRules);
     }
-    if let Some(want) = &desired.cors {
-        if config.cors.as_ref().map(|r| normalize_cors(r)) != Some(normalize_cors(want)) {
-            changes.push(Change::Cors);
-        }
+    if let Some(want) = &desired.cors
+        && config.cors.as_ref().map(|r| normalize_cors(r)) != Some(normalize_cors(want))
+    {
+        changes.push(Change::Cors);
     }
     Plan::Apply(changes)
 }
@@ -676,7 +676,8 @@ mod tests {
             cors: Some(vec![]),
             ..Default::default()
         });
-        let cases: Vec<(Box<dyn Fn(&mut Config)>, Change)> = vec![
+        type Mutation = Box<dyn Fn(&mut Config)>;
+        let cases: Vec<(Mutation, Change)> = vec![
             (
                 Box::new(|c| c.public_access_block.as_mut().unwrap().block_public_policy = false),
                 Change::PublicAccessBlock,

@@ -187,8 +187,8 @@ pub fn secret_name(access: &BucketAccess) -> String {
 fn rotation_policy(access: &BucketAccess) -> RotationPolicy {
     match &access.spec.credentials.rotation {
         Some(r) => RotationPolicy {
-            interval: Some(Duration::try_from(r.interval).unwrap_or(Duration::MAX)),
-            grace: Duration::try_from(r.grace_period).unwrap_or(Duration::ZERO),
+            interval: Some(r.interval.into()),
+            grace: r.grace_period.into(),
         },
         None => RotationPolicy {
             interval: None,
@@ -309,21 +309,10 @@ async fn apply_user(
             (entity.arn, None, Vec::new())
         }
     };
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
-    let secret_name = secret_name(access);
-    let secret = secrets.get_opt(&secret_name).await?;
-    if let Some(s) = &secret {
-        if !s
-            .owner_references()
-            .iter()
-            .any(|o| Some(&o.uid) == access.meta().uid.as_ref())
-        {
-            let msg = format!(
-                "Secret {secret_name} exists and is not owned by this BucketAccess; it will not be overwritten"
-            );
-            return waiting(access, ctx, Reason::OwnershipConflict, msg).await;
-        }
-    }
+    let (secrets, secret_name, secret) = match read_secret(access, ctx, &ns).await? {
+        Ok(found) => found,
+        Err(msg) => return waiting(access, ctx, Reason::OwnershipConflict, msg).await,
+    };
     let creds = secret.as_ref().and_then(secret_creds);
     let now = jiff::Timestamp::now();
     let last_active = access
@@ -457,6 +446,29 @@ async fn apply_user(
     };
     update_status(&ctx.client, access, access.status.as_ref(), &status).await?;
     Ok(next_action(ctx, keys_plan.wake_at, now))
+}
+
+/// The Secret this access writes, if it exists; `Err` with a message when it exists but belongs
+/// to someone else (it is never overwritten).
+async fn read_secret(
+    access: &BucketAccess,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Result<(Api<Secret>, String, Option<Secret>), String>, Error> {
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let name = secret_name(access);
+    let secret = api.get_opt(&name).await?;
+    let ours = |s: &Secret| {
+        s.owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == access.meta().uid.as_ref())
+    };
+    if secret.as_ref().is_some_and(|s| !ours(s)) {
+        return Ok(Err(format!(
+            "Secret {name} exists and is not owned by this BucketAccess; it will not be overwritten"
+        )));
+    }
+    Ok(Ok((api, name, secret)))
 }
 
 /// Requeue at the resync period, or sooner when a rotation or grace period is due.
@@ -679,21 +691,10 @@ async fn apply_role(
         )
         .await;
     }
-    let secrets = Api::<Secret>::namespaced(ctx.client.clone(), &owner.namespace);
-    let secret_name = secret_name(access);
-    let secret = secrets.get_opt(&secret_name).await?;
-    if let Some(s) = &secret {
-        if !s
-            .owner_references()
-            .iter()
-            .any(|o| Some(&o.uid) == access.meta().uid.as_ref())
-        {
-            let msg = format!(
-                "Secret {secret_name} exists and is not owned by this BucketAccess; it will not be overwritten"
-            );
-            return waiting(access, ctx, Reason::OwnershipConflict, msg).await;
-        }
-    }
+    let (secrets, secret_name, secret) = match read_secret(access, ctx, &owner.namespace).await? {
+        Ok(found) => found,
+        Err(msg) => return waiting(access, ctx, Reason::OwnershipConflict, msg).await,
+    };
     let mut data = bucket_data(ctx, facts);
     data.insert("AWS_ROLE_ARN".into(), arn.clone());
     write_secret(
@@ -773,35 +774,35 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Action, Error> 
     let name = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
     match access.spec.credentials.type_ {
         CredentialsType::AccessKey => {
-            if let Some(user) = aws.get_user(&name).await? {
-                if owner.judge(&user.tags) == Ownership::Ours {
-                    for key in aws.access_keys(&name).await? {
-                        aws.delete_access_key(&name, &key.id).await?;
-                    }
-                    for p in aws.user_policy_names(&name).await? {
-                        aws.delete_user_policy(&name, &p).await?;
-                    }
-                    aws.delete_user(&name).await?;
-                    ctx.event(
-                        access,
-                        false,
-                        "Deleted",
-                        format!("Deleted IAM user {name} and its keys"),
-                    )
-                    .await;
+            if let Some(user) = aws.get_user(&name).await?
+                && owner.judge(&user.tags) == Ownership::Ours
+            {
+                for key in aws.access_keys(&name).await? {
+                    aws.delete_access_key(&name, &key.id).await?;
                 }
+                for p in aws.user_policy_names(&name).await? {
+                    aws.delete_user_policy(&name, &p).await?;
+                }
+                aws.delete_user(&name).await?;
+                ctx.event(
+                    access,
+                    false,
+                    "Deleted",
+                    format!("Deleted IAM user {name} and its keys"),
+                )
+                .await;
             }
         }
         CredentialsType::ServiceAccountRole => {
-            if let Some(role) = aws.get_role(&name).await? {
-                if owner.judge(&role.tags) == Ownership::Ours {
-                    for p in aws.role_policy_names(&name).await? {
-                        aws.delete_role_policy(&name, &p).await?;
-                    }
-                    aws.delete_role(&name).await?;
-                    ctx.event(access, false, "Deleted", format!("Deleted IAM role {name}"))
-                        .await;
+            if let Some(role) = aws.get_role(&name).await?
+                && owner.judge(&role.tags) == Ownership::Ours
+            {
+                for p in aws.role_policy_names(&name).await? {
+                    aws.delete_role_policy(&name, &p).await?;
                 }
+                aws.delete_role(&name).await?;
+                ctx.event(access, false, "Deleted", format!("Deleted IAM role {name}"))
+                    .await;
             }
         }
     }

@@ -27,10 +27,10 @@ pub struct Guard(Option<SdkTracerProvider>);
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Some(p) = self.0.take() {
-            if let Err(e) = p.shutdown() {
-                eprintln!("could not flush traces: {e}");
-            }
+        if let Some(p) = self.0.take()
+            && let Err(e) = p.shutdown()
+        {
+            eprintln!("could not flush traces: {e}");
         }
     }
 }
