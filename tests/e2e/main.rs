@@ -4,6 +4,7 @@
 
 mod access;
 mod bucket;
+mod runtime;
 mod smoke;
 mod support;
 mod validation;
