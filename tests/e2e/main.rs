@@ -4,6 +4,7 @@
 
 mod access;
 mod bucket;
+mod observability;
 mod runtime;
 mod smoke;
 mod support;

@@ -218,3 +218,64 @@ async fn scoped_operator_serves_only_its_namespaces() {
     })
     .await;
 }
+
+/// Bad configuration fails fast with one clear line and a non-zero exit, never a panic.
+#[tokio::test]
+async fn bad_flags_and_an_unreachable_api_server_fail_clearly() {
+    let bin = env!("CARGO_BIN_EXE_s3-operator");
+    let out = std::process::Command::new(bin)
+        .args(["run", "--resync-period", "soon"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        err.contains("--resync-period") && err.contains("duration"),
+        "{err}"
+    );
+    let out = std::process::Command::new(bin)
+        .args(["run", "--cluster-name", "has/slash"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--cluster-name"));
+
+    let dir = logs_dir().join(format!("unreachable-{}", random(4)));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = dir.join("kubeconfig");
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    std::fs::write(
+        &kubeconfig,
+        format!("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:{port}\n    insecure-skip-tls-verify: true\nusers:\n- name: u\n  user:\n    token: x\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\n"),
+    )
+    .unwrap();
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        tokio::process::Command::new(bin)
+            .args([
+                "run",
+                "--metrics-bind-address",
+                "127.0.0.1:0",
+                "--health-probe-bind-address",
+                "127.0.0.1:0",
+            ])
+            .env("KUBECONFIG", &kubeconfig)
+            .env("AWS_REGION", "us-east-1")
+            .output(),
+    )
+    .await
+    .expect("exits promptly")
+    .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("error:"))
+        .unwrap_or_default();
+    assert!(line.contains("cannot reach the Kubernetes API"), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
