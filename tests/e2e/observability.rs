@@ -184,3 +184,138 @@ async fn prometheus_scrapes_reconciles_aws_calls_and_leadership() {
         );
     }
 }
+
+/// Jaeger v2 (built from its Go module) receiving OTLP on loopback; stopped on drop.
+struct Jaeger {
+    _child: tokio::process::Child,
+    otlp_http: String,
+    query: String,
+}
+
+impl Jaeger {
+    async fn start() -> Jaeger {
+        let dir = logs_dir().join(format!("jaeger-{}", random(6)));
+        std::fs::create_dir_all(&dir).unwrap();
+        let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (otlp, query, query_grpc, grpc) = (port(), port(), port(), port());
+        let config = format!(
+            r#"service:
+  extensions: [jaeger_storage, jaeger_query]
+  pipelines:
+    traces:
+      receivers: [otlp]
+      processors: [batch]
+      exporters: [jaeger_storage_exporter]
+  telemetry:
+    metrics:
+      level: none
+extensions:
+  jaeger_query:
+    storage:
+      traces: mem
+    http:
+      endpoint: 127.0.0.1:{query}
+    grpc:
+      endpoint: 127.0.0.1:{query_grpc}
+  jaeger_storage:
+    backends:
+      mem:
+        memory:
+          max_traces: 10000
+receivers:
+  otlp:
+    protocols:
+      http:
+        endpoint: 127.0.0.1:{otlp}
+      grpc:
+        endpoint: 127.0.0.1:{grpc}
+processors:
+  batch:
+    timeout: 200ms
+exporters:
+  jaeger_storage_exporter:
+    trace_storage: mem
+"#
+        );
+        std::fs::write(dir.join("jaeger.yaml"), config).unwrap();
+        let log = std::fs::File::create(dir.join("jaeger.log")).unwrap();
+        let bin = format!("{}/jaeger", s3_bin());
+        let child = tokio::process::Command::new(bin)
+            .arg("--config")
+            .arg(dir.join("jaeger.yaml"))
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .kill_on_drop(true)
+            .spawn()
+            .expect("jaeger, built by hack/tools.sh jaeger into the cache");
+        let j = Jaeger { _child: child, otlp_http: format!("http://127.0.0.1:{otlp}"), query: format!("127.0.0.1:{query}") };
+        wait_for("jaeger query API", Duration::from_secs(60), || async {
+            (http_get(&j.query, "/api/services").await?.0 == 200).then_some(())
+        })
+        .await;
+        j
+    }
+
+    async fn traces(&self, service: &str) -> Vec<Value> {
+        let Some((200, body)) = http_get(&self.query, &format!("/api/traces?service={service}&limit=100")).await else {
+            return vec![];
+        };
+        serde_json::from_str::<Value>(&body).ok().and_then(|v| v["data"].as_array().cloned()).unwrap_or_default()
+    }
+}
+
+#[tokio::test]
+async fn reconcile_traces_reach_jaeger_and_json_logs_carry_the_trace_id() {
+    let jaeger = Jaeger::start().await;
+    let client = admin().await;
+    let ns = namespace(&client, "otel").await;
+    let service = format!("s3-operator-{}", random(5));
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        extra_args: vec!["--log-format".into(), "json".into()],
+        env: vec![
+            ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), jaeger.otlp_http.clone()),
+            ("OTEL_EXPORTER_OTLP_PROTOCOL".into(), "http/protobuf".into()),
+            ("OTEL_SERVICE_NAME".into(), service.clone()),
+            ("OTEL_BSP_SCHEDULE_DELAY".into(), "200".into()),
+        ],
+        ..Default::default()
+    })
+    .await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    buckets.create(&PostParams::default(), &bucket("traced", json!({"deletionPolicy": "Delete"}))).await.unwrap();
+    wait_ready(&buckets, "traced").await;
+
+    // A reconcile trace whose child spans are the AWS calls that reconcile made.
+    let trace = wait_for("a reconcile trace with CreateBucket", Duration::from_secs(60), || async {
+        jaeger.traces(&service).await.into_iter().find(|t| {
+            t["spans"].as_array().is_some_and(|s| s.iter().any(|s| s["operationName"] == "s3.CreateBucket"))
+        })
+    })
+    .await;
+    let spans = trace["spans"].as_array().unwrap();
+    let root = spans.iter().find(|s| s["operationName"] == "reconcile Bucket").expect("root span");
+    let tag = |s: &Value, k: &str| s["tags"].as_array().unwrap().iter().find(|t| t["key"] == k).map(|t| t["value"].clone());
+    assert_eq!(tag(root, "k8s.namespace"), Some(json!(ns)));
+    assert_eq!(tag(root, "k8s.name"), Some(json!("traced")));
+    assert_eq!(tag(root, "outcome"), Some(json!("success")));
+    for op_name in ["s3.GetBucketTagging", "s3.CreateBucket", "s3.PutPublicAccessBlock", "s3.PutBucketEncryption"] {
+        assert!(spans.iter().any(|s| s["operationName"] == op_name), "{op_name} missing from the trace");
+    }
+    assert!(spans.iter().any(|s| s["operationName"] == "patch status"), "Kubernetes writes are spans too");
+
+    // JSON logs: every line parses, and reconcile lines carry the trace id Jaeger shows.
+    let trace_id = trace["traceID"].as_str().unwrap().to_string();
+    let log = op.log_text();
+    let lines: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    assert!(
+        lines.iter().any(|l| l["span"]["trace_id"].as_str().is_some_and(|t| trace_id.ends_with(t) || t.ends_with(&trace_id))),
+        "no log line carries trace id {trace_id}"
+    );
+}
+
+fn s3_bin() -> String {
+    std::env::var("S3OP_CACHE")
+        .map(|c| format!("{c}/bin"))
+        .unwrap_or_else(|_| format!("{}/.cache/s3-operator/bin", std::env::var("HOME").unwrap_or_default()))
+}

@@ -408,6 +408,7 @@ pub struct OperatorOpts {
     pub leader_elect: bool,
     pub cluster: Option<String>,
     pub extra_args: Vec<String>,
+    pub env: Vec<(String, String)>,
 }
 
 impl Default for OperatorOpts {
@@ -418,6 +419,7 @@ impl Default for OperatorOpts {
             leader_elect: false,
             cluster: None,
             extra_args: vec![],
+            env: vec![],
         }
     }
 }
@@ -517,6 +519,7 @@ impl Operator {
             .env("RUST_LOG", "info,s3_operator=debug")
             .stdout(out.try_clone().expect("log"))
             .stderr(out)
+            .envs(opts.env.iter().cloned())
             .kill_on_drop(true);
         if opts.leader_elect {
             cmd.arg("--leader-elect");
