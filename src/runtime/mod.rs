@@ -383,6 +383,16 @@ async fn report_managed_objects(
                 .map(|a| a.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
                 .collect(),
         );
+        // Age of the oldest active access key: the key's creation time is in status.
+        let now = jiff::Timestamp::now();
+        let oldest = accesses
+            .iter()
+            .flat_map(|s| s.state())
+            .filter_map(|a| a.status.as_ref()?.last_rotation_time.as_ref().map(|t| t.0))
+            .min();
+        METRICS
+            .access_key_age_seconds
+            .set(oldest.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0)));
         for (kind, (ready, not_ready)) in [("Bucket", b), ("BucketAccess", a)] {
             METRICS
                 .managed_objects

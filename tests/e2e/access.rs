@@ -216,6 +216,15 @@ async fn credentials_grant_exactly_their_permission_and_are_cleaned_up() {
         );
     }
 
+    // The oldest managed key's age is exported.
+    wait_for("access key age metric", T, || async {
+        (op.metric("s3_operator_access_key_max_age_seconds", &[])
+            .await
+            > 0.0)
+            .then_some(())
+    })
+    .await;
+
     // Deleting a BucketAccess removes its keys, policy and user; the Secret is garbage-collected.
     let user = user_name(&user_arn);
     assert_eq!(keys_of(&user).await.len(), 1);

@@ -196,7 +196,13 @@ impl Jaeger {
     async fn start() -> Jaeger {
         let dir = logs_dir().join(format!("jaeger-{}", random(6)));
         std::fs::create_dir_all(&dir).unwrap();
-        let port = || std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let port = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port()
+        };
         let (otlp, query, query_grpc, grpc) = (port(), port(), port(), port());
         let config = format!(
             r#"service:
@@ -248,7 +254,11 @@ exporters:
             .kill_on_drop(true)
             .spawn()
             .expect("jaeger, built by hack/tools.sh jaeger into the cache");
-        let j = Jaeger { _child: child, otlp_http: format!("http://127.0.0.1:{otlp}"), query: format!("127.0.0.1:{query}") };
+        let j = Jaeger {
+            _child: child,
+            otlp_http: format!("http://127.0.0.1:{otlp}"),
+            query: format!("127.0.0.1:{query}"),
+        };
         wait_for("jaeger query API", Duration::from_secs(60), || async {
             (http_get(&j.query, "/api/services").await?.0 == 200).then_some(())
         })
@@ -257,10 +267,18 @@ exporters:
     }
 
     async fn traces(&self, service: &str) -> Vec<Value> {
-        let Some((200, body)) = http_get(&self.query, &format!("/api/traces?service={service}&limit=100")).await else {
+        let Some((200, body)) = http_get(
+            &self.query,
+            &format!("/api/traces?service={service}&limit=100"),
+        )
+        .await
+        else {
             return vec![];
         };
-        serde_json::from_str::<Value>(&body).ok().and_then(|v| v["data"].as_array().cloned()).unwrap_or_default()
+        serde_json::from_str::<Value>(&body)
+            .ok()
+            .and_then(|v| v["data"].as_array().cloned())
+            .unwrap_or_default()
     }
 }
 
@@ -274,7 +292,10 @@ async fn reconcile_traces_reach_jaeger_and_json_logs_carry_the_trace_id() {
         namespaces: vec![ns.clone()],
         extra_args: vec!["--log-format".into(), "json".into()],
         env: vec![
-            ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), jaeger.otlp_http.clone()),
+            (
+                "OTEL_EXPORTER_OTLP_ENDPOINT".into(),
+                jaeger.otlp_http.clone(),
+            ),
             ("OTEL_EXPORTER_OTLP_PROTOCOL".into(), "http/protobuf".into()),
             ("OTEL_SERVICE_NAME".into(), service.clone()),
             ("OTEL_BSP_SCHEDULE_DELAY".into(), "200".into()),
@@ -283,33 +304,71 @@ async fn reconcile_traces_reach_jaeger_and_json_logs_carry_the_trace_id() {
     })
     .await;
     let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    buckets.create(&PostParams::default(), &bucket("traced", json!({"deletionPolicy": "Delete"}))).await.unwrap();
+    buckets
+        .create(
+            &PostParams::default(),
+            &bucket("traced", json!({"deletionPolicy": "Delete"})),
+        )
+        .await
+        .unwrap();
     wait_ready(&buckets, "traced").await;
 
     // A reconcile trace whose child spans are the AWS calls that reconcile made.
-    let trace = wait_for("a reconcile trace with CreateBucket", Duration::from_secs(60), || async {
-        jaeger.traces(&service).await.into_iter().find(|t| {
-            t["spans"].as_array().is_some_and(|s| s.iter().any(|s| s["operationName"] == "s3.CreateBucket"))
-        })
-    })
+    let trace = wait_for(
+        "a reconcile trace with CreateBucket",
+        Duration::from_secs(60),
+        || async {
+            jaeger.traces(&service).await.into_iter().find(|t| {
+                t["spans"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|s| s["operationName"] == "s3.CreateBucket"))
+            })
+        },
+    )
     .await;
     let spans = trace["spans"].as_array().unwrap();
-    let root = spans.iter().find(|s| s["operationName"] == "reconcile Bucket").expect("root span");
-    let tag = |s: &Value, k: &str| s["tags"].as_array().unwrap().iter().find(|t| t["key"] == k).map(|t| t["value"].clone());
+    let root = spans
+        .iter()
+        .find(|s| s["operationName"] == "reconcile Bucket")
+        .expect("root span");
+    let tag = |s: &Value, k: &str| {
+        s["tags"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|t| t["key"] == k)
+            .map(|t| t["value"].clone())
+    };
     assert_eq!(tag(root, "k8s.namespace"), Some(json!(ns)));
     assert_eq!(tag(root, "k8s.name"), Some(json!("traced")));
     assert_eq!(tag(root, "outcome"), Some(json!("success")));
-    for op_name in ["s3.GetBucketTagging", "s3.CreateBucket", "s3.PutPublicAccessBlock", "s3.PutBucketEncryption"] {
-        assert!(spans.iter().any(|s| s["operationName"] == op_name), "{op_name} missing from the trace");
+    for op_name in [
+        "s3.GetBucketTagging",
+        "s3.CreateBucket",
+        "s3.PutPublicAccessBlock",
+        "s3.PutBucketEncryption",
+    ] {
+        assert!(
+            spans.iter().any(|s| s["operationName"] == op_name),
+            "{op_name} missing from the trace"
+        );
     }
-    assert!(spans.iter().any(|s| s["operationName"] == "patch status"), "Kubernetes writes are spans too");
+    assert!(
+        spans.iter().any(|s| s["operationName"] == "patch status"),
+        "Kubernetes writes are spans too"
+    );
 
     // JSON logs: every line parses, and reconcile lines carry the trace id Jaeger shows.
     let trace_id = trace["traceID"].as_str().unwrap().to_string();
     let log = op.log_text();
-    let lines: Vec<Value> = log.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"))).collect();
+    let lines: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
     assert!(
-        lines.iter().any(|l| l["span"]["trace_id"].as_str().is_some_and(|t| trace_id.ends_with(t) || t.ends_with(&trace_id))),
+        lines.iter().any(|l| l["span"]["trace_id"]
+            .as_str()
+            .is_some_and(|t| trace_id.ends_with(t) || t.ends_with(&trace_id))),
         "no log line carries trace id {trace_id}"
     );
 }
@@ -317,5 +376,10 @@ async fn reconcile_traces_reach_jaeger_and_json_logs_carry_the_trace_id() {
 fn s3_bin() -> String {
     std::env::var("S3OP_CACHE")
         .map(|c| format!("{c}/bin"))
-        .unwrap_or_else(|_| format!("{}/.cache/s3-operator/bin", std::env::var("HOME").unwrap_or_default()))
+        .unwrap_or_else(|_| {
+            format!(
+                "{}/.cache/s3-operator/bin",
+                std::env::var("HOME").unwrap_or_default()
+            )
+        })
 }
