@@ -10,8 +10,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source hack/lib.sh
 
-log "building or reusing the test tools (etcd, kube-apiserver, kubectl, moto, prometheus)"
-hack/tools.sh etcd kube moto prometheus
+log "building or reusing the test tools (etcd, kube-apiserver, kubectl, moto, prometheus, jaeger)"
+hack/tools.sh etcd kube moto prometheus jaeger
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
 log "Rust target dir: $CARGO_TARGET_DIR"

@@ -122,6 +122,12 @@ impl Context {
         reason: &str,
         note: String,
     ) {
+        // Every event is a log line too, inside the reconcile span (so it carries the trace id).
+        if warning {
+            tracing::warn!(reason, note = %note, "event");
+        } else {
+            tracing::info!(reason, note = %note, "event");
+        }
         let ev = Event {
             type_: if warning {
                 EventType::Warning

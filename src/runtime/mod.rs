@@ -335,6 +335,13 @@ where
         }
     };
     span.record("outcome", outcome);
+    span.in_scope(|| {
+        tracing::debug!(
+            outcome,
+            seconds = start.elapsed().as_secs_f64(),
+            "reconcile finished"
+        )
+    });
     METRICS
         .reconcile_total
         .with_label_values(&[controller, outcome])
