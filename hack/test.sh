@@ -58,11 +58,16 @@ rm -rf "$e2e_logs"
 
 log "cargo test (env file $S3OP_ENV_FILE)"
 rc=0
-cargo test --locked "$@" -- --test-threads "${S3OP_TEST_THREADS:-4}" || rc=$?
+out="$state/cargo-test.out"
+cargo test --locked "$@" -- --test-threads "${S3OP_TEST_THREADS:-4}" 2>&1 | tee "$out" || rc=$?
+# One closing line with the totals of every test binary.
+totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
+              END { printf "%d passed, %d failed", p, f }' "$out")
 if [[ $rc -ne 0 ]]; then
   dump_logs
   log "tests failed (exit code $rc)"
 else
   log "all tests passed"
 fi
+echo "tests: $totals"
 exit "$rc"
