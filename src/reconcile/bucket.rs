@@ -565,6 +565,16 @@ mod tests {
     use super::*;
     use crate::api::{BucketSpec, CorsMethod};
 
+    fn settings() -> super::super::Settings {
+        super::super::Settings {
+            cluster_name: "c".into(),
+            bucket_name_prefix: "s3op-".into(),
+            default_deletion_policy: DeletionPolicy::Retain,
+            oidc_provider_arn: None,
+            resync_period: std::time::Duration::from_secs(600),
+        }
+    }
+
     fn owner() -> Owner {
         Owner {
             cluster: "c".into(),
@@ -578,13 +588,7 @@ mod tests {
         let mut b = Bucket::new("b", spec);
         b.metadata.namespace = Some("ns".into());
         b.metadata.uid = Some("uid-1".into());
-        let settings = super::super::Settings {
-            cluster_name: "c".into(),
-            bucket_name_prefix: "s3op-".into(),
-            default_deletion_policy: DeletionPolicy::Retain,
-            oidc_provider_arn: None,
-            resync_period: std::time::Duration::from_secs(600),
-        };
+        let settings = settings();
         desired(&b, &settings, "us-east-1", &owner()).unwrap()
     }
 
@@ -814,13 +818,7 @@ mod tests {
             },
         );
         b.metadata.namespace = Some("ns".into());
-        let settings = super::super::Settings {
-            cluster_name: "c".into(),
-            bucket_name_prefix: "s3op-".into(),
-            default_deletion_policy: DeletionPolicy::Retain,
-            oidc_provider_arn: None,
-            resync_period: std::time::Duration::from_secs(600),
-        };
+        let settings = settings();
         let err = desired(&b, &settings, "us-east-1", &owner()).unwrap_err();
         assert!(
             err.contains("spec.bucketName") && err.contains("s3op-"),
@@ -836,13 +834,7 @@ mod tests {
             bucket_name: Some("s3op-kept-name".into()),
             ..Default::default()
         });
-        let settings = super::super::Settings {
-            cluster_name: "c".into(),
-            bucket_name_prefix: "s3op-".into(),
-            default_deletion_policy: DeletionPolicy::Retain,
-            oidc_provider_arn: None,
-            resync_period: std::time::Duration::from_secs(600),
-        };
+        let settings = settings();
         assert_eq!(
             desired(&b, &settings, "us-east-1", &owner()).unwrap().name,
             "s3op-kept-name"
