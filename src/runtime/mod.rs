@@ -85,8 +85,24 @@ pub async fn run(config: Config) -> Result<(), Error> {
         .await?,
     );
 
-    // Leader election: standbys wait here (and are ready); the leader goes on to reconcile.
+    // Watches start now, on leader and standby alike: a new leader starts with warm caches, and
+    // /readyz turns ready on every replica once they have listed.
     let (leading_tx, mut leading) = watch::channel(config.leader_election.is_none());
+    let scopes: Vec<Option<String>> = if config.watch_namespaces.is_empty() {
+        vec![None]
+    } else {
+        config.watch_namespaces.iter().cloned().map(Some).collect()
+    };
+    let sync = Arc::new(CacheSync {
+        pending: AtomicUsize::new(3 * scopes.len()),
+        health: health.clone(),
+    });
+    let watches: Vec<Watches> = scopes
+        .iter()
+        .map(|ns| Watches::start(&client, ns.as_deref(), &sync, &leading))
+        .collect();
+
+    // Leader election: standbys wait here; the leader goes on to reconcile.
     let (release_tx, release) = watch::channel(false);
     let mut lease_task = None;
     if let Some(le) = config.leader_election.clone() {
@@ -98,7 +114,6 @@ pub async fn run(config: Config) -> Result<(), Error> {
                 std::process::exit(1);
             }
         }));
-        health.ready.store(true, Ordering::SeqCst);
         let mut sd = shutdown.clone();
         tokio::select! {
             _ = leading.wait_for(|l| *l) => {}
@@ -119,7 +134,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
             recorder: Recorder::new(client.clone(), reporter),
             backoff: Default::default(),
         });
-        run_controllers(&config, ctx, shutdown.clone(), health.clone()).await;
+        run_controllers(&config, ctx, watches, shutdown.clone()).await;
     }
     // Controllers have drained; now hand the lease over so a standby takes over at once.
     let _ = release_tx.send(true);
@@ -131,19 +146,135 @@ pub async fn run(config: Config) -> Result<(), Error> {
     Ok(())
 }
 
-/// One Bucket and one BucketAccess controller per watched namespace (or one pair for all), so a
-/// namespaced install lists and watches only where it has Roles.
+/// The watches of one scope (a namespace, or the whole cluster). They run from start-up on
+/// leader and standby alike, so a replica that becomes leader starts with warm caches.
+struct Watches {
+    buckets: Store<Bucket>,
+    accesses: Store<BucketAccess>,
+    bucket_events: Gated<Bucket>,
+    bucket_events_for_accesses: Gated<Bucket>,
+    access_events: Gated<BucketAccess>,
+    secret_events: Gated<Secret>,
+}
+
+/// Objects from a shared watch, handed on only while this replica leads.
+type Gated<K> = tokio::sync::mpsc::UnboundedReceiver<Arc<K>>;
+
+/// Counts the watches still to list their objects; /readyz turns ready at zero.
+struct CacheSync {
+    pending: AtomicUsize,
+    health: Arc<Health>,
+}
+
+impl Watches {
+    fn start(
+        client: &kube::Client,
+        ns: Option<&str>,
+        sync: &Arc<CacheSync>,
+        leading: &watch::Receiver<bool>,
+    ) -> Self {
+        fn api<K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>>(
+            c: &kube::Client,
+            ns: Option<&str>,
+        ) -> Api<K> {
+            ns.map_or_else(|| Api::all(c.clone()), |n| Api::namespaced(c.clone(), n))
+        }
+        let all = watcher::Config::default;
+        let managed = all().labels(&format!(
+            "{}={}",
+            bucket_access::MANAGED_BY_LABEL,
+            bucket_access::MANAGED_BY
+        ));
+        let (buckets, mut b) = shared_watch(api(client, ns), all(), 2, sync.clone(), leading);
+        let (accesses, mut a) = shared_watch(api(client, ns), all(), 1, sync.clone(), leading);
+        let (_, mut s) = shared_watch(api::<Secret>(client, ns), managed, 1, sync.clone(), leading);
+        Watches {
+            buckets,
+            accesses,
+            bucket_events: b.remove(0),
+            bucket_events_for_accesses: b.remove(0),
+            access_events: a.remove(0),
+            secret_events: s.remove(0),
+        }
+    }
+}
+
+/// A watch feeding a shared store, driven for the life of the process. Each of `subscribers`
+/// receivers gets every applied object while `leading` is true; otherwise events are dropped
+/// (the store still takes them), so a standby never blocks the watch.
+fn shared_watch<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    subscribers: usize,
+    sync: Arc<CacheSync>,
+    leading: &watch::Receiver<bool>,
+) -> (Store<K>, Vec<Gated<K>>)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + Sync
+        + 'static,
+{
+    let (reader, writer) = reflector::store_shared(256);
+    let handles: Vec<_> = (0..subscribers)
+        .map(|_| writer.subscribe().expect("a shared store"))
+        .collect();
+    let mut listed = false;
+    let stream = watcher::watcher(api, cfg)
+        .default_backoff()
+        .reflect_shared(writer)
+        .inspect_ok(move |event| {
+            if !listed && matches!(event, watcher::Event::InitDone) {
+                listed = true;
+                if sync.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+                    sync.health.ready.store(true, Ordering::SeqCst);
+                    tracing::info!("caches synced");
+                }
+            }
+        });
+    tokio::spawn(stream.for_each(|_| async {}));
+    let receivers = handles
+        .into_iter()
+        .map(|mut handle| {
+            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+            let leading = leading.clone();
+            tokio::spawn(async move {
+                while let Some(obj) = handle.next().await {
+                    if *leading.borrow() && tx.send(obj).is_err() {
+                        break;
+                    }
+                }
+            });
+            rx
+        })
+        .collect();
+    (reader, receivers)
+}
+
+/// A controller trigger: everything in the (warm) store, then every later change.
+fn trigger<K: Send + Sync + 'static>(
+    snapshot: Vec<Arc<K>>,
+    rx: Gated<K>,
+) -> impl futures::Stream<Item = Arc<K>> + Send + 'static {
+    futures::stream::iter(snapshot).chain(events(rx))
+}
+
+fn events<K: Send + Sync + 'static>(
+    rx: Gated<K>,
+) -> impl futures::Stream<Item = Arc<K>> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|o| (o, rx)) })
+}
+
+/// One Bucket and one BucketAccess controller per watched scope, fed by the warm watches.
 async fn run_controllers(
     config: &Config,
     ctx: Arc<Context>,
+    scopes: Vec<Watches>,
     shutdown: watch::Receiver<bool>,
-    health: Arc<Health>,
 ) {
-    let scopes: Vec<Option<String>> = if config.watch_namespaces.is_empty() {
-        vec![None]
-    } else {
-        config.watch_namespaces.iter().cloned().map(Some).collect()
-    };
     let concurrency = config.max_concurrent_reconciles;
     for c in metrics::CONTROLLERS {
         METRICS
@@ -154,30 +285,16 @@ async fn run_controllers(
     let mut runs = Vec::new();
     let mut bucket_stores = Vec::new();
     let mut access_stores = Vec::new();
-    let sync = Arc::new(CacheSync {
-        pending: AtomicUsize::new(2 * scopes.len()),
-        health,
-    });
-    for ns in scopes {
-        let api = |c: &kube::Client| match &ns {
-            Some(n) => (
-                Api::<Bucket>::namespaced(c.clone(), n),
-                Api::<BucketAccess>::namespaced(c.clone(), n),
-                Api::<Secret>::namespaced(c.clone(), n),
-            ),
-            None => (
-                Api::all(c.clone()),
-                Api::all(c.clone()),
-                Api::all(c.clone()),
-            ),
-        };
-        let (buckets, accesses, secrets) = api(&ctx.client);
+    for w in scopes {
         let cfg = controller::Config::default().concurrency(concurrency);
-        let (store, stream) = reflected(buckets.clone(), sync.clone());
-        let bc = Controller::for_stream(stream, store)
-            .with_config(cfg.clone())
-            .graceful_shutdown_on(wait_true(shutdown.clone()));
-        bucket_stores.push(bc.store());
+        bucket_stores.push(w.buckets.clone());
+        access_stores.push(w.accesses.clone());
+        let bc = Controller::for_shared_stream(
+            trigger(w.buckets.state(), w.bucket_events),
+            w.buckets.clone(),
+        )
+        .with_config(cfg.clone())
+        .graceful_shutdown_on(wait_true(shutdown.clone()));
         runs.push(
             bc.run(
                 |b, c| instrumented("bucket", b, c, reconcile::bucket::reconcile),
@@ -187,22 +304,17 @@ async fn run_controllers(
             .for_each(|_| async {})
             .boxed(),
         );
-
-        let managed = watcher::Config::default().labels(&format!(
-            "{}={}",
-            bucket_access::MANAGED_BY_LABEL,
-            bucket_access::MANAGED_BY
-        ));
-        let (store, stream) = reflected(accesses, sync.clone());
-        let ac = Controller::for_stream(stream, store)
-            .with_config(cfg)
-            .graceful_shutdown_on(wait_true(shutdown.clone()));
-        let store = ac.store();
-        access_stores.push(store.clone());
-        let ac = ac.owns(secrets, managed).watches(
-            buckets,
-            watcher::Config::default(),
-            move |b: Bucket| {
+        let store = w.accesses.clone();
+        let ac = Controller::for_shared_stream(
+            trigger(w.accesses.state(), w.access_events),
+            w.accesses.clone(),
+        )
+        .with_config(cfg)
+        .graceful_shutdown_on(wait_true(shutdown.clone()))
+        .owns_shared_stream(events(w.secret_events))
+        .watches_shared_stream(
+            events(w.bucket_events_for_accesses),
+            move |b: Arc<Bucket>| {
                 // A Bucket change wakes every BucketAccess that refers to it.
                 let ns = b.namespace();
                 store
@@ -229,48 +341,6 @@ async fn run_controllers(
         shutdown,
     ));
     join_all(runs).await;
-}
-
-/// Counts the primary watch streams still to list their objects; /readyz turns ready at zero.
-struct CacheSync {
-    pending: AtomicUsize,
-    health: Arc<Health>,
-}
-
-/// A reflector over `api` feeding a controller, reporting its first complete list to `sync`.
-/// (Waiting on `Store::wait_until_ready` beside the controller would steal its single wake-up.)
-fn reflected<K>(
-    api: Api<K>,
-    sync: Arc<CacheSync>,
-) -> (
-    Store<K>,
-    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
-)
-where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
-{
-    let (reader, writer) = reflector::store();
-    let mut listed = false;
-    let stream = watcher::watcher(api, watcher::Config::default())
-        .default_backoff()
-        .reflect(writer)
-        .inspect_ok(move |event| {
-            if !listed && matches!(event, watcher::Event::InitDone) {
-                listed = true;
-                if sync.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    sync.health.ready.store(true, Ordering::SeqCst);
-                    tracing::info!("caches synced");
-                }
-            }
-        })
-        .touched_objects();
-    (reader, stream)
 }
 
 async fn wait_true(mut rx: watch::Receiver<bool>) {
