@@ -19,7 +19,7 @@ Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 import sys
 
 from moto.iam.responses import IamResponse
-from moto.s3.responses import S3Response
+from moto.s3.responses import ACTION_MAP, S3Response
 from moto.server import main
 
 
@@ -43,6 +43,15 @@ def _determine_resource(self) -> str:
 
 
 IamResponse._determine_resource = _determine_resource
+
+_bucket_actions = ACTION_MAP["BUCKET"]
+for _method, _encryption, _pab in (
+    ("GET", "GetEncryptionConfiguration", "GetBucketPublicAccessBlock"),
+    ("PUT", "PutEncryptionConfiguration", "PutBucketPublicAccessBlock"),
+    ("DELETE", "PutEncryptionConfiguration", "PutBucketPublicAccessBlock"),
+):
+    _bucket_actions[_method]["encryption"] = _encryption
+    _bucket_actions[_method]["publicAccessBlock"] = _pab
 
 _get_bucket_versioning = S3Response.get_bucket_versioning
 

@@ -69,5 +69,8 @@ if [[ $rc -ne 0 ]]; then
 else
   log "all tests passed"
 fi
+# Tear down first so the totals are the run's closing line.
+trap - EXIT
+cleanup >/dev/null 2>&1
 echo "tests: $totals"
 exit "$rc"

@@ -435,3 +435,43 @@ async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
         Some("first")
     );
 }
+
+/// An operator whose IAM policy lacks a permission reports AccessDenied in the condition and an
+/// event, and waits for the resync instead of hot-looping on the refusal.
+#[tokio::test]
+async fn access_denied_lands_in_the_condition_without_a_hot_loop() {
+    let client = admin().await;
+    let ns = namespace(&client, "deny").await;
+    let cluster = format!("t{}", random(6));
+    let mut doc = s3_operator::aws::policy::operator_policy(
+        "aws",
+        PREFIX,
+        &s3_operator::aws::naming::iam_path(&cluster),
+    );
+    // Take s3:PutEncryptionConfiguration away from the shipped policy.
+    let actions = doc["Statement"][0]["Action"].as_array_mut().unwrap();
+    actions.retain(|a| a != "s3:PutEncryptionConfiguration");
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        cluster: Some(cluster),
+        resync: "30s",
+        policy: Some(doc),
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    api.create(&PostParams::default(), &bucket("denied", json!({})))
+        .await
+        .unwrap();
+    let msg = wait_reason(&api, "denied", "AccessDenied", T).await;
+    assert!(msg.contains("PutBucketEncryption"), "{msg}");
+    assert!(!events(&ns, "AccessDenied").await.is_empty());
+    let tagging = [("operation", "GetBucketTagging")];
+    let before = op.metric("s3_operator_aws_requests_total", &tagging).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let after = op.metric("s3_operator_aws_requests_total", &tagging).await;
+    assert!(
+        after - before <= 1.0,
+        "hot loop: {before} -> {after} reads in 5s"
+    );
+}

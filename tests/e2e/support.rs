@@ -409,6 +409,8 @@ pub struct OperatorOpts {
     pub cluster: Option<String>,
     pub extra_args: Vec<String>,
     pub env: Vec<(String, String)>,
+    /// Replaces the shipped operator policy (to test refusals); `None` uses the shipped one.
+    pub policy: Option<serde_json::Value>,
 }
 
 impl Default for OperatorOpts {
@@ -420,6 +422,7 @@ impl Default for OperatorOpts {
             cluster: None,
             extra_args: vec![],
             env: vec![],
+            policy: None,
         }
     }
 }
@@ -453,6 +456,14 @@ pub struct Identity {
 
 impl Identity {
     pub async fn new(namespaces: &[String], cluster: Option<String>) -> Identity {
+        Identity::with_policy(namespaces, cluster, None).await
+    }
+
+    pub async fn with_policy(
+        namespaces: &[String],
+        cluster: Option<String>,
+        policy: Option<serde_json::Value>,
+    ) -> Identity {
         install_crds().await;
         let client = admin().await;
         let cluster = cluster.unwrap_or_else(|| format!("t{}", random(6)));
@@ -466,7 +477,8 @@ impl Identity {
         let kubeconfig = logs_dir().join(format!("{cluster}.kubeconfig"));
         std::fs::write(&kubeconfig, kubeconfig_yaml(&token)).expect("write kubeconfig");
         // Exactly the policy shipped in config/iam, rendered for this installation's cluster name.
-        let doc = policy::operator_policy("aws", PREFIX, &naming::iam_path(&cluster));
+        let doc = policy
+            .unwrap_or_else(|| policy::operator_policy("aws", PREFIX, &naming::iam_path(&cluster)));
         let aws_key =
             iam_user_with_policy(&format!("s3-operator-{cluster}"), "/", Some(&doc)).await;
         Identity {
@@ -480,7 +492,8 @@ impl Identity {
 
 impl Operator {
     pub async fn start(opts: OperatorOpts) -> Operator {
-        let id = Identity::new(&opts.namespaces, opts.cluster.clone()).await;
+        let id = Identity::with_policy(&opts.namespaces, opts.cluster.clone(), opts.policy.clone())
+            .await;
         Operator::start_as(&id, &opts, "0").await
     }
 
