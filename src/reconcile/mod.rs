@@ -63,18 +63,6 @@ pub enum Error {
     DeletionBlocked(String),
 }
 
-impl Error {
-    /// A short, bounded label for logs and spans.
-    pub fn metric_label(&self) -> &'static str {
-        match self {
-            Error::Aws(_) => "aws",
-            Error::Kube(_) => "kubernetes",
-            Error::NoNamespace => "invalid",
-            Error::DeletionBlocked(_) => "deletion_blocked",
-        }
-    }
-}
-
 /// Per-object exponential backoff for failed reconciles (kube-runtime has none built in):
 /// 1s, 2s, 4s, ... capped at 5 minutes, with jitter, reset by the next success.
 #[derive(Default)]

@@ -4,7 +4,7 @@
 #![allow(dead_code)]
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
@@ -663,8 +663,4 @@ pub fn secret_data(s: &Secret) -> BTreeMap<String, String> {
         .into_iter()
         .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
         .collect()
-}
-
-pub fn read_file(p: &Path) -> String {
-    std::fs::read_to_string(p).unwrap_or_default()
 }
