@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 
 use super::{Context, Error, MANAGER, ensure_finalizer, remove_finalizer, update_status};
 use crate::api::condition::{self, Reason};
-use crate::api::{Bucket, BucketAccess, BucketAccessStatus, CredentialsType};
+use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType};
 use crate::aws::iam::{AccessKey, NewAccessKey};
 use crate::aws::tags::{Owner, Ownership};
 use crate::aws::{ErrorKind, naming, policy};
@@ -211,9 +211,7 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<A
     ensure_finalizer(&ctx.client, access.as_ref()).await?;
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
     let bucket_ref = &access.spec.bucket_ref.name;
-    let bucket = Api::<Bucket>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(bucket_ref)
-        .await?;
+    let bucket = ctx.bucket(&ns, bucket_ref);
     let facts = match bucket.as_ref().and_then(|b| b.status.as_ref()) {
         None if bucket.is_none() => {
             let msg = format!("Bucket {bucket_ref} does not exist in namespace {ns}");
@@ -378,19 +376,17 @@ async fn apply_user(
         }
         (None, Some(active)) => {
             // Keep the pair the Secret already holds.
-            let old = secret
+            let old: &[u8] = secret
                 .as_ref()
                 .and_then(|s| s.data.as_ref())
-                .and_then(|d| d.get("AWS_SECRET_ACCESS_KEY"));
+                .and_then(|d| d.get("AWS_SECRET_ACCESS_KEY"))
+                .map_or(&[], |b| b.0.as_slice());
             data.insert("AWS_ACCESS_KEY_ID".into(), active.id.clone());
             data.insert(
                 "AWS_SECRET_ACCESS_KEY".into(),
-                String::from_utf8_lossy(&old.map(|b| b.0.clone()).unwrap_or_default()).into(),
+                String::from_utf8_lossy(old).into(),
             );
-            annotations.insert(
-                ANN_KEY_HASH.to_string(),
-                sha256_hex(&old.map(|b| b.0.clone()).unwrap_or_default()),
-            );
+            annotations.insert(ANN_KEY_HASH.to_string(), sha256_hex(old));
             (active.id.clone(), active.created)
         }
         (None, None) => unreachable!("plan_keys either keeps a key or creates one"),

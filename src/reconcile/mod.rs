@@ -46,6 +46,20 @@ pub struct Context {
     pub settings: Settings,
     pub recorder: Recorder,
     pub backoff: Backoff,
+    /// The warm Bucket caches of every watched scope (BucketAccess looks its Bucket up here).
+    pub buckets: Vec<kube::runtime::reflector::Store<crate::api::Bucket>>,
+}
+
+impl Context {
+    /// The Bucket `name` in `namespace`, from the watch cache.
+    pub fn bucket(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Option<std::sync::Arc<crate::api::Bucket>> {
+        let key = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
+        self.buckets.iter().find_map(|s| s.get(&key))
+    }
 }
 
 /// What can fail in a reconcile. AWS refusals that a person must fix (names taken, access

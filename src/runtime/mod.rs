@@ -133,6 +133,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
             settings: config.reconcile.clone(),
             recorder: Recorder::new(client.clone(), reporter),
             backoff: Default::default(),
+            buckets: watches.iter().map(|w| w.buckets.clone()).collect(),
         });
         run_controllers(&config, ctx, watches, shutdown.clone()).await;
     }
@@ -298,7 +299,7 @@ async fn run_controllers(
         runs.push(
             bc.run(
                 |b, c| instrumented("bucket", b, c, reconcile::bucket::reconcile),
-                |b, e, c| error_policy("bucket", b, e, c),
+                error_policy,
                 ctx.clone(),
             )
             .for_each(|_| async {})
@@ -328,7 +329,7 @@ async fn run_controllers(
         runs.push(
             ac.run(
                 |a, c| instrumented("bucketaccess", a, c, reconcile::bucket_access::reconcile),
-                |a, e, c| error_policy("bucketaccess", a, e, c),
+                error_policy,
                 ctx.clone(),
             )
             .for_each(|_| async {})
@@ -376,11 +377,7 @@ where
         "trace_id",
         span.in_scope(telemetry::current_trace_id).as_str(),
     );
-    let key = format!(
-        "{kind}/{}/{}",
-        obj.meta().namespace.as_deref().unwrap_or_default(),
-        obj.meta().name.as_deref().unwrap_or_default()
-    );
+    let key = object_key(obj.as_ref());
     let workers = METRICS.active_workers.with_label_values(&[controller]);
     workers.inc();
     let start = Instant::now();
@@ -420,18 +417,21 @@ where
 }
 
 fn error_policy<K: Resource<DynamicType = ()>>(
-    _controller: &str,
     obj: Arc<K>,
     _e: &reconcile::Error,
     ctx: Arc<Context>,
 ) -> Action {
-    let key = format!(
-        "{}/{}/{}",
-        K::kind(&()),
-        obj.meta().namespace.as_deref().unwrap_or_default(),
-        obj.meta().name.as_deref().unwrap_or_default()
+    Action::requeue(ctx.backoff.next(&object_key(obj.as_ref())))
+}
+
+/// The per-object key of the backoff map.
+fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    let meta = obj.meta();
+    let (ns, name) = (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
     );
-    Action::requeue(ctx.backoff.next(&key))
+    format!("{}/{ns}/{name}", K::kind(&()))
 }
 
 async fn report_managed_objects(

@@ -38,7 +38,7 @@ async fn rbac_allows_what_a_role_grants_and_denies_the_rest() {
         ..Default::default()
     }];
     let token = service_account(&client, &ns, "reader", &[(ns.as_str(), rules)]).await;
-    let as_sa = client_with_token(&token);
+    let as_sa = client_with_token(&token).await;
     Api::<ConfigMap>::namespaced(as_sa.clone(), &ns)
         .list(&ListParams::default())
         .await

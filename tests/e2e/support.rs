@@ -108,14 +108,11 @@ pub async fn admin() -> kube::Client {
 }
 
 /// A kube client authenticated with `token` (a ServiceAccount token).
-pub fn client_with_token(token: &str) -> kube::Client {
-    let kubeconfig = kubeconfig_yaml(token);
-    let kc: Kubeconfig = serde_yaml::from_str(&kubeconfig).expect("kubeconfig");
-    let cfg = futures::executor::block_on(kube::Config::from_custom_kubeconfig(
-        kc,
-        &KubeConfigOptions::default(),
-    ))
-    .expect("config");
+pub async fn client_with_token(token: &str) -> kube::Client {
+    let kc: Kubeconfig = serde_yaml::from_str(&kubeconfig_yaml(token)).expect("kubeconfig");
+    let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .expect("config");
     kube::Client::try_from(cfg).expect("client")
 }
 
