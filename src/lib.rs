@@ -10,3 +10,6 @@ pub mod api;
 pub mod aws;
 pub mod reconcile;
 pub mod runtime;
+
+/// The crate version: the image tag, chart appVersion and CSV version all carry it.
+pub const VERSION: &str = env!("CARGO_PKG_VERSION");

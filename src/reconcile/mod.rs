@@ -187,7 +187,11 @@ where
         .filter(|f| *f != FINALIZER)
         .cloned()
         .collect();
-    patch_finalizers(client, obj, finalizers).await
+    match patch_finalizers(client, obj, finalizers).await {
+        // A reconcile from a cache that has not yet seen the object go: the work is done.
+        Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => Ok(()),
+        other => other,
+    }
 }
 
 async fn patch_finalizers<K>(

@@ -35,6 +35,7 @@ pub struct Metrics {
     pub drift_corrections_total: IntCounterVec,
     pub managed_objects: IntGaugeVec,
     pub access_key_age_seconds: Gauge,
+    pub access_key_rotation_overdue_seconds: Gauge,
     pub kube_writes_total: IntCounterVec,
 }
 
@@ -81,6 +82,14 @@ impl Metrics {
         .expect("valid gauge");
         registry
             .register(Box::new(access_key_age_seconds.clone()))
+            .expect("unique metric");
+        let access_key_rotation_overdue_seconds = Gauge::new(
+            "s3_operator_access_key_rotation_overdue_seconds",
+            "How far past its next rotation time the most overdue rotating access key is (0: none)",
+        )
+        .expect("valid gauge");
+        registry
+            .register(Box::new(access_key_rotation_overdue_seconds.clone()))
             .expect("unique metric");
         let m = Metrics {
             reconcile_total: counter(
@@ -146,6 +155,7 @@ impl Metrics {
                 &["kind", "verb"],
             ),
             access_key_age_seconds,
+            access_key_rotation_overdue_seconds,
             registry,
         };
         for c in CONTROLLERS {

@@ -470,6 +470,14 @@ async fn report_managed_objects(
         METRICS
             .access_key_age_seconds
             .set(oldest.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0)));
+        // Rotation is checked on every resync; a key far past its time means rotation is failing.
+        let overdue = accesses
+            .iter()
+            .flat_map(|s| s.state())
+            .filter_map(|a| a.status.as_ref()?.next_rotation_time.as_ref().map(|t| t.0))
+            .map(|next| now.duration_since(next).as_secs_f64())
+            .fold(0.0, f64::max);
+        METRICS.access_key_rotation_overdue_seconds.set(overdue);
         for (kind, (ready, not_ready)) in [("Bucket", b), ("BucketAccess", a)] {
             METRICS
                 .managed_objects

@@ -5,6 +5,7 @@
 mod access;
 mod bucket;
 mod observability;
+mod packaging;
 mod runtime;
 mod smoke;
 mod support;

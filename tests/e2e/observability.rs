@@ -245,7 +245,7 @@ exporters:
         );
         std::fs::write(dir.join("jaeger.yaml"), config).unwrap();
         let log = std::fs::File::create(dir.join("jaeger.log")).unwrap();
-        let bin = format!("{}/jaeger", s3_bin());
+        let bin = format!("{}/jaeger", tools_bin());
         let child = tokio::process::Command::new(bin)
             .arg("--config")
             .arg(dir.join("jaeger.yaml"))
@@ -371,15 +371,4 @@ async fn reconcile_traces_reach_jaeger_and_json_logs_carry_the_trace_id() {
             .is_some_and(|t| trace_id.ends_with(t) || t.ends_with(&trace_id))),
         "no log line carries trace id {trace_id}"
     );
-}
-
-fn s3_bin() -> String {
-    std::env::var("S3OP_CACHE")
-        .map(|c| format!("{c}/bin"))
-        .unwrap_or_else(|_| {
-            format!(
-                "{}/.cache/s3-operator/bin",
-                std::env::var("HOME").unwrap_or_default()
-            )
-        })
 }

@@ -20,6 +20,18 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 pub const PREFIX: &str = "s3op-";
 
+/// Where `hack/tools.sh` puts the tools it builds ($S3OP_CACHE/bin).
+pub fn tools_bin() -> String {
+    std::env::var("S3OP_CACHE")
+        .map(|c| format!("{c}/bin"))
+        .unwrap_or_else(|_| {
+            format!(
+                "{}/.cache/s3-operator/bin",
+                std::env::var("HOME").unwrap_or_default()
+            )
+        })
+}
+
 /// The running environment, read from the env file `hack/env.sh up` writes.
 pub struct Env {
     pub kubeconfig: PathBuf,
@@ -151,40 +163,44 @@ pub async fn namespace(client: &kube::Client, tag: &str) -> String {
 
 static CRDS: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
 
-/// Applies the committed CRDs (config/crd) once per test binary and waits until they are served.
+/// Applies the committed CRDs (config/crd/bases) once per test binary.
 pub async fn install_crds() {
     CRDS.get_or_init(|| async {
-        let client = admin().await;
-        let api = Api::<CustomResourceDefinition>::all(client);
-        let text = std::fs::read_to_string(repo().join("config/crd/s3.operator.dev_crds.yaml"))
-            .expect("CRD file");
-        for doc in serde_yaml::Deserializer::from_str(&text) {
-            let crd: CustomResourceDefinition =
-                serde::Deserialize::deserialize(doc).expect("CRD yaml");
-            let name = crd.metadata.name.clone().expect("name");
-            api.patch(
-                &name,
-                &PatchParams::apply("e2e").force(),
-                &Patch::Apply(&crd),
-            )
-            .await
-            .expect("apply CRD");
-            wait_for(
-                &format!("CRD {name} established"),
-                Duration::from_secs(30),
-                || async {
-                    let c = api.get(&name).await.ok()?;
-                    c.status?
-                        .conditions?
-                        .iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                        .then_some(())
-                },
-            )
-            .await;
+        for kind in ["buckets", "bucketaccesses"] {
+            apply_crds(&repo().join(format!("config/crd/bases/s3.operator.dev_{kind}.yaml"))).await;
         }
     })
     .await;
+}
+
+/// Server-side applies every CRD in a YAML file and waits until each is served.
+pub async fn apply_crds(path: &std::path::Path) {
+    let api = Api::<CustomResourceDefinition>::all(admin().await);
+    let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let crd: CustomResourceDefinition = serde::Deserialize::deserialize(doc).expect("CRD yaml");
+        let name = crd.metadata.name.clone().expect("name");
+        api.patch(
+            &name,
+            &PatchParams::apply("e2e").force(),
+            &Patch::Apply(&crd),
+        )
+        .await
+        .expect("apply CRD");
+        wait_for(
+            &format!("CRD {name} established"),
+            Duration::from_secs(30),
+            || async {
+                let c = api.get(&name).await.ok()?;
+                c.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                    .then_some(())
+            },
+        )
+        .await;
+    }
 }
 
 /// Polls `f` every 200ms until it returns `Some`, or panics after `timeout` naming `what`.
@@ -433,6 +449,7 @@ pub struct Operator {
     pub probe_addr: String,
     pub log: PathBuf,
     pub operator_ns: String,
+    _pass: Pass,
 }
 
 fn free_port() -> u16 {
@@ -487,6 +504,82 @@ impl Identity {
     }
 }
 
+impl Identity {
+    /// The identity a package installed: its ServiceAccount (whatever RBAC the package bound to
+    /// it) and an IAM user with exactly the shipped policy for `cluster`.
+    pub async fn installed(sa_ns: &str, sa: &str, cluster: &str) -> Identity {
+        install_crds().await;
+        let client = admin().await;
+        let token = service_account(&client, sa_ns, sa, &[]).await;
+        let kubeconfig = logs_dir().join(format!("{cluster}.kubeconfig"));
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&token)).expect("write kubeconfig");
+        let doc = policy::operator_policy("aws", PREFIX, &naming::iam_path(cluster));
+        let aws_key =
+            iam_user_with_policy(&format!("s3-operator-{cluster}"), "/", Some(&doc)).await;
+        Identity {
+            cluster: cluster.into(),
+            operator_ns: sa_ns.into(),
+            kubeconfig,
+            aws_key,
+        }
+    }
+}
+
+// ---------------------------------------------------------------- one cluster-wide operator at a time
+
+/// An operator watching every namespace would act on the objects of every other test, so it runs
+/// alone: scoped operators share the gate, a cluster-wide one holds it exclusively. Readers never
+/// queue behind a waiting writer, so a test may start replicas while holding a pass.
+#[derive(Default)]
+struct GateState {
+    shared: usize,
+    exclusive: bool,
+}
+
+static GATE: std::sync::Mutex<GateState> = std::sync::Mutex::new(GateState {
+    shared: 0,
+    exclusive: false,
+});
+static GATE_CHANGED: tokio::sync::Notify = tokio::sync::Notify::const_new();
+
+pub struct Pass {
+    exclusive: bool,
+}
+
+impl Pass {
+    async fn acquire(exclusive: bool) -> Pass {
+        loop {
+            let changed = GATE_CHANGED.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            {
+                let mut g = GATE.lock().expect("gate");
+                if exclusive && !g.exclusive && g.shared == 0 {
+                    g.exclusive = true;
+                    return Pass { exclusive };
+                }
+                if !exclusive && !g.exclusive {
+                    g.shared += 1;
+                    return Pass { exclusive };
+                }
+            }
+            changed.await;
+        }
+    }
+}
+
+impl Drop for Pass {
+    fn drop(&mut self) {
+        let mut g = GATE.lock().expect("gate");
+        if self.exclusive {
+            g.exclusive = false;
+        } else {
+            g.shared -= 1;
+        }
+        GATE_CHANGED.notify_waiters();
+    }
+}
+
 impl Operator {
     pub async fn start(opts: OperatorOpts) -> Operator {
         let id = Identity::with_policy(&opts.namespaces, opts.cluster.clone(), opts.policy.clone())
@@ -496,44 +589,92 @@ impl Operator {
 
     /// Starts one more process of the installation `id` (a replica).
     pub async fn start_as(id: &Identity, opts: &OperatorOpts, replica: &str) -> Operator {
+        let mut args: Vec<String> = [
+            "run",
+            "--cluster-name",
+            &id.cluster,
+            "--watch-namespaces",
+            &opts.namespaces.join(","),
+            "--resync-period",
+            opts.resync,
+            "--leader-election-namespace",
+            &id.operator_ns,
+            "--pod-name",
+            &format!("{}-{replica}", id.cluster),
+        ]
+        .map(String::from)
+        .into();
+        args.extend(opts.extra_args.iter().cloned());
+        if opts.leader_elect {
+            args.push("--leader-elect".into());
+        }
+        let mut env = vec![("RUST_LOG".to_string(), "info,s3_operator=debug".to_string())];
+        env.extend(opts.env.iter().cloned());
+        Operator::spawn(id, args, env, opts.namespaces.is_empty(), replica).await
+    }
+
+    /// Runs the operator as a package's Deployment would: that container's args and env (field
+    /// references resolved as the kubelet would, `olm.targetNamespaces` from `targets`), with
+    /// only the addresses and the cluster name changed so it can run beside other tests.
+    pub async fn start_packaged(
+        id: &Identity,
+        container: &serde_json::Value,
+        targets: &str,
+        replica: &str,
+    ) -> Operator {
+        let args: Vec<String> = serde_json::from_value(container["args"].clone()).expect("args");
+        let mut env = Vec::new();
+        for e in container["env"].as_array().expect("env") {
+            let name = e["name"].as_str().expect("env name").to_string();
+            let value = match (
+                &e["value"],
+                e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+            ) {
+                (serde_json::Value::String(v), _) => v.clone(),
+                (_, Some("metadata.namespace")) => id.operator_ns.clone(),
+                (_, Some("metadata.name")) => format!("{}-{replica}", id.cluster),
+                (_, Some("metadata.annotations['olm.targetNamespaces']")) => targets.into(),
+                _ => panic!("env {name}: unsupported source {e}"),
+            };
+            env.push((name, value));
+        }
+        env.retain(|(k, _)| k != "CLUSTER_NAME");
+        env.push(("CLUSTER_NAME".into(), id.cluster.clone()));
+        let all = env
+            .iter()
+            .find(|(k, _)| k == "WATCH_NAMESPACE")
+            .is_none_or(|(_, v)| v.is_empty());
+        Operator::spawn(id, args, env, all, replica).await
+    }
+
+    async fn spawn(
+        id: &Identity,
+        args: Vec<String>,
+        vars: Vec<(String, String)>,
+        cluster_wide: bool,
+        replica: &str,
+    ) -> Operator {
+        let pass = Pass::acquire(cluster_wide).await;
         let metrics_addr = format!("127.0.0.1:{}", free_port());
         let probe_addr = format!("127.0.0.1:{}", free_port());
         let log = logs_dir().join(format!("operator-{}-{replica}.log", id.cluster));
         let out = std::fs::File::create(&log).expect("log file");
         let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_s3-operator"));
-        cmd.arg("run")
-            .arg("--cluster-name")
-            .arg(&id.cluster)
-            .arg("--watch-namespaces")
-            .arg(opts.namespaces.join(","))
-            .arg("--resync-period")
-            .arg(opts.resync)
-            .arg("--aws-endpoint-url")
-            .arg(&env().aws_endpoint)
-            .arg("--metrics-bind-address")
-            .arg(&metrics_addr)
-            .arg("--health-probe-bind-address")
-            .arg(&probe_addr)
-            .arg("--leader-election-namespace")
-            .arg(&id.operator_ns)
-            .arg("--pod-name")
-            .arg(format!("{}-{replica}", id.cluster))
-            .args(&opts.extra_args)
+        cmd.args(&args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(vars)
             .env("KUBECONFIG", &id.kubeconfig)
             .env("AWS_ACCESS_KEY_ID", &id.aws_key.0)
             .env("AWS_SECRET_ACCESS_KEY", &id.aws_key.1)
             .env("AWS_REGION", &env().region)
+            .env("AWS_ENDPOINT_URL", &env().aws_endpoint)
             .env("AWS_EC2_METADATA_DISABLED", "true")
-            .env("RUST_LOG", "info,s3_operator=debug")
+            .env("METRICS_BIND_ADDRESS", &metrics_addr)
+            .env("HEALTH_PROBE_BIND_ADDRESS", &probe_addr)
             .stdout(out.try_clone().expect("log"))
             .stderr(out)
-            .envs(opts.env.iter().cloned())
             .kill_on_drop(true);
-        if opts.leader_elect {
-            cmd.arg("--leader-elect");
-        }
         let child = cmd.spawn().expect("start operator");
         let op = Operator {
             child,
@@ -542,6 +683,7 @@ impl Operator {
             probe_addr,
             log,
             operator_ns: id.operator_ns.clone(),
+            _pass: pass,
         };
         let probe = op.probe_addr.clone();
         wait_for("operator /readyz", Duration::from_secs(60), || {
