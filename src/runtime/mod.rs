@@ -453,27 +453,26 @@ async fn report_managed_objects(
                 .map(|b| b.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
                 .collect(),
         );
+        // One snapshot of the BucketAccess caches for every figure below.
+        let all_accesses: Vec<_> = accesses.iter().flat_map(|s| s.state()).collect();
         let a = count(
-            accesses
+            all_accesses
                 .iter()
-                .flat_map(|s| s.state())
                 .map(|a| a.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
                 .collect(),
         );
         // Age of the oldest active access key: the key's creation time is in status.
         let now = jiff::Timestamp::now();
-        let oldest = accesses
+        let oldest = all_accesses
             .iter()
-            .flat_map(|s| s.state())
             .filter_map(|a| a.status.as_ref()?.last_rotation_time.as_ref().map(|t| t.0))
             .min();
         METRICS
             .access_key_age_seconds
             .set(oldest.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0)));
         // Rotation is checked on every resync; a key far past its time means rotation is failing.
-        let overdue = accesses
+        let overdue = all_accesses
             .iter()
-            .flat_map(|s| s.state())
             .filter_map(|a| a.status.as_ref()?.next_rotation_time.as_ref().map(|t| t.0))
             .map(|next| now.duration_since(next).as_secs_f64())
             .fold(0.0, f64::max);

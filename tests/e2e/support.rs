@@ -488,9 +488,19 @@ impl Identity {
             .collect();
         grants.push((operator_ns.as_str(), leader_rules()));
         let token = service_account(&client, &operator_ns, "s3-operator", &grants).await;
+        Identity::with_token(cluster, operator_ns, &token, policy).await
+    }
+
+    /// Writes the kubeconfig for `token` and creates the IAM user: by default with exactly the
+    /// policy shipped in config/iam, rendered for this installation's cluster name.
+    async fn with_token(
+        cluster: String,
+        operator_ns: String,
+        token: &str,
+        policy: Option<serde_json::Value>,
+    ) -> Identity {
         let kubeconfig = logs_dir().join(format!("{cluster}.kubeconfig"));
-        std::fs::write(&kubeconfig, kubeconfig_yaml(&token)).expect("write kubeconfig");
-        // Exactly the policy shipped in config/iam, rendered for this installation's cluster name.
+        std::fs::write(&kubeconfig, kubeconfig_yaml(token)).expect("write kubeconfig");
         let doc = policy
             .unwrap_or_else(|| policy::operator_policy("aws", PREFIX, &naming::iam_path(&cluster)));
         let aws_key =
@@ -509,19 +519,8 @@ impl Identity {
     /// it) and an IAM user with exactly the shipped policy for `cluster`.
     pub async fn installed(sa_ns: &str, sa: &str, cluster: &str) -> Identity {
         install_crds().await;
-        let client = admin().await;
-        let token = service_account(&client, sa_ns, sa, &[]).await;
-        let kubeconfig = logs_dir().join(format!("{cluster}.kubeconfig"));
-        std::fs::write(&kubeconfig, kubeconfig_yaml(&token)).expect("write kubeconfig");
-        let doc = policy::operator_policy("aws", PREFIX, &naming::iam_path(cluster));
-        let aws_key =
-            iam_user_with_policy(&format!("s3-operator-{cluster}"), "/", Some(&doc)).await;
-        Identity {
-            cluster: cluster.into(),
-            operator_ns: sa_ns.into(),
-            kubeconfig,
-            aws_key,
-        }
+        let token = service_account(&admin().await, sa_ns, sa, &[]).await;
+        Identity::with_token(cluster.into(), sa_ns.into(), &token, None).await
     }
 }
 
