@@ -5,6 +5,7 @@
 #
 #   hack/env.sh up   [--state DIR] [--owner-pid PID]   start; prints the env file to source
 #   hack/env.sh down [--state DIR]                     stop and delete the state
+#   hack/env.sh apiserver PORT [--state DIR]           run one more kube-apiserver (foreground)
 #
 # With --owner-pid the environment tears itself down when that process exits, even if it is
 # killed, so a failing or interrupted test run never leaves servers behind.
@@ -13,6 +14,8 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
 
 cmd=${1:-}; shift || true
+port=""
+if [[ $cmd == apiserver ]]; then port=${1:?usage: hack/env.sh apiserver PORT}; shift; fi
 state="${S3OP_STATE:-$here/../.local/env}"
 owner=""
 while [[ $# -gt 0 ]]; do
@@ -67,6 +70,24 @@ certs() {
   $o rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
 }
 
+# apiserver PORT CERT_DIR: runs a kube-apiserver on the environment's etcd. `up` starts the main
+# one; `hack/env.sh apiserver` starts another (an HA peer the fault tests stop and restart).
+apiserver() {
+  local pki="$state/pki"
+  exec "$S3OP_BIN/kube-apiserver" \
+    --etcd-servers "$(cat "$state/etcd.url")" \
+    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$1" \
+    --cert-dir "$2" \
+    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
+    --client-ca-file "$pki/ca.crt" \
+    --authorization-mode RBAC \
+    --service-account-issuer "https://kubernetes.default.svc.cluster.local" \
+    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
+    --service-cluster-ip-range 10.96.0.0/16 \
+    --disable-admission-plugins ServiceAccount \
+    --profiling=false --v 1
+}
+
 up() {
   if [[ -f $state/env ]] && source "$state/env" && kubectl_ok && moto_ok; then
     log "environment already up: source $state/env"
@@ -86,19 +107,9 @@ up() {
     --listen-peer-urls "http://127.0.0.1:$peer_port" --initial-advertise-peer-urls "http://127.0.0.1:$peer_port" \
     --initial-cluster "s3op=http://127.0.0.1:$peer_port" --unsafe-no-fsync --log-level warn
 
+  echo "http://127.0.0.1:$etcd_port" >"$state/etcd.url"
   log "starting kube-apiserver $KUBE_VERSION on https://127.0.0.1:$api_port"
-  start kube-apiserver "$bin/kube-apiserver" \
-    --etcd-servers "http://127.0.0.1:$etcd_port" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$api_port" \
-    --cert-dir "$state/apiserver-certs" \
-    --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
-    --client-ca-file "$pki/ca.crt" \
-    --authorization-mode RBAC \
-    --service-account-issuer "https://kubernetes.default.svc.cluster.local" \
-    --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
-    --service-cluster-ip-range 10.96.0.0/16 \
-    --disable-admission-plugins ServiceAccount \
-    --profiling=false --v 1
+  start kube-apiserver apiserver "$api_port" "$state/apiserver-certs"
 
   local kc="$state/admin.kubeconfig"
   KUBECONFIG="$kc" "$bin/kubectl" config set-cluster local --server "https://127.0.0.1:$api_port" \
@@ -159,11 +170,12 @@ down_quiet() {
     done
     while read -r _ pid; do kill -9 "$pid" 2>/dev/null || true; done <"$state/pids"
   fi
-  rm -rf "$state/etcd" "$state/pids" "$state/env" "$state/apiserver-certs"
+  rm -rf "$state/etcd" "$state/pids" "$state/env" "$state/apiserver-certs"*
 }
 
 case $cmd in
   up) up ;;
   down) down_quiet; log "environment down ($state)" ;;
-  *) die "usage: hack/env.sh up|down [--state DIR] [--owner-pid PID]" ;;
+  apiserver) apiserver "$port" "$state/apiserver-certs-$port" ;;
+  *) die "usage: hack/env.sh up|down|apiserver [--state DIR] [--owner-pid PID]" ;;
 esac

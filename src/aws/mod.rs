@@ -142,7 +142,12 @@ impl Aws {
         if let Some(endpoint) = &settings.endpoint_url {
             loader = loader.endpoint_url(endpoint);
         }
-        let base = loader.load().await;
+        Self::from_config(loader.load().await, settings.endpoint_url.clone())
+    }
+
+    /// Clients from an already loaded SDK configuration (the benchmark's direct client uses it
+    /// with its own credentials).
+    pub fn from_config(base: SdkConfig, endpoint_url: Option<String>) -> Self {
         let region = base
             .region()
             .map(|r| r.to_string())
@@ -151,7 +156,7 @@ impl Aws {
         Self {
             base,
             region,
-            endpoint_url: settings.endpoint_url.clone(),
+            endpoint_url,
             iam,
             s3: Default::default(),
         }

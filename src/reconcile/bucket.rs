@@ -317,7 +317,8 @@ async fn apply(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
         Ok(d) => d,
         Err(msg) => return blocked(bucket, ctx, None, Reason::InvalidSpec, msg).await,
     };
-    let observed = match observe(ctx, &d, &owner, bucket.spec.adopt_existing).await {
+    let adopt = bucket.spec.adopt_existing || claimed(bucket, &d);
+    let observed = match observe(ctx, &d, &owner, adopt).await {
         Ok(o) => o,
         Err(e) => match refusal(&e) {
             Some((reason, msg)) => return blocked(bucket, ctx, Some(&d), reason, msg).await,
@@ -335,6 +336,9 @@ async fn apply(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
     let adopting =
         matches!(&observed, Observed::Present(c) if owner.judge(&c.tags) == Ownership::Unowned);
     for change in &changes {
+        if *change == Change::Create {
+            claim(bucket, ctx, &d).await?;
+        }
         if let Err(e) = write(ctx, &d, change).await {
             if e.is("BucketAlreadyOwnedByYou") {
                 // Created meanwhile by someone in this account: the next pass judges its tags.
@@ -386,6 +390,29 @@ async fn apply(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
     );
     update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?;
     Ok(ctx.resync())
+}
+
+/// Whether this object's status already names the bucket: it created it (or held it), so the
+/// bucket is ours even without tags. S3 cannot tag a bucket in the call that creates it; a crash
+/// or a lost response between CreateBucket and PutBucketTagging would otherwise leave an untagged
+/// bucket that its own creator refuses as unowned, and that nothing ever deletes.
+fn claimed(bucket: &Bucket, d: &Desired) -> bool {
+    bucket
+        .status
+        .as_ref()
+        .and_then(|s| s.bucket_name.as_deref())
+        == Some(d.name.as_str())
+}
+
+/// Records the name in status before creating the bucket (see `claimed`).
+async fn claim(bucket: &Bucket, ctx: &Context, d: &Desired) -> Result<(), Error> {
+    if claimed(bucket, d) {
+        return Ok(());
+    }
+    let msg = format!("Creating S3 bucket {} in {}", d.name, d.region);
+    let mut status = status_for(bucket, ctx, Some(d), false, Reason::Provisioning, msg);
+    status.bucket_name = Some(d.name.clone());
+    update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await
 }
 
 async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate::aws::Error> {
@@ -500,7 +527,12 @@ async fn release_or_delete(
         Err(e) if e.kind == ErrorKind::AccessDenied => return Ok(()),
         Err(e) => return Err(e.into()),
     };
-    if owner.judge(&tags) != Ownership::Ours {
+    let ours = match owner.judge(&tags) {
+        Ownership::Ours => true,
+        Ownership::Unowned => claimed(bucket, d),
+        Ownership::Foreign(_) => false,
+    };
+    if !ours {
         ctx.event(
             bucket,
             false,
@@ -614,6 +646,20 @@ mod tests {
             abort_incomplete_multipart_upload_days: None,
             transitions: vec![],
         }
+    }
+
+    #[test]
+    fn a_bucket_named_in_status_is_claimed_even_untagged() {
+        let d = desired_for(BucketSpec::default());
+        let mut b = Bucket::new("b", BucketSpec::default());
+        assert!(!claimed(&b, &d), "no status: not claimed");
+        b.status = Some(BucketStatus {
+            bucket_name: Some("s3op-someone-else".into()),
+            ..Default::default()
+        });
+        assert!(!claimed(&b, &d), "another name: not claimed");
+        b.status.as_mut().unwrap().bucket_name = Some(d.name.clone());
+        assert!(claimed(&b, &d));
     }
 
     #[test]

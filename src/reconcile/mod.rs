@@ -141,6 +141,10 @@ impl Context {
             action: reason.into(),
             secondary: None,
         };
+        METRICS
+            .kube_writes_total
+            .with_label_values(&["Event", "publish"])
+            .inc();
         if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
             tracing::warn!(error = %e, "could not publish event");
         }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
-use futures::{FutureExt, StreamExt, TryStreamExt};
+use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
@@ -200,9 +200,13 @@ impl Watches {
     }
 }
 
-/// A watch feeding a shared store, driven for the life of the process. Each of `subscribers`
+/// A watch feeding a store, driven for the life of the process. Each of `subscribers`
 /// receivers gets every applied object while `leading` is true; otherwise events are dropped
 /// (the store still takes them), so a standby never blocks the watch.
+///
+/// The objects are handed on straight from the watch stream: kube's shared-store subscription
+/// (`ReflectHandle`) stalls for good once it meets the reference of an object already deleted
+/// from the store, which silently cut a leader off from Bucket changes under churn.
 fn shared_watch<K>(
     api: Api<K>,
     cfg: watcher::Config,
@@ -219,39 +223,42 @@ where
         + Sync
         + 'static,
 {
-    let (reader, writer) = reflector::store_shared(256);
-    let handles: Vec<_> = (0..subscribers)
-        .map(|_| writer.subscribe().expect("a shared store"))
-        .collect();
+    let (reader, writer) = reflector::store();
+    let (senders, receivers): (Vec<_>, Vec<_>) = (0..subscribers)
+        .map(|_| tokio::sync::mpsc::unbounded_channel())
+        .unzip();
+    let store = reader.clone();
+    let leading = leading.clone();
     let mut listed = false;
     let stream = watcher::watcher(api, cfg)
         .default_backoff()
-        .reflect_shared(writer)
-        .inspect_ok(move |event| {
-            if !listed && matches!(event, watcher::Event::InitDone) {
-                listed = true;
-                if sync.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
-                    sync.health.ready.store(true, Ordering::SeqCst);
-                    tracing::info!("caches synced");
-                }
-            }
-        });
-    tokio::spawn(stream.for_each(|_| async {}));
-    let receivers = handles
-        .into_iter()
-        .map(|mut handle| {
-            let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-            let leading = leading.clone();
-            tokio::spawn(async move {
-                while let Some(obj) = handle.next().await {
-                    if *leading.borrow() && tx.send(obj).is_err() {
-                        break;
+        .reflect(writer)
+        .for_each(move |event| {
+            match &event {
+                Ok(watcher::Event::InitDone) if !listed => {
+                    listed = true;
+                    if sync.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+                        sync.health.ready.store(true, Ordering::SeqCst);
+                        tracing::info!("caches synced");
                     }
                 }
-            });
-            rx
-        })
-        .collect();
+                // Re-lists (after a lost watch) are handed on too: changes missed while the
+                // watch was down arrive this way.
+                Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj))
+                    if *leading.borrow() =>
+                {
+                    // The store already holds this version; share its copy.
+                    if let Some(obj) = store.get(&ObjectRef::from_obj(obj)) {
+                        for tx in &senders {
+                            let _ = tx.send(obj.clone());
+                        }
+                    }
+                }
+                _ => {}
+            }
+            async {}
+        });
+    tokio::spawn(stream);
     (reader, receivers)
 }
 

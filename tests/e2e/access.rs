@@ -14,7 +14,7 @@ use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
 
-fn access(name: &str, spec: serde_json::Value) -> BucketAccess {
+pub fn access(name: &str, spec: serde_json::Value) -> BucketAccess {
     serde_json::from_value(json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess", "metadata": {"name": name}, "spec": spec}))
         .expect("valid BucketAccess")
 }

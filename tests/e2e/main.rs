@@ -3,10 +3,13 @@
 //! starts a private environment (`hack/env.sh`) for the run.
 
 mod access;
+mod audit;
 mod bucket;
+mod faults;
 mod observability;
 mod packaging;
 mod runtime;
+mod scale;
 mod smoke;
 mod support;
 mod validation;

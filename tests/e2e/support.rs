@@ -39,6 +39,8 @@ pub struct Env {
     pub ca: PathBuf,
     pub aws_endpoint: String,
     pub region: String,
+    /// The state directory of `hack/env.sh` (for `hack/env.sh apiserver`).
+    pub state_dir: PathBuf,
     admin_key: (String, String),
 }
 
@@ -73,6 +75,7 @@ pub fn env() -> &'static Env {
             ca: get("S3OP_KUBE_CA").into(),
             aws_endpoint: get("S3OP_AWS_ENDPOINT"),
             region: get("S3OP_AWS_REGION"),
+            state_dir: get("S3OP_ENV_DIR").into(),
             admin_key: (
                 get("S3OP_AWS_ADMIN_ACCESS_KEY_ID"),
                 get("S3OP_AWS_ADMIN_SECRET_ACCESS_KEY"),
@@ -121,19 +124,19 @@ pub async fn admin() -> kube::Client {
 
 /// A kube client authenticated with `token` (a ServiceAccount token).
 pub async fn client_with_token(token: &str) -> kube::Client {
-    let kc: Kubeconfig = serde_yaml::from_str(&kubeconfig_yaml(token)).expect("kubeconfig");
+    let kc: Kubeconfig =
+        serde_yaml::from_str(&kubeconfig_yaml(&env().server, token)).expect("kubeconfig");
     let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .expect("config");
     kube::Client::try_from(cfg).expect("client")
 }
 
-fn kubeconfig_yaml(token: &str) -> String {
-    let e = env();
+fn kubeconfig_yaml(server: &str, token: &str) -> String {
     format!(
         "apiVersion: v1\nkind: Config\nclusters:\n- name: local\n  cluster:\n    server: {}\n    certificate-authority: {}\nusers:\n- name: sa\n  user:\n    token: {token}\ncontexts:\n- name: local\n  context:\n    cluster: local\n    user: sa\ncurrent-context: local\n",
-        e.server,
-        e.ca.display()
+        server,
+        env().ca.display()
     )
 }
 
@@ -424,6 +427,8 @@ pub struct OperatorOpts {
     pub env: Vec<(String, String)>,
     /// Replaces the shipped operator policy (to test refusals); `None` uses the shipped one.
     pub policy: Option<serde_json::Value>,
+    /// Where the operator sends AWS requests (a fault proxy); `None` is moto itself.
+    pub aws_endpoint: Option<String>,
 }
 
 impl Default for OperatorOpts {
@@ -436,6 +441,7 @@ impl Default for OperatorOpts {
             extra_args: vec![],
             env: vec![],
             policy: None,
+            aws_endpoint: None,
         }
     }
 }
@@ -461,11 +467,13 @@ fn free_port() -> u16 {
 }
 
 /// The identity an operator installation runs as; several processes (replicas) may share one.
+#[derive(Clone)]
 pub struct Identity {
     pub cluster: String,
     pub operator_ns: String,
     kubeconfig: PathBuf,
-    aws_key: (String, String),
+    token: String,
+    pub aws_key: (String, String),
 }
 
 impl Identity {
@@ -500,7 +508,8 @@ impl Identity {
         policy: Option<serde_json::Value>,
     ) -> Identity {
         let kubeconfig = logs_dir().join(format!("{cluster}.kubeconfig"));
-        std::fs::write(&kubeconfig, kubeconfig_yaml(token)).expect("write kubeconfig");
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&env().server, token))
+            .expect("write kubeconfig");
         let doc = policy
             .unwrap_or_else(|| policy::operator_policy("aws", PREFIX, &naming::iam_path(&cluster)));
         let aws_key =
@@ -509,7 +518,28 @@ impl Identity {
             cluster,
             operator_ns,
             kubeconfig,
+            token: token.to_string(),
             aws_key,
+        }
+    }
+
+    /// A client as this identity, through its kubeconfig.
+    pub async fn client(&self) -> kube::Client {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("kube config");
+        kube::Client::try_from(cfg).expect("kube client")
+    }
+
+    /// The same identity talking to another API server (`server`, an `https://` URL).
+    pub fn via(&self, server: &str) -> Identity {
+        let kubeconfig = logs_dir().join(format!("{}-{}.kubeconfig", self.cluster, random(4)));
+        std::fs::write(&kubeconfig, kubeconfig_yaml(server, &self.token))
+            .expect("write kubeconfig");
+        Identity {
+            kubeconfig,
+            ..self.clone()
         }
     }
 }
@@ -609,7 +639,8 @@ impl Operator {
         }
         let mut env = vec![("RUST_LOG".to_string(), "info,s3_operator=debug".to_string())];
         env.extend(opts.env.iter().cloned());
-        Operator::spawn(id, args, env, opts.namespaces.is_empty(), replica).await
+        let cluster_wide = opts.namespaces.is_empty();
+        Operator::spawn(id, args, env, cluster_wide, replica, opts.aws_endpoint.as_deref()).await
     }
 
     /// Runs the operator as a package's Deployment would: that container's args and env (field
@@ -643,7 +674,7 @@ impl Operator {
             .iter()
             .find(|(k, _)| k == "WATCH_NAMESPACE")
             .is_none_or(|(_, v)| v.is_empty());
-        Operator::spawn(id, args, env, all, replica).await
+        Operator::spawn(id, args, env, all, replica, None).await
     }
 
     async fn spawn(
@@ -652,6 +683,7 @@ impl Operator {
         vars: Vec<(String, String)>,
         cluster_wide: bool,
         replica: &str,
+        aws_endpoint: Option<&str>,
     ) -> Operator {
         let pass = Pass::acquire(cluster_wide).await;
         let metrics_addr = format!("127.0.0.1:{}", free_port());
@@ -667,7 +699,10 @@ impl Operator {
             .env("AWS_ACCESS_KEY_ID", &id.aws_key.0)
             .env("AWS_SECRET_ACCESS_KEY", &id.aws_key.1)
             .env("AWS_REGION", &env().region)
-            .env("AWS_ENDPOINT_URL", &env().aws_endpoint)
+            .env(
+                "AWS_ENDPOINT_URL",
+                aws_endpoint.unwrap_or(&env().aws_endpoint),
+            )
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .env("METRICS_BIND_ADDRESS", &metrics_addr)
             .env("HEALTH_PROBE_BIND_ADDRESS", &probe_addr)
@@ -771,15 +806,29 @@ pub fn metric_sum(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
 
 /// A minimal HTTP/1.0 GET against a loopback address: (status, body).
 pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
-    tokio::time::timeout(Duration::from_secs(5), http_get_inner(addr, path))
-        .await
-        .ok()?
+    http_request(addr, "GET", path, "").await
 }
 
-async fn http_get_inner(addr: &str, path: &str) -> Option<(u16, String)> {
+/// A minimal HTTP/1.0 request with a body against a loopback address: (status, body).
+pub async fn http_request(addr: &str, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+    tokio::time::timeout(
+        Duration::from_secs(5),
+        http_request_inner(addr, method, path, body),
+    )
+    .await
+    .ok()?
+}
+
+async fn http_request_inner(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Option<(u16, String)> {
     let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let len = body.len();
     s.write_all(
-        format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\n\r\n").as_bytes(),
+        format!("{method} {path} HTTP/1.0\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {len}\r\n\r\n{body}").as_bytes(),
     )
     .await
     .ok()?;

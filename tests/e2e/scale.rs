@@ -1,0 +1,531 @@
+//! The scale benchmark's body: N Bucket + BucketAccess pairs converged by the operator, next to
+//! the floor (the same AWS calls made directly at the same concurrency, with no Kubernetes in
+//! the way). `cargo bench --bench scale` runs it at 100, 1,000 and 5,000 pairs and writes
+//! BENCHMARKS.md; the e2e suite runs it at a small N as a smoke test that asserts correctness
+//! (everything Ready, the floor's calls, a quiet resync, a clean audit), never speed.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::{StreamExt, TryStreamExt, stream};
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use s3_operator::api::{Bucket, BucketAccess, Encryption, PublicAccessBlock, condition};
+use s3_operator::aws::{Aws, naming, policy, tags::Owner};
+use s3_operator::runtime::metrics::METRICS;
+use serde::Serialize;
+use serde_json::json;
+
+use crate::audit::audit;
+use crate::support::*;
+
+fn bucket(name: &str, spec: serde_json::Value) -> Bucket {
+    serde_json::from_value(json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec}))
+        .expect("valid Bucket")
+}
+
+fn access(name: &str, spec: serde_json::Value) -> BucketAccess {
+    serde_json::from_value(json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess", "metadata": {"name": name}, "spec": spec}))
+        .expect("valid BucketAccess")
+}
+
+/// One benchmark run at `n` pairs. Times in seconds, memory in MiB, counts per pair.
+#[derive(Debug, Default, Serialize, serde::Deserialize)]
+pub struct Row {
+    pub n: usize,
+    pub namespace: String,
+    pub concurrency: u16,
+    pub floor_s: f64,
+    pub apply_s: f64,
+    pub converge_s: f64,
+    pub ratio: f64,
+    pub floor_calls: BTreeMap<String, f64>,
+    pub operator_calls: BTreeMap<String, f64>,
+    pub aws_failures: f64,
+    pub reconcile_errors: f64,
+    pub kube_writes: BTreeMap<String, f64>,
+    pub resync_s: f64,
+    pub resync_aws_writes: f64,
+    pub resync_kube_writes: f64,
+    pub resync_s3_reads_per_bucket: f64,
+    pub resync_iam_reads_per_access: f64,
+    pub rss_peak_mib: f64,
+    pub rss_settled_mib: f64,
+    pub cpu_converge_s: f64,
+    pub cpu_resync_s: f64,
+    pub caches_synced_s: f64,
+    pub first_reconcile_s: f64,
+    pub latency_p50_s: f64,
+    pub latency_p99_s: f64,
+    pub latency_minus_aws_p50_s: f64,
+    pub latency_minus_aws_p99_s: f64,
+    pub audit_problems: Vec<String>,
+}
+
+const CONCURRENCY: u16 = 10;
+
+/// `service:Operation` → calls, from a metrics text, for every outcome.
+fn calls(text: &str) -> BTreeMap<String, f64> {
+    by_labels(text, "s3_operator_aws_requests_total", ["service", "operation"])
+}
+
+/// The samples of `metric` summed by the values of two labels, keyed `a:b`.
+fn by_labels(text: &str, metric: &str, labels: [&str; 2]) -> BTreeMap<String, f64> {
+    let mut out = BTreeMap::new();
+    for line in text
+        .lines()
+        .filter(|l| l.starts_with(&format!("{metric}{{")))
+    {
+        let label = |k: &str| {
+            line.split(&format!("{k}=\""))
+                .nth(1)
+                .and_then(|r| r.split('"').next())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let v: f64 = line.rsplit(' ').next().unwrap().parse().unwrap();
+        *out.entry(format!("{}:{}", label(labels[0]), label(labels[1])))
+            .or_default() += v;
+    }
+    out
+}
+
+fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>, n: usize) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), (v - before.get(k).copied().unwrap_or(0.0)) / n as f64))
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+fn is_read(op: &str) -> bool {
+    let op = op.split(':').nth(1).unwrap_or(op);
+    ["Get", "List", "Head"].iter().any(|p| op.starts_with(p))
+}
+
+/// (RSS MiB, peak RSS MiB, CPU seconds) of a process, from /proc.
+fn footprint(pid: u32) -> (f64, f64, f64) {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib = |key: &str| {
+        status
+            .lines()
+            .find(|l| l.starts_with(key))
+            .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces); utime and stime are 14 and 15.
+    let rest: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| rest.get(i - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    (
+        kib("VmRSS:") / 1024.0,
+        kib("VmHWM:") / 1024.0,
+        (ticks(14) + ticks(15)) / 100.0,
+    )
+}
+
+/// The floor: each pair's AWS calls for a fresh Bucket and BucketAccess (the reads that find
+/// nothing, then the writes), made directly with the operator's own AWS client code, the
+/// operator's credentials and policy, and its concurrency per kind. Returns (seconds, calls).
+async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>) {
+    let creds = aws_sdk_s3::config::Credentials::new(&id.aws_key.0, &id.aws_key.1, None, None, "bench");
+    let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
+        .region(aws_config::Region::new(env().region.clone()))
+        .endpoint_url(&env().aws_endpoint)
+        .credentials_provider(creds)
+        .load()
+        .await;
+    let aws = Aws::from_config(conf, Some(env().aws_endpoint.clone()));
+    let region = env().region.clone();
+    let path = naming::iam_path(&id.cluster);
+    let (buckets, accesses) = (
+        Arc::new(tokio::sync::Semaphore::new(CONCURRENCY.into())),
+        Arc::new(tokio::sync::Semaphore::new(CONCURRENCY.into())),
+    );
+    let before = calls(&METRICS.render());
+    let start = Instant::now();
+    let pair = |i: usize| {
+        let (aws, region, path) = (aws.clone(), region.clone(), path.clone());
+        let (buckets, accesses) = (buckets.clone(), accesses.clone());
+        let owner = Owner {
+            cluster: id.cluster.clone(),
+            namespace: ns.to_string(),
+            name: format!("floor{i}"),
+            uid: format!("00000000-0000-4000-8000-{i:012}"),
+        };
+        async move {
+            let bucket = naming::bucket_name(PREFIX, &owner.namespace, &owner.name, &owner.uid);
+            {
+                let _slot = buckets.acquire().await.unwrap();
+                assert!(aws.bucket_tags(&region, &bucket).await.unwrap().is_none());
+                aws.create_bucket(&region, &bucket).await.unwrap();
+                aws.put_tags(&region, &bucket, &owner.tags()).await.unwrap();
+                aws.put_public_access_block(&region, &bucket, &PublicAccessBlock::default())
+                    .await
+                    .unwrap();
+                aws.put_encryption(&region, &bucket, &Encryption::default())
+                    .await
+                    .unwrap();
+            }
+            let _slot = accesses.acquire().await.unwrap();
+            let user = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
+            assert!(aws.get_user(&user).await.unwrap().is_none());
+            aws.create_user(&user, &path, &owner.tags()).await.unwrap();
+            let doc = policy::access_policy(
+                naming::partition(&region),
+                &bucket,
+                s3_operator::api::Permission::ReadWrite,
+                None,
+            );
+            aws.put_user_policy(&user, "s3-operator", &doc).await.unwrap();
+            aws.create_access_key(&user).await.unwrap();
+            (bucket, user)
+        }
+    };
+    let made: Vec<(String, String)> = stream::iter(0..n)
+        .map(pair)
+        .buffer_unordered(2 * CONCURRENCY as usize + 8)
+        .collect()
+        .await;
+    let secs = start.elapsed().as_secs_f64();
+    let used = delta(&calls(&METRICS.render()), &before, n);
+    // Clean up (untimed) so the operator's run starts on an emulator of the same size.
+    stream::iter(made)
+        .for_each_concurrent(2 * CONCURRENCY as usize, |(bucket, user)| {
+            let (aws, region) = (aws.clone(), region.clone());
+            async move {
+                for k in aws.access_keys(&user).await.unwrap() {
+                    aws.delete_access_key(&user, &k.id).await.unwrap();
+                }
+                for p in aws.user_policy_names(&user).await.unwrap() {
+                    aws.delete_user_policy(&user, &p).await.unwrap();
+                }
+                aws.delete_user(&user).await.unwrap();
+                aws.delete_bucket(&region, &bucket).await.unwrap();
+            }
+        })
+        .await;
+    (secs, used)
+}
+
+/// Resolves once `n` objects of kind K in `ns` are Ready.
+async fn all_ready<K>(api: Api<K>, n: usize) -> Instant
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + Serialize + std::fmt::Debug + Send + 'static,
+{
+    let mut ready = std::collections::HashSet::new();
+    let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
+    while let Some(obj) = events.try_next().await.expect("watch") {
+        let v = serde_json::to_value(&obj).unwrap();
+        let name = obj.meta().name.clone().unwrap();
+        if matches!(ready_of(v.get("status").cloned()), Some((s, _, _)) if s == "True") {
+            ready.insert(name);
+            if ready.len() >= n {
+                return Instant::now();
+            }
+        }
+    }
+    panic!("watch ended");
+}
+
+/// Samples the operator's footprint every 200 ms until dropped; returns the peak RSS seen.
+struct Sampler {
+    peak: Arc<std::sync::Mutex<f64>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Sampler {
+    fn start(pid: u32) -> Sampler {
+        let peak = Arc::new(std::sync::Mutex::new(0.0_f64));
+        let p = peak.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let (_, hwm, _) = footprint(pid);
+                {
+                    let mut g = p.lock().unwrap();
+                    *g = g.max(hwm);
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Sampler { peak, task }
+    }
+
+    fn peak(&self) -> f64 {
+        *self.peak.lock().unwrap()
+    }
+}
+
+impl Drop for Sampler {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn aws_seconds(text: &str) -> f64 {
+    metric_sum(text, "s3_operator_aws_request_duration_seconds_sum", &[])
+}
+
+/// Runs the benchmark at `n` pairs with `samples` single-object latency samples; with `clean`,
+/// deletes every object at the end (the smoke test shares its environment with other tests).
+pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
+    let client = admin().await;
+    let ns = namespace(&client, "bench").await;
+    let opts = OperatorOpts {
+        namespaces: vec![ns.clone()],
+        // No periodic resync inside the measurements; the resync is measured on its own.
+        resync: "1h",
+        extra_args: vec![
+            "--max-concurrent-reconciles".into(),
+            CONCURRENCY.to_string(),
+        ],
+        env: vec![("RUST_LOG".into(), "info".into())],
+        ..Default::default()
+    };
+    let id = Identity::new(&opts.namespaces, None).await;
+    let mut row = Row {
+        n,
+        namespace: ns.clone(),
+        concurrency: CONCURRENCY,
+        ..Default::default()
+    };
+    eprintln!("[{n}] floor");
+    (row.floor_s, row.floor_calls) = floor(&id, &ns, n).await;
+
+    eprintln!("[{n}] operator: applying {n} pairs");
+    let op = Operator::start_as(&id, &opts, "bench").await;
+    let sampler = Sampler::start(op.pid());
+    let (_, _, cpu0) = footprint(op.pid());
+    let before = op.metrics().await;
+    let (buckets, accesses) = (
+        Api::<Bucket>::namespaced(client.clone(), &ns),
+        Api::<BucketAccess>::namespaced(client.clone(), &ns),
+    );
+    let start = Instant::now();
+    let ready_b = tokio::spawn(all_ready(buckets.clone(), n));
+    let ready_a = tokio::spawn(all_ready(accesses.clone(), n));
+    stream::iter(0..n)
+        .for_each_concurrent(32, |i| {
+            let (buckets, accesses) = (buckets.clone(), accesses.clone());
+            async move {
+                let name = format!("p{i}");
+                buckets
+                    .create(&PostParams::default(), &bucket(&name, json!({"deletionPolicy": "Delete"})))
+                    .await
+                    .unwrap();
+                accesses
+                    .create(
+                        &PostParams::default(),
+                        &access(&name, json!({"bucketRef": {"name": name}, "permission": "ReadWrite"})),
+                    )
+                    .await
+                    .unwrap();
+            }
+        })
+        .await;
+    row.apply_s = start.elapsed().as_secs_f64();
+    let done = ready_b.await.unwrap().max(ready_a.await.unwrap());
+    row.converge_s = done.duration_since(start).as_secs_f64();
+    row.ratio = row.converge_s / row.floor_s;
+    eprintln!("[{n}] converged in {:.1}s (floor {:.1}s)", row.converge_s, row.floor_s);
+    // Let the last status writes and their echo reconciles finish before counting.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after = op.metrics().await;
+    row.operator_calls = delta(&calls(&after), &calls(&before), n);
+    row.aws_failures = ["error", "throttled"]
+        .iter()
+        .map(|o| {
+            metric_sum(&after, "s3_operator_aws_requests_total", &[("outcome", o)])
+                - metric_sum(&before, "s3_operator_aws_requests_total", &[("outcome", o)])
+        })
+        .sum();
+    row.reconcile_errors = metric_sum(&after, "controller_runtime_reconcile_total", &[("result", "error")])
+        - metric_sum(&before, "controller_runtime_reconcile_total", &[("result", "error")]);
+    let writes = |t: &str| by_labels(t, "s3_operator_kube_writes_total", ["kind", "verb"]);
+    row.kube_writes = delta(&writes(&after), &writes(&before), n);
+    let (_, _, cpu1) = footprint(op.pid());
+    row.cpu_converge_s = cpu1 - cpu0;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+
+    // A full resync: a restarted operator reconciles every object once, from fresh caches.
+    eprintln!("[{n}] resync");
+    drop(sampler);
+    let peak_first = footprint(op.pid()).1;
+    assert_eq!(op.terminate().await, Some(0), "the operator did not exit cleanly");
+    let start = Instant::now();
+    let op = Operator::start_as(&id, &opts, "resync").await;
+    row.caches_synced_s = start.elapsed().as_secs_f64();
+    let sampler = Sampler::start(op.pid());
+    let reconciles = || async {
+        metric_sum(&op.metrics().await, "controller_runtime_reconcile_total", &[])
+    };
+    wait_for("first reconcile", Duration::from_secs(120), || async {
+        (reconciles().await >= 1.0).then_some(())
+    })
+    .await;
+    row.first_reconcile_s = start.elapsed().as_secs_f64();
+    wait_for("every object reconciled", Duration::from_secs(600), || async {
+        (reconciles().await >= 2.0 * n as f64).then_some(())
+    })
+    .await;
+    row.resync_s = start.elapsed().as_secs_f64();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let text = op.metrics().await;
+    row.resync_aws_writes = op.aws_writes().await;
+    row.resync_kube_writes = op.kube_writes().await;
+    let resync_calls = calls(&text);
+    let sum_reads = |svc: &str| {
+        resync_calls
+            .iter()
+            .filter(|(k, _)| k.starts_with(svc) && is_read(k))
+            .map(|(_, v)| v)
+            .sum::<f64>()
+    };
+    row.resync_s3_reads_per_bucket = sum_reads("s3:") / n as f64;
+    row.resync_iam_reads_per_access = sum_reads("iam:") / n as f64;
+    let (rss, _, cpu) = footprint(op.pid());
+    row.cpu_resync_s = cpu;
+    row.rss_settled_mib = rss;
+
+    // Single-object latency on the now quiet system.
+    eprintln!("[{n}] latency");
+    let mut total = Vec::new();
+    let mut minus_aws = Vec::new();
+    for j in 0..samples {
+        let name = format!("lat{j}");
+        let before = aws_seconds(&op.metrics().await);
+        let start = Instant::now();
+        buckets
+            .create(&PostParams::default(), &bucket(&name, json!({"deletionPolicy": "Delete"})))
+            .await
+            .unwrap();
+        wait_for("latency sample Ready", Duration::from_secs(60), || async {
+            let b = buckets.get(&name).await.ok()?;
+            condition::is_ready(&b.status?.conditions).then_some(())
+        })
+        .await;
+        let t = start.elapsed().as_secs_f64();
+        // The Ready status write's echo reconcile reads AWS too; wait for it so the next sample
+        // starts quiet, and count only the calls up to Ready.
+        let aws = aws_seconds(&op.metrics().await) - before;
+        total.push(t);
+        minus_aws.push((t - aws).max(0.0));
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    total.sort_by(f64::total_cmp);
+    minus_aws.sort_by(f64::total_cmp);
+    row.latency_p50_s = percentile(&total, 0.5);
+    row.latency_p99_s = percentile(&total, 0.99);
+    row.latency_minus_aws_p50_s = percentile(&minus_aws, 0.5);
+    row.latency_minus_aws_p99_s = percentile(&minus_aws, 0.99);
+    row.rss_peak_mib = peak_first.max(sampler.peak()).max(footprint(op.pid()).1);
+    drop(sampler);
+
+    row.audit_problems = audit(&id.cluster, &opts.namespaces).await;
+    if clean {
+        let dp = DeleteParams::default();
+        accesses.delete_collection(&dp, &Default::default()).await.unwrap();
+        buckets.delete_collection(&dp, &Default::default()).await.unwrap();
+        wait_for("every object deleted", Duration::from_secs(120), || async {
+            let left = buckets.list(&Default::default()).await.ok()?.items.len()
+                + accesses.list(&Default::default()).await.ok()?.items.len();
+            (left == 0).then_some(())
+        })
+        .await;
+        let left = crate::audit::inventory(&id.cluster).await;
+        assert!(left.is_empty(), "left behind: {left:?}");
+    }
+    drop(op);
+    row
+}
+
+/// The summary table, one column per run.
+pub fn table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    let head: Vec<String> = rows.iter().map(|r| format!("N = {}", r.n)).collect();
+    out += &format!("| | {} |\n|---|{}\n", head.join(" | "), "---|".repeat(rows.len()));
+    let mut line = |name: &str, f: &dyn Fn(&Row) -> String| {
+        let cells: Vec<String> = rows.iter().map(f).collect();
+        out += &format!("| {name} | {} |\n", cells.join(" | "));
+    };
+    line("Floor: direct AWS calls (s)", &|r| format!("{:.1}", r.floor_s));
+    line("Operator: apply to all Ready (s)", &|r| format!("{:.1}", r.converge_s));
+    line("Ratio operator / floor (target ≤ 1.2)", &|r| format!("**{:.2}x**", r.ratio));
+    line("Applying the objects alone (s)", &|r| format!("{:.1}", r.apply_s));
+    line("AWS calls per pair, operator", &|r| format!("{:.2}", r.operator_calls.values().sum::<f64>()));
+    line("AWS calls per pair, floor", &|r| format!("{:.2}", r.floor_calls.values().sum::<f64>()));
+    line("AWS errors and throttles", &|r| format!("{}", r.aws_failures));
+    line("Reconcile errors (retries)", &|r| format!("{}", r.reconcile_errors));
+    line("API writes per pair", &|r| format!("{:.2}", r.kube_writes.values().sum::<f64>()));
+    line("Resync: AWS writes", &|r| format!("{}", r.resync_aws_writes));
+    line("Resync: API writes", &|r| format!("{}", r.resync_kube_writes));
+    line("Resync: S3 reads per Bucket (≤ 3)", &|r| format!("{:.2}", r.resync_s3_reads_per_bucket));
+    line("Resync: IAM reads per BucketAccess", &|r| format!("{:.2}", r.resync_iam_reads_per_access));
+    line("Resync of every object (s)", &|r| format!("{:.1}", r.resync_s));
+    line("Peak RSS (MiB)", &|r| format!("{:.1}", r.rss_peak_mib));
+    line("Settled RSS after resync (MiB)", &|r| format!("{:.1}", r.rss_settled_mib));
+    line("CPU while converging (s)", &|r| format!("{:.1}", r.cpu_converge_s));
+    line("CPU for startup + resync (s)", &|r| format!("{:.1}", r.cpu_resync_s));
+    line("Startup: caches synced (s)", &|r| format!("{:.2}", r.caches_synced_s));
+    line("Startup: first reconcile (s)", &|r| format!("{:.2}", r.first_reconcile_s));
+    line("Single Bucket create→Ready p50 / p99 (s)", &|r| format!("{:.3} / {:.3}", r.latency_p50_s, r.latency_p99_s));
+    line("… minus its AWS time p50 / p99 (s)", &|r| format!("{:.3} / {:.3}", r.latency_minus_aws_p50_s, r.latency_minus_aws_p99_s));
+    line("Audit problems", &|r| format!("{}", r.audit_problems.len()));
+    out
+}
+
+/// Per-operation calls per pair, operator next to floor.
+pub fn calls_table(rows: &[Row]) -> String {
+    let mut out = String::new();
+    for r in rows {
+        out += &format!("\nN = {}:\n\n| operation | operator | floor |\n|---|---|---|\n", r.n);
+        let ops: std::collections::BTreeSet<&String> =
+            r.operator_calls.keys().chain(r.floor_calls.keys()).collect();
+        for op in ops {
+            out += &format!(
+                "| {op} | {:.2} | {:.2} |\n",
+                r.operator_calls.get(op).copied().unwrap_or(0.0),
+                r.floor_calls.get(op).copied().unwrap_or(0.0)
+            );
+        }
+        out += "\n| API write | per pair |\n|---|---|\n";
+        for (k, v) in &r.kube_writes {
+            out += &format!("| {k} | {v:.2} |\n");
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn benchmark_smoke_converges_matches_the_floor_and_resyncs_quietly() {
+    let n = 8;
+    let row = run(n, 3, true).await;
+    eprintln!("{}", table(std::slice::from_ref(&row)));
+    eprintln!("{}", calls_table(std::slice::from_ref(&row)));
+    // The operator's writes per pair are exactly the floor's (no retries, nothing extra).
+    let writes = |m: &BTreeMap<String, f64>| -> BTreeMap<String, f64> {
+        m.iter().filter(|(k, _)| !is_read(k)).map(|(k, v)| (k.clone(), *v)).collect()
+    };
+    assert_eq!(writes(&row.operator_calls), writes(&row.floor_calls));
+    assert_eq!(row.aws_failures, 0.0);
+    assert_eq!(row.reconcile_errors, 0.0);
+    assert_eq!(row.resync_aws_writes, 0.0, "a resync wrote to AWS");
+    assert_eq!(row.resync_kube_writes, 0.0, "a resync wrote to Kubernetes");
+    assert!(row.resync_s3_reads_per_bucket <= 3.0, "{}", row.resync_s3_reads_per_bucket);
+    assert!(row.audit_problems.is_empty(), "{:?}", row.audit_problems);
+    assert!(row.rss_peak_mib > 0.0 && row.latency_p50_s > 0.0);
+}
