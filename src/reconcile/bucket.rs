@@ -6,7 +6,9 @@ use std::sync::Arc;
 use kube::ResourceExt;
 use kube::runtime::controller::Action;
 
-use super::{Context, Error, deletion_policy, ensure_finalizer, remove_finalizer, update_status};
+use super::{
+    Context, Error, deletion_policy, ensure_finalizer, object_key, remove_finalizer, update_status,
+};
 use crate::api::condition::{self, Reason};
 use crate::api::{
     Bucket, BucketStatus, CorsRule, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule,
@@ -244,8 +246,13 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Action,
     if bucket.metadata.deletion_timestamp.is_some() {
         return cleanup(&bucket, &ctx).await;
     }
-    ensure_finalizer(&ctx.client, bucket.as_ref()).await?;
-    apply(&bucket, &ctx).await
+    let key = object_key(bucket.as_ref());
+    let start = bucket.resource_version().unwrap_or_default();
+    if let Some(wait) = ctx.settled.remaining(&key, std::slice::from_ref(&start)) {
+        return Ok(Action::requeue(wait));
+    }
+    let version = ensure_finalizer(&ctx.client, bucket.as_ref()).await?;
+    apply(&bucket, &ctx, vec![start, version]).await
 }
 
 /// Reads what the plan needs: tags first (existence and ownership), then each managed aspect.
@@ -311,7 +318,8 @@ fn refusal(e: &crate::aws::Error) -> Option<(Reason, String)> {
     }
 }
 
-async fn apply(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
+/// `versions`: the object's resourceVersions this pass has seen or written so far.
+async fn apply(bucket: &Bucket, ctx: &Context, mut versions: Vec<String>) -> Result<Action, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let d = match desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
         Ok(d) => d,
@@ -335,11 +343,13 @@ async fn apply(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
     });
     let adopting =
         matches!(&observed, Observed::Present(c) if owner.judge(&c.tags) == Ownership::Unowned);
+    let mut applied = Vec::new();
     for change in &changes {
         if *change == Change::Create {
-            claim(bucket, ctx, &d).await?;
+            versions.extend(claim(bucket, ctx, &d).await?);
         }
         if let Err(e) = write(ctx, &d, change).await {
+            report(bucket, ctx, &d, &applied, served, adopting).await;
             if e.is("BucketAlreadyOwnedByYou") {
                 // Created meanwhile by someone in this account: the next pass judges its tags.
                 return Ok(Action::requeue(std::time::Duration::from_secs(1)));
@@ -349,37 +359,9 @@ async fn apply(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
                 None => Err(e.into()),
             };
         }
-        let note = match change {
-            Change::Create => format!("Created S3 bucket {} in {}", d.name, d.region),
-            Change::Tags if adopting => format!("Adopted existing S3 bucket {}", d.name),
-            other => format!("Updated {} of S3 bucket {}", other.aspect(), d.name),
-        };
-        if served && *change != Change::Create {
-            METRICS
-                .drift_corrections_total
-                .with_label_values(&["Bucket", change.aspect()])
-                .inc();
-            ctx.event(
-                bucket,
-                true,
-                "DriftCorrected",
-                format!("{note} (changed outside the operator)"),
-            )
-            .await;
-        } else {
-            ctx.event(
-                bucket,
-                false,
-                if *change == Change::Create {
-                    "Created"
-                } else {
-                    "Updated"
-                },
-                note,
-            )
-            .await;
-        }
+        applied.push(change.clone());
     }
+    report(bucket, ctx, &d, &applied, served, adopting).await;
     let status = status_for(
         bucket,
         ctx,
@@ -388,8 +370,52 @@ async fn apply(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
         Reason::Available,
         format!("S3 bucket {} is ready", d.name),
     );
-    update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?;
-    Ok(ctx.resync())
+    versions.extend(update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?);
+    let next = ctx.resync_after();
+    ctx.settled.record(object_key(bucket), vec![versions], next);
+    Ok(Action::requeue(next))
+}
+
+/// One event for what a pass changed: created, adopted, updated, or drift corrected (changes
+/// to a spec already served were made outside the operator).
+async fn report(
+    bucket: &Bucket,
+    ctx: &Context,
+    d: &Desired,
+    applied: &[Change],
+    served: bool,
+    adopting: bool,
+) {
+    let aspects: Vec<&str> = applied
+        .iter()
+        .filter(|c| **c != Change::Create)
+        .map(Change::aspect)
+        .collect();
+    let list = aspects.join(", ");
+    let (warning, reason, note) = if applied.contains(&Change::Create) {
+        let note = format!("Created S3 bucket {} in {} ({list})", d.name, d.region);
+        (false, "Created", note)
+    } else if aspects.is_empty() {
+        return;
+    } else if adopting {
+        let note = format!("Adopted existing S3 bucket {} ({list})", d.name);
+        (false, "Updated", note)
+    } else if served {
+        for aspect in &aspects {
+            METRICS
+                .drift_corrections_total
+                .with_label_values(&["Bucket", aspect])
+                .inc();
+        }
+        let note = format!(
+            "Corrected {list} of S3 bucket {} (changed outside the operator)",
+            d.name
+        );
+        (true, "DriftCorrected", note)
+    } else {
+        (false, "Updated", format!("Updated {list} of S3 bucket {}", d.name))
+    };
+    ctx.event(bucket, warning, reason, note).await;
 }
 
 /// Whether this object's status already names the bucket: it created it (or held it), so the
@@ -404,10 +430,11 @@ fn claimed(bucket: &Bucket, d: &Desired) -> bool {
         == Some(d.name.as_str())
 }
 
-/// Records the name in status before creating the bucket (see `claimed`).
-async fn claim(bucket: &Bucket, ctx: &Context, d: &Desired) -> Result<(), Error> {
+/// Records the name in status before creating the bucket (see `claimed`); returns the
+/// resourceVersion of the write.
+async fn claim(bucket: &Bucket, ctx: &Context, d: &Desired) -> Result<Option<String>, Error> {
     if claimed(bucket, d) {
-        return Ok(());
+        return Ok(None);
     }
     let msg = format!("Creating S3 bucket {} in {}", d.name, d.region);
     let mut status = status_for(bucket, ctx, Some(d), false, Reason::Provisioning, msg);

@@ -19,7 +19,9 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
-use super::{Context, Error, MANAGER, ensure_finalizer, remove_finalizer, update_status};
+use super::{
+    Context, Error, MANAGER, ensure_finalizer, object_key, remove_finalizer, update_status,
+};
 use crate::api::condition::{self, Reason};
 use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType};
 use crate::aws::iam::{AccessKey, NewAccessKey};
@@ -208,10 +210,15 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<A
     if access.metadata.deletion_timestamp.is_some() {
         return cleanup(&access, &ctx).await;
     }
-    ensure_finalizer(&ctx.client, access.as_ref()).await?;
+    let start = access.resource_version().unwrap_or_default();
+    let version = ensure_finalizer(&ctx.client, access.as_ref()).await?;
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
     let bucket_ref = &access.spec.bucket_ref.name;
     let bucket = ctx.bucket(&ns, bucket_ref);
+    let bucket_version = bucket
+        .as_ref()
+        .and_then(|b| b.resource_version())
+        .unwrap_or_default();
     let facts = match bucket.as_ref().and_then(|b| b.status.as_ref()) {
         None if bucket.is_none() => {
             let msg = format!("Bucket {bucket_ref} does not exist in namespace {ns}");
@@ -228,7 +235,25 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<A
         }
     };
     let result = match access.spec.credentials.type_ {
-        CredentialsType::AccessKey => apply_user(&access, &ctx, &facts).await,
+        CredentialsType::AccessKey => {
+            let found = match read_secret(&access, &ctx, &ns).await? {
+                Ok(found) => found,
+                Err(msg) => {
+                    return waiting(&access, &ctx, Reason::OwnershipConflict, msg).await;
+                }
+            };
+            let secret_version = found
+                .2
+                .as_ref()
+                .and_then(|s| s.resource_version())
+                .unwrap_or_default();
+            let current = [version.clone(), bucket_version.clone(), secret_version.clone()];
+            if let Some(wait) = ctx.settled.remaining(&object_key(access.as_ref()), &current) {
+                return Ok(Action::requeue(wait));
+            }
+            let versions = [vec![start, version], vec![bucket_version], vec![secret_version]];
+            apply_user(&access, &ctx, &facts, found, versions).await
+        }
         CredentialsType::ServiceAccountRole => apply_role(&access, &ctx, &facts).await,
     };
     match result {
@@ -257,14 +282,17 @@ fn refusal(e: &crate::aws::Error) -> Option<(Reason, String)> {
     }
 }
 
+/// `found` is the Secret as read at the start of the pass; `versions` the resourceVersions of
+/// the BucketAccess, its Bucket and its Secret this pass started from.
 async fn apply_user(
     access: &BucketAccess,
     ctx: &Context,
     facts: &BucketFacts,
+    found: (Api<Secret>, String, Option<Secret>),
+    versions: [Vec<String>; 3],
 ) -> Result<Action, Error> {
     let aws = &ctx.aws;
     let owner = owner(access, &ctx.settings.cluster_name);
-    let ns = owner.namespace.clone();
     let user = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
     let doc = policy::access_policy(
         naming::partition(&facts.region),
@@ -307,10 +335,8 @@ async fn apply_user(
             (entity.arn, None, Vec::new())
         }
     };
-    let (secrets, secret_name, secret) = match read_secret(access, ctx, &ns).await? {
-        Ok(found) => found,
-        Err(msg) => return waiting(access, ctx, Reason::OwnershipConflict, msg).await,
-    };
+    let (secrets, secret_name, secret) = found;
+    let [mut own_versions, bucket_versions, mut secret_versions] = versions;
     let creds = secret.as_ref().and_then(secret_creds);
     let now = jiff::Timestamp::now();
     let last_active = access
@@ -408,16 +434,18 @@ async fn apply_user(
             .map(|p| p.1.to_string())
             .unwrap_or_else(|| active_created.to_string()),
     );
-    write_secret(
-        access,
-        ctx,
-        &secrets,
-        &secret_name,
-        secret.as_ref(),
-        data,
-        annotations,
-    )
-    .await?;
+    secret_versions.extend(
+        write_secret(
+            access,
+            ctx,
+            &secrets,
+            &secret_name,
+            secret.as_ref(),
+            data,
+            annotations,
+        )
+        .await?,
+    );
 
     let rotation = rotation_policy(access);
     let status = BucketAccessStatus {
@@ -440,8 +468,14 @@ async fn apply_user(
         last_rotation_time: Some(Time(active_created)),
         next_rotation_time: rotation.interval.map(|i| Time(add(active_created, i))),
     };
-    update_status(&ctx.client, access, access.status.as_ref(), &status).await?;
-    Ok(next_action(ctx, keys_plan.wake_at, now))
+    own_versions.extend(update_status(&ctx.client, access, access.status.as_ref(), &status).await?);
+    let next = next_pass(ctx, keys_plan.wake_at, now);
+    ctx.settled.record(
+        object_key(access),
+        vec![own_versions, bucket_versions, secret_versions],
+        next,
+    );
+    Ok(Action::requeue(next))
 }
 
 /// The Secret this access writes, if it exists; `Err` with a message when it exists but belongs
@@ -467,16 +501,16 @@ async fn read_secret(
     Ok(Ok((api, name, secret)))
 }
 
-/// Requeue at the resync period, or sooner when a rotation or grace period is due.
-fn next_action(ctx: &Context, wake_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Action {
-    let resync = ctx.resync();
+/// The next pass: at the resync period, or sooner when a rotation or grace period is due.
+fn next_pass(ctx: &Context, wake_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Duration {
+    let resync = ctx.resync_after();
     match wake_at {
         Some(t) => {
             let until = Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO);
             // Wake just after the deadline; never spin on a deadline already passed.
             let wait = (until + Duration::from_millis(200)).max(Duration::from_millis(500));
             if wait < ctx.settings.resync_period {
-                Action::requeue(wait)
+                wait
             } else {
                 resync
             }
@@ -536,7 +570,7 @@ async fn write_secret(
     current: Option<&Secret>,
     data: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
-) -> Result<(), Error> {
+) -> Result<Option<String>, Error> {
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
         (ACCESS_LABEL.to_string(), access.name_any()),
@@ -558,7 +592,7 @@ async fn write_secret(
             && has(&annotations, cur.metadata.annotations.as_ref())
             && cur.owner_references().contains(&owner_ref);
         if same_data && same_meta && cur.type_.as_deref() == Some("Opaque") {
-            return Ok(());
+            return Ok(None);
         }
     }
     let secret = Secret {
@@ -579,12 +613,13 @@ async fn write_secret(
         .kube_writes_total
         .with_label_values(&["Secret", "apply"])
         .inc();
-    api.patch(
-        name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&secret),
-    )
-    .await?;
+    let written = api
+        .patch(
+            name,
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&secret),
+        )
+        .await?;
     if current.is_none() && served(access) {
         drift_or_event(
             access,
@@ -603,7 +638,7 @@ async fn write_secret(
         )
         .await;
     }
-    Ok(())
+    Ok(written.resource_version())
 }
 
 async fn apply_role(

@@ -6,7 +6,7 @@ pub mod bucket_access;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Patch, PatchParams};
@@ -46,6 +46,7 @@ pub struct Context {
     pub settings: Settings,
     pub recorder: Recorder,
     pub backoff: Backoff,
+    pub settled: Settled,
     /// The warm Bucket caches of every watched scope (BucketAccess looks its Bucket up here).
     pub buckets: Vec<kube::runtime::reflector::Store<crate::api::Bucket>>,
 }
@@ -75,6 +76,54 @@ pub enum Error {
     /// Deletion must wait (bucket not empty, or cleanup still running); the finalizer stays.
     #[error("deletion blocked: {0}")]
     DeletionBlocked(String),
+}
+
+/// The resourceVersions a successful pass started from and left behind (its own writes), per
+/// input object, and when the next full pass is due. The watch echo of the operator's own writes
+/// (even from a cache that has not caught up with them) then costs no second round of AWS reads;
+/// a change by anyone else comes with a version the pass never saw and runs the full pass, and
+/// so does the periodic resync that looks for drift in AWS.
+#[derive(Default)]
+pub struct Settled {
+    passes: Mutex<HashMap<String, (Vec<Vec<String>>, Instant)>>,
+}
+
+impl Settled {
+    /// How long until the next full pass, if every input of `key` is at a version its last
+    /// pass saw or wrote.
+    pub fn remaining(&self, key: &str, current: &[String]) -> Option<Duration> {
+        let passes = self.passes.lock().expect("settled map poisoned");
+        let (seen, due) = passes.get(key)?;
+        let now = Instant::now();
+        let same = seen.len() == current.len()
+            && seen.iter().zip(current).all(|(ok, v)| ok.contains(v));
+        (same && now < *due).then(|| *due - now)
+    }
+
+    /// Records a successful pass: for each input, the versions it saw or wrote.
+    pub fn record(&self, key: String, versions: Vec<Vec<String>>, next_pass: Duration) {
+        self.passes
+            .lock()
+            .expect("settled map poisoned")
+            .insert(key, (versions, Instant::now() + next_pass));
+    }
+
+    pub fn forget(&self, key: &str) {
+        self.passes
+            .lock()
+            .expect("settled map poisoned")
+            .remove(key);
+    }
+}
+
+/// The key of an object in `Settled` and in the backoff map.
+pub fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
+    let meta = obj.meta();
+    let (ns, name) = (
+        meta.namespace.as_deref().unwrap_or_default(),
+        meta.name.as_deref().unwrap_or_default(),
+    );
+    format!("{}/{ns}/{name}", K::kind(&()))
 }
 
 /// Per-object exponential backoff for failed reconciles (kube-runtime has none built in):
@@ -113,7 +162,12 @@ pub fn jitter(d: Duration, fraction: f64) -> Duration {
 
 impl Context {
     pub fn resync(&self) -> kube::runtime::controller::Action {
-        kube::runtime::controller::Action::requeue(jitter(self.settings.resync_period, 0.1))
+        kube::runtime::controller::Action::requeue(self.resync_after())
+    }
+
+    /// The (jittered) time until the next periodic pass.
+    pub fn resync_after(&self) -> Duration {
+        jitter(self.settings.resync_period, 0.1)
     }
 
     /// Publishes an event about `obj`; failures are logged, never fatal.
@@ -162,7 +216,8 @@ where
 }
 
 /// Adds the finalizer if missing; the resourceVersion in the patch makes it a compare-and-swap.
-pub async fn ensure_finalizer<K>(client: &kube::Client, obj: &K) -> Result<(), Error>
+/// Returns the object's resourceVersion afterwards.
+pub async fn ensure_finalizer<K>(client: &kube::Client, obj: &K) -> Result<String, Error>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
@@ -170,7 +225,7 @@ where
         + std::fmt::Debug,
 {
     if obj.finalizers().iter().any(|f| f == FINALIZER) {
-        return Ok(());
+        return Ok(obj.resource_version().unwrap_or_default());
     }
     let mut finalizers = obj.finalizers().to_vec();
     finalizers.push(FINALIZER.to_string());
@@ -194,7 +249,7 @@ where
     match patch_finalizers(client, obj, finalizers).await {
         // A reconcile from a cache that has not yet seen the object go: the work is done.
         Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => Ok(()),
-        other => other,
+        other => other.map(|_| ()),
     }
 }
 
@@ -202,7 +257,7 @@ async fn patch_finalizers<K>(
     client: &kube::Client,
     obj: &K,
     finalizers: Vec<String>,
-) -> Result<(), Error>
+) -> Result<String, Error>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
@@ -216,23 +271,25 @@ where
         .kube_writes_total
         .with_label_values(&[K::kind(&()).as_ref(), "patch"])
         .inc();
-    api.patch(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
-    )
-    .instrument_kube("patch finalizers")
-    .await?;
-    Ok(())
+    let patched = api
+        .patch(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(patch),
+        )
+        .instrument_kube("patch finalizers")
+        .await?;
+    Ok(patched.resource_version().unwrap_or_default())
 }
 
-/// Writes `status` if it differs from what the object carries (a steady-state pass writes nothing).
+/// Writes `status` if it differs from what the object carries (a steady-state pass writes
+/// nothing). Returns the resourceVersion of the write, if there was one.
 pub async fn update_status<K, S>(
     client: &kube::Client,
     obj: &K,
     current: Option<&S>,
     status: &S,
-) -> Result<(), Error>
+) -> Result<Option<String>, Error>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
         + Clone
@@ -241,21 +298,22 @@ where
     S: Serialize + PartialEq,
 {
     if current == Some(status) {
-        return Ok(());
+        return Ok(None);
     }
     let api = namespaced_api(client, obj)?;
     METRICS
         .kube_writes_total
         .with_label_values(&[K::kind(&()).as_ref(), "patch_status"])
         .inc();
-    api.patch_status(
-        &obj.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(json!({ "status": status })),
-    )
-    .instrument_kube("patch status")
-    .await?;
-    Ok(())
+    let patched = api
+        .patch_status(
+            &obj.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "status": status })),
+        )
+        .instrument_kube("patch status")
+        .await?;
+    Ok(patched.resource_version())
 }
 
 /// The deletion policy in force for a Bucket.
@@ -277,6 +335,24 @@ impl<F: Future> InstrumentKube for F {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn settled_passes_skip_only_versions_they_saw_and_only_until_due() {
+        let s = Settled::default();
+        let v = |x: &str| x.to_string();
+        assert_eq!(s.remaining("k", &[v("1")]), None, "never recorded");
+        s.record("k".into(), vec![vec![v("1"), v("2")], vec![v("7")]], Duration::from_secs(60));
+        let left = s.remaining("k", &[v("2"), v("7")]).expect("its own write");
+        assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59));
+        assert!(s.remaining("k", &[v("1"), v("7")]).is_some(), "a cache behind its write");
+        assert_eq!(s.remaining("k", &[v("3"), v("7")]), None, "someone else's change");
+        assert_eq!(s.remaining("k", &[v("2"), v("8")]), None, "an input changed");
+        assert_eq!(s.remaining("k", &[v("2")]), None, "different inputs");
+        s.record("k".into(), vec![vec![v("2")]], Duration::ZERO);
+        assert_eq!(s.remaining("k", &[v("2")]), None, "due: the full pass runs");
+        s.forget("k");
+        assert_eq!(s.remaining("k", &[v("2")]), None);
+    }
 
     #[test]
     fn backoff_grows_exponentially_caps_and_resets() {

@@ -25,7 +25,7 @@ use tracing::Instrument;
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
 use crate::aws::Aws;
-use crate::reconcile::{self, Context, bucket_access};
+use crate::reconcile::{self, Context, bucket_access, object_key};
 use metrics::METRICS;
 
 /// Everything `s3-operator run` is configured with.
@@ -133,6 +133,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
             settings: config.reconcile.clone(),
             recorder: Recorder::new(client.clone(), reporter),
             backoff: Default::default(),
+            settled: Default::default(),
             buckets: watches.iter().map(|w| w.buckets.clone()).collect(),
         });
         run_controllers(&config, ctx, watches, shutdown.clone()).await;
@@ -234,24 +235,30 @@ where
         .default_backoff()
         .reflect(writer)
         .for_each(move |event| {
+            let send = |obj: Arc<K>| {
+                for tx in &senders {
+                    let _ = tx.send(obj.clone());
+                }
+            };
             match &event {
-                Ok(watcher::Event::InitDone) if !listed => {
-                    listed = true;
-                    if sync.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
-                        sync.health.ready.store(true, Ordering::SeqCst);
-                        tracing::info!("caches synced");
+                // A (re-)list is complete and swapped into the store: hand on everything, so
+                // changes missed while a watch was down are seen too.
+                Ok(watcher::Event::InitDone) => {
+                    if !listed {
+                        listed = true;
+                        if sync.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+                            sync.health.ready.store(true, Ordering::SeqCst);
+                            tracing::info!("caches synced");
+                        }
+                    }
+                    if *leading.borrow() {
+                        store.state().into_iter().for_each(send);
                     }
                 }
-                // Re-lists (after a lost watch) are handed on too: changes missed while the
-                // watch was down arrive this way.
-                Ok(watcher::Event::Apply(obj) | watcher::Event::InitApply(obj))
-                    if *leading.borrow() =>
-                {
-                    // The store already holds this version; share its copy.
+                // The store already holds this version; share its copy.
+                Ok(watcher::Event::Apply(obj)) if *leading.borrow() => {
                     if let Some(obj) = store.get(&ObjectRef::from_obj(obj)) {
-                        for tx in &senders {
-                            let _ = tx.send(obj.clone());
-                        }
+                        send(obj);
                     }
                 }
                 _ => {}
@@ -429,16 +436,6 @@ fn error_policy<K: Resource<DynamicType = ()>>(
     ctx: Arc<Context>,
 ) -> Action {
     Action::requeue(ctx.backoff.next(&object_key(obj.as_ref())))
-}
-
-/// The per-object key of the backoff map.
-fn object_key<K: Resource<DynamicType = ()>>(obj: &K) -> String {
-    let meta = obj.meta();
-    let (ns, name) = (
-        meta.namespace.as_deref().unwrap_or_default(),
-        meta.name.as_deref().unwrap_or_default(),
-    );
-    format!("{}/{ns}/{name}", K::kind(&()))
 }
 
 async fn report_managed_objects(

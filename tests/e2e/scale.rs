@@ -45,6 +45,7 @@ pub struct Row {
     pub floor_calls: BTreeMap<String, f64>,
     pub operator_calls: BTreeMap<String, f64>,
     pub aws_failures: f64,
+    pub floor_failures: f64,
     pub reconcile_errors: f64,
     pub kube_writes: BTreeMap<String, f64>,
     pub resync_s: f64,
@@ -132,8 +133,9 @@ fn footprint(pid: u32) -> (f64, f64, f64) {
 
 /// The floor: each pair's AWS calls for a fresh Bucket and BucketAccess (the reads that find
 /// nothing, then the writes), made directly with the operator's own AWS client code, the
-/// operator's credentials and policy, and its concurrency per kind. Returns (seconds, calls).
-async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>) {
+/// operator's credentials and policy, and its concurrency per kind. Returns (seconds, calls per
+/// pair, failed calls).
+async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>, f64) {
     let creds = aws_sdk_s3::config::Credentials::new(&id.aws_key.0, &id.aws_key.1, None, None, "bench");
     let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new(env().region.clone()))
@@ -148,7 +150,8 @@ async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>
         Arc::new(tokio::sync::Semaphore::new(CONCURRENCY.into())),
         Arc::new(tokio::sync::Semaphore::new(CONCURRENCY.into())),
     );
-    let before = calls(&METRICS.render());
+    let before_text = METRICS.render();
+    let before = calls(&before_text);
     let start = Instant::now();
     let pair = |i: usize| {
         let (aws, region, path) = (aws.clone(), region.clone(), path.clone());
@@ -194,7 +197,9 @@ async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>
         .collect()
         .await;
     let secs = start.elapsed().as_secs_f64();
-    let used = delta(&calls(&METRICS.render()), &before, n);
+    let after_text = METRICS.render();
+    let used = delta(&calls(&after_text), &before, n);
+    let failures = failed(&after_text) - failed(&before_text);
     // Clean up (untimed) so the operator's run starts on an emulator of the same size.
     stream::iter(made)
         .for_each_concurrent(2 * CONCURRENCY as usize, |(bucket, user)| {
@@ -211,7 +216,16 @@ async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>
             }
         })
         .await;
-    (secs, used)
+    (secs, used, failures)
+}
+
+/// AWS calls that ended in an error or throttling (a GetUser of a missing user is one: AWS
+/// answers AccessDenied to a path-scoped policy, which the operator reads as "absent").
+fn failed(text: &str) -> f64 {
+    ["error", "throttled"]
+        .iter()
+        .map(|o| metric_sum(text, "s3_operator_aws_requests_total", &[("outcome", o)]))
+        .sum()
 }
 
 /// Resolves once `n` objects of kind K in `ns` are Ready.
@@ -304,7 +318,7 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
         ..Default::default()
     };
     eprintln!("[{n}] floor");
-    (row.floor_s, row.floor_calls) = floor(&id, &ns, n).await;
+    (row.floor_s, row.floor_calls, row.floor_failures) = floor(&id, &ns, n).await;
 
     eprintln!("[{n}] operator: applying {n} pairs");
     let op = Operator::start_as(&id, &opts, "bench").await;
@@ -346,13 +360,7 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = op.metrics().await;
     row.operator_calls = delta(&calls(&after), &calls(&before), n);
-    row.aws_failures = ["error", "throttled"]
-        .iter()
-        .map(|o| {
-            metric_sum(&after, "s3_operator_aws_requests_total", &[("outcome", o)])
-                - metric_sum(&before, "s3_operator_aws_requests_total", &[("outcome", o)])
-        })
-        .sum();
+    row.aws_failures = failed(&after) - failed(&before);
     row.reconcile_errors = metric_sum(&after, "controller_runtime_reconcile_total", &[("result", "error")])
         - metric_sum(&before, "controller_runtime_reconcile_total", &[("result", "error")]);
     let writes = |t: &str| by_labels(t, "s3_operator_kube_writes_total", ["kind", "verb"]);
@@ -468,11 +476,13 @@ pub fn table(rows: &[Row]) -> String {
     line("Applying the objects alone (s)", &|r| format!("{:.1}", r.apply_s));
     line("AWS calls per pair, operator", &|r| format!("{:.2}", r.operator_calls.values().sum::<f64>()));
     line("AWS calls per pair, floor", &|r| format!("{:.2}", r.floor_calls.values().sum::<f64>()));
-    line("AWS errors and throttles", &|r| format!("{}", r.aws_failures));
+    line("AWS errors and throttles, operator / floor", &|r| {
+        format!("{} / {}", r.aws_failures, r.floor_failures)
+    });
     line("Reconcile errors (retries)", &|r| format!("{}", r.reconcile_errors));
     line("API writes per pair", &|r| format!("{:.2}", r.kube_writes.values().sum::<f64>()));
-    line("Resync: AWS writes", &|r| format!("{}", r.resync_aws_writes));
-    line("Resync: API writes", &|r| format!("{}", r.resync_kube_writes));
+    line("Resync: AWS writes", &|r| format!("{}", r.resync_aws_writes.abs()));
+    line("Resync: API writes", &|r| format!("{}", r.resync_kube_writes.abs()));
     line("Resync: S3 reads per Bucket (≤ 3)", &|r| format!("{:.2}", r.resync_s3_reads_per_bucket));
     line("Resync: IAM reads per BucketAccess", &|r| format!("{:.2}", r.resync_iam_reads_per_access));
     line("Resync of every object (s)", &|r| format!("{:.1}", r.resync_s));
@@ -521,7 +531,8 @@ async fn benchmark_smoke_converges_matches_the_floor_and_resyncs_quietly() {
         m.iter().filter(|(k, _)| !is_read(k)).map(|(k, v)| (k.clone(), *v)).collect()
     };
     assert_eq!(writes(&row.operator_calls), writes(&row.floor_calls));
-    assert_eq!(row.aws_failures, 0.0);
+    // The same failures as the floor: only the GetUser of each missing user.
+    assert_eq!(row.aws_failures, row.floor_failures);
     assert_eq!(row.reconcile_errors, 0.0);
     assert_eq!(row.resync_aws_writes, 0.0, "a resync wrote to AWS");
     assert_eq!(row.resync_kube_writes, 0.0, "a resync wrote to Kubernetes");
