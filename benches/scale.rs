@@ -94,18 +94,38 @@ fn report(rows: &[scale::Row]) -> String {
             "- N = {}: ratio {:.2}x ({}); resync writes AWS {} / API {} ({}); S3 reads per Bucket {:.2} ({}); peak RSS {:.1} MiB{}; audit {}.",
             r.n,
             r.ratio,
-            if r.ratio <= 1.2 { "met" } else { "missed, target 1.2x" },
+            if r.ratio <= 1.2 {
+                "met"
+            } else {
+                "missed, target 1.2x"
+            },
             r.resync_aws_writes,
             r.resync_kube_writes,
-            if r.resync_aws_writes + r.resync_kube_writes == 0.0 { "met" } else { "missed" },
+            if r.resync_aws_writes + r.resync_kube_writes == 0.0 {
+                "met"
+            } else {
+                "missed"
+            },
             r.resync_s3_reads_per_bucket,
-            if r.resync_s3_reads_per_bucket <= 3.0 { "met" } else { "missed" },
+            if r.resync_s3_reads_per_bucket <= 3.0 {
+                "met"
+            } else {
+                "missed"
+            },
             r.rss_peak_mib,
             rss_target.map_or(String::new(), |t| format!(
                 " ({} {t} MiB)",
-                if r.rss_peak_mib < t { "met, under" } else { "missed, target under" }
+                if r.rss_peak_mib < t {
+                    "met, under"
+                } else {
+                    "missed, target under"
+                }
             )),
-            if r.audit_problems.is_empty() { "clean".to_string() } else { format!("{} problems", r.audit_problems.len()) },
+            if r.audit_problems.is_empty() {
+                "clean".to_string()
+            } else {
+                format!("{} problems", r.audit_problems.len())
+            },
         );
     }
     out += "\n## Calls per pair while converging\n";

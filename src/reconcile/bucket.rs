@@ -413,7 +413,11 @@ async fn report(
         );
         (true, "DriftCorrected", note)
     } else {
-        (false, "Updated", format!("Updated {list} of S3 bucket {}", d.name))
+        (
+            false,
+            "Updated",
+            format!("Updated {list} of S3 bucket {}", d.name),
+        )
     };
     ctx.event(bucket, warning, reason, note).await;
 }

@@ -247,11 +247,22 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<A
                 .as_ref()
                 .and_then(|s| s.resource_version())
                 .unwrap_or_default();
-            let current = [version.clone(), bucket_version.clone(), secret_version.clone()];
-            if let Some(wait) = ctx.settled.remaining(&object_key(access.as_ref()), &current) {
+            let current = [
+                version.clone(),
+                bucket_version.clone(),
+                secret_version.clone(),
+            ];
+            if let Some(wait) = ctx
+                .settled
+                .remaining(&object_key(access.as_ref()), &current)
+            {
                 return Ok(Action::requeue(wait));
             }
-            let versions = [vec![start, version], vec![bucket_version], vec![secret_version]];
+            let versions = [
+                vec![start, version],
+                vec![bucket_version],
+                vec![secret_version],
+            ];
             apply_user(&access, &ctx, &facts, found, versions).await
         }
         CredentialsType::ServiceAccountRole => apply_role(&access, &ctx, &facts).await,

@@ -85,8 +85,11 @@ pub enum Error {
 /// so does the periodic resync that looks for drift in AWS.
 #[derive(Default)]
 pub struct Settled {
-    passes: Mutex<HashMap<String, (Vec<Vec<String>>, Instant)>>,
+    passes: Mutex<HashMap<String, Pass>>,
 }
+
+/// Per input object, the versions a pass saw or wrote; and when the next full pass is due.
+type Pass = (Vec<Vec<String>>, Instant);
 
 impl Settled {
     /// How long until the next full pass, if every input of `key` is at a version its last
@@ -95,8 +98,8 @@ impl Settled {
         let passes = self.passes.lock().expect("settled map poisoned");
         let (seen, due) = passes.get(key)?;
         let now = Instant::now();
-        let same = seen.len() == current.len()
-            && seen.iter().zip(current).all(|(ok, v)| ok.contains(v));
+        let same =
+            seen.len() == current.len() && seen.iter().zip(current).all(|(ok, v)| ok.contains(v));
         (same && now < *due).then(|| *due - now)
     }
 
@@ -341,12 +344,27 @@ mod tests {
         let s = Settled::default();
         let v = |x: &str| x.to_string();
         assert_eq!(s.remaining("k", &[v("1")]), None, "never recorded");
-        s.record("k".into(), vec![vec![v("1"), v("2")], vec![v("7")]], Duration::from_secs(60));
+        s.record(
+            "k".into(),
+            vec![vec![v("1"), v("2")], vec![v("7")]],
+            Duration::from_secs(60),
+        );
         let left = s.remaining("k", &[v("2"), v("7")]).expect("its own write");
         assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59));
-        assert!(s.remaining("k", &[v("1"), v("7")]).is_some(), "a cache behind its write");
-        assert_eq!(s.remaining("k", &[v("3"), v("7")]), None, "someone else's change");
-        assert_eq!(s.remaining("k", &[v("2"), v("8")]), None, "an input changed");
+        assert!(
+            s.remaining("k", &[v("1"), v("7")]).is_some(),
+            "a cache behind its write"
+        );
+        assert_eq!(
+            s.remaining("k", &[v("3"), v("7")]),
+            None,
+            "someone else's change"
+        );
+        assert_eq!(
+            s.remaining("k", &[v("2"), v("8")]),
+            None,
+            "an input changed"
+        );
         assert_eq!(s.remaining("k", &[v("2")]), None, "different inputs");
         s.record("k".into(), vec![vec![v("2")]], Duration::ZERO);
         assert_eq!(s.remaining("k", &[v("2")]), None, "due: the full pass runs");

@@ -88,7 +88,12 @@ pub async fn inventory(cluster: &str) -> Inventory {
             .user_name(name)
             .send()
             .await
-            .map(|t| t.tags().iter().map(|t| (t.key().into(), t.value().into())).collect())
+            .map(|t| {
+                t.tags()
+                    .iter()
+                    .map(|t| (t.key().into(), t.value().into()))
+                    .collect()
+            })
             .unwrap_or_default();
         let keys = user_keys(name).await;
         let inline_policies = iam
@@ -124,7 +129,12 @@ pub async fn inventory(cluster: &str) -> Inventory {
             .role_name(name)
             .send()
             .await
-            .map(|t| t.tags().iter().map(|t| (t.key().into(), t.value().into())).collect())
+            .map(|t| {
+                t.tags()
+                    .iter()
+                    .map(|t| (t.key().into(), t.value().into()))
+                    .collect()
+            })
             .unwrap_or_default();
         let inline_policies = iam
             .list_role_policies()
@@ -188,7 +198,9 @@ pub async fn audit(cluster: &str, namespaces: &[String]) -> Vec<String> {
     }
     let owner_of = |kind: &str, name: &str, t: &BTreeMap<String, String>| -> Option<String> {
         match t.get(tags::UID) {
-            None => Some(format!("{kind} {name} is under the operator's path but untagged")),
+            None => Some(format!(
+                "{kind} {name} is under the operator's path but untagged"
+            )),
             Some(uid) => {
                 let live = match kind {
                     "bucket" => buckets.contains_key(uid),
@@ -209,7 +221,10 @@ pub async fn audit(cluster: &str, namespaces: &[String]) -> Vec<String> {
     for (name, t) in &inv.buckets {
         problems.extend(owner_of("bucket", name, t));
         if let Some(uid) = t.get(tags::UID) {
-            per_owner.entry((uid.clone(), "bucket")).or_default().push(name);
+            per_owner
+                .entry((uid.clone(), "bucket"))
+                .or_default()
+                .push(name);
         }
     }
     for (kind, set) in [("IAM user", &inv.users), ("IAM role", &inv.roles)] {
@@ -233,7 +248,10 @@ pub async fn audit(cluster: &str, namespaces: &[String]) -> Vec<String> {
     }
     for ((uid, kind), names) in &per_owner {
         if names.len() > 1 {
-            problems.push(format!("owner {uid} has {} of kind {kind}: {names:?}", names.len()));
+            problems.push(format!(
+                "owner {uid} has {} of kind {kind}: {names:?}",
+                names.len()
+            ));
         }
     }
     for p in &inv.managed_policies {
@@ -243,7 +261,9 @@ pub async fn audit(cluster: &str, namespaces: &[String]) -> Vec<String> {
     // Ready objects hold what their status says.
     for b in buckets.values() {
         let Some(s) = &b.status else { continue };
-        if b.metadata.deletion_timestamp.is_some() || !s3_operator::api::condition::is_ready(&s.conditions) {
+        if b.metadata.deletion_timestamp.is_some()
+            || !s3_operator::api::condition::is_ready(&s.conditions)
+        {
             continue;
         }
         let name = s.bucket_name.clone().unwrap_or_default();
@@ -255,12 +275,13 @@ pub async fn audit(cluster: &str, namespaces: &[String]) -> Vec<String> {
             ));
         }
     }
-    let secrets = |ns: &str| {
-        Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns)
-    };
+    let secrets =
+        |ns: &str| Api::<k8s_openapi::api::core::v1::Secret>::namespaced(client.clone(), ns);
     for a in accesses.values() {
         let Some(s) = &a.status else { continue };
-        if a.metadata.deletion_timestamp.is_some() || !s3_operator::api::condition::is_ready(&s.conditions) {
+        if a.metadata.deletion_timestamp.is_some()
+            || !s3_operator::api::condition::is_ready(&s.conditions)
+        {
             continue;
         }
         let id = format!(

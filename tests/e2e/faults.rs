@@ -50,7 +50,12 @@ impl FaultProxy {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new("python3")
             .arg(repo().join("hack/fault_proxy.py"))
-            .args(["--upstream", &env().aws_endpoint, "--seed", &seed.to_string()])
+            .args([
+                "--upstream",
+                &env().aws_endpoint,
+                "--seed",
+                &seed.to_string(),
+            ])
             .stdout(std::process::Stdio::piped())
             .kill_on_drop(true)
             .spawn()
@@ -162,7 +167,11 @@ impl Fleet {
                     )
                     .await
                     .unwrap();
-                let permission = if round % 2 == 1 { "ReadOnly" } else { "ReadWrite" };
+                let permission = if round % 2 == 1 {
+                    "ReadOnly"
+                } else {
+                    "ReadWrite"
+                };
                 accesses
                     .patch(
                         &name,
@@ -215,7 +224,9 @@ impl Fleet {
             .map(|a| (a.metadata.name.clone().unwrap(), a))
             .collect();
         let ready = |generation: Option<i64>, status: Option<Value>| {
-            let observed = status.as_ref().and_then(|s| s["observedGeneration"].as_i64());
+            let observed = status
+                .as_ref()
+                .and_then(|s| s["observedGeneration"].as_i64());
             matches!(ready_of(status), Some((s, _, _)) if s == "True") && observed == generation
         };
         for i in self.live.keys() {
@@ -293,7 +304,10 @@ async fn assert_audit_clean(cluster: &str, fleet: &Fleet) {
 
 async fn assert_nothing_left(cluster: &str) {
     let inv = inventory(cluster).await;
-    assert!(inv.is_empty(), "left behind after deleting everything: {inv:#?}");
+    assert!(
+        inv.is_empty(),
+        "left behind after deleting everything: {inv:#?}"
+    );
 }
 
 // ---------------------------------------------------------------- AWS faults
@@ -311,8 +325,10 @@ async fn aws_faults_converge_without_leaks() {
     .await;
     let n = 50 * scale();
     proxy
-        .set(json!({"error5xx": 0.04, "throttle": 0.04, "latency": 0.1, "latency_ms": [20, 400],
-                    "drop_before": 0.02, "drop_after": 0.03}))
+        .set(
+            json!({"error5xx": 0.04, "throttle": 0.04, "latency": 0.1, "latency_ms": [20, 400],
+                    "drop_before": 0.02, "drop_after": 0.03}),
+        )
         .await;
 
     // Create, then update and delete while the first creations are still under way.
@@ -329,17 +345,33 @@ async fn aws_faults_converge_without_leaks() {
 
     let stats = proxy.stats().await;
     eprintln!("fault proxy: {stats}");
-    for kind in ["error5xx", "throttle", "latency", "drop_before", "drop_after"] {
-        assert!(stats[kind].as_u64().unwrap() > 0, "no {kind} injected: {stats}");
+    for kind in [
+        "error5xx",
+        "throttle",
+        "latency",
+        "drop_before",
+        "drop_after",
+    ] {
+        assert!(
+            stats[kind].as_u64().unwrap() > 0,
+            "no {kind} injected: {stats}"
+        );
     }
     // Faults off: everything reaches its desired state, with nothing leaked or duplicated.
-    proxy.set(json!({"error5xx": 0, "throttle": 0, "latency": 0, "drop_before": 0, "drop_after": 0})).await;
-    fleet.converge("after AWS faults", Duration::from_secs(240)).await;
+    proxy
+        .set(json!({"error5xx": 0, "throttle": 0, "latency": 0, "drop_before": 0, "drop_after": 0}))
+        .await;
+    fleet
+        .converge("after AWS faults", Duration::from_secs(240))
+        .await;
     fleet.assert_tags_applied().await;
     assert_audit_clean(&op.cluster, &fleet).await;
     assert!(
-        op.metric("s3_operator_aws_requests_total", &[("outcome", "throttled")])
-            .await
+        op.metric(
+            "s3_operator_aws_requests_total",
+            &[("outcome", "throttled")]
+        )
+        .await
             > 0.0,
         "throttling was injected but not counted as such"
     );
@@ -351,8 +383,12 @@ async fn aws_faults_converge_without_leaks() {
     let ids: Vec<usize> = fleet.live.keys().copied().collect();
     fleet.delete(&ids).await;
     tokio::time::sleep(Duration::from_secs(10)).await;
-    proxy.set(json!({"error5xx": 0, "throttle": 0, "drop_before": 0, "drop_after": 0})).await;
-    fleet.converge("deletion after AWS faults", Duration::from_secs(180)).await;
+    proxy
+        .set(json!({"error5xx": 0, "throttle": 0, "drop_before": 0, "drop_after": 0}))
+        .await;
+    fleet
+        .converge("deletion after AWS faults", Duration::from_secs(180))
+        .await;
     assert_nothing_left(&op.cluster).await;
 }
 
@@ -389,14 +425,21 @@ async fn kill_9_during_create_rotation_and_delete_loses_nothing() {
     // During creation.
     fleet.create(0..n).await;
     let op = crash_loop(&id, &opts, op, &mut r, 5).await;
-    fleet.converge("creation with crashes", Duration::from_secs(120)).await;
+    fleet
+        .converge("creation with crashes", Duration::from_secs(120))
+        .await;
     assert_audit_clean(&id.cluster, &fleet).await;
 
     // During updates and key rotation (every fifth access rotates every 15 s).
     let updated: Vec<usize> = (0..n).filter(|i| i % 2 == 0).collect();
     fleet.update(&updated).await;
     let op = crash_loop(&id, &opts, op, &mut r, 8).await;
-    fleet.converge("updates and rotation with crashes", Duration::from_secs(120)).await;
+    fleet
+        .converge(
+            "updates and rotation with crashes",
+            Duration::from_secs(120),
+        )
+        .await;
     fleet.assert_tags_applied().await;
     assert_audit_clean(&id.cluster, &fleet).await;
 
@@ -404,7 +447,9 @@ async fn kill_9_during_create_rotation_and_delete_loses_nothing() {
     let ids: Vec<usize> = fleet.live.keys().copied().collect();
     fleet.delete(&ids).await;
     let op = crash_loop(&id, &opts, op, &mut r, 4).await;
-    fleet.converge("deletion with crashes", Duration::from_secs(120)).await;
+    fleet
+        .converge("deletion with crashes", Duration::from_secs(120))
+        .await;
     assert_nothing_left(&id.cluster).await;
     drop(op);
 }
@@ -438,10 +483,18 @@ async fn leader_kills_under_churn_never_double_act() {
         fleet.create(next..next + n / 3).await;
         next += n / 3;
         let live: Vec<usize> = fleet.live.keys().copied().collect();
-        let upd: Vec<usize> = live.iter().copied().filter(|_| r.random_bool(0.3)).collect();
+        let upd: Vec<usize> = live
+            .iter()
+            .copied()
+            .filter(|_| r.random_bool(0.3))
+            .collect();
         fleet.update(&upd).await;
         if round % 2 == 1 {
-            let del: Vec<usize> = live.iter().copied().filter(|_| r.random_bool(0.15)).collect();
+            let del: Vec<usize> = live
+                .iter()
+                .copied()
+                .filter(|_| r.random_bool(0.15))
+                .collect();
             fleet.delete(&del).await;
         }
         tokio::time::sleep(Duration::from_millis(r.random_range(300..2500))).await;
@@ -458,7 +511,9 @@ async fn leader_kills_under_churn_never_double_act() {
         replicas.remove(leader).kill9().await;
         replicas.push(Operator::start_as(&id, &opts, &format!("r{round}")).await);
     }
-    fleet.converge("churn with leader kills", Duration::from_secs(180)).await;
+    fleet
+        .converge("churn with leader kills", Duration::from_secs(180))
+        .await;
     fleet.assert_tags_applied().await;
     assert_audit_clean(&id.cluster, &fleet).await;
     // A standby never wrote anything.
@@ -514,7 +569,9 @@ async fn watches_recover_when_the_api_server_restarts() {
     let mut op = Operator::start_as(&id, &opts, "0").await;
     let n = 10 * scale();
     fleet.create(0..n).await;
-    fleet.converge("before the restart", Duration::from_secs(90)).await;
+    fleet
+        .converge("before the restart", Duration::from_secs(90))
+        .await;
 
     // The operator's API server goes away; changes keep arriving through the other one.
     peer.kill().await.unwrap();
@@ -530,7 +587,9 @@ async fn watches_recover_when_the_api_server_restarts() {
     );
     let _peer = peer_apiserver(port, &id).await;
     eprintln!("API server was down for {:?}", down.elapsed());
-    fleet.converge("after the restart", Duration::from_secs(120)).await;
+    fleet
+        .converge("after the restart", Duration::from_secs(120))
+        .await;
     fleet.assert_tags_applied().await;
     assert_audit_clean(&id.cluster, &fleet).await;
     fleet.delete_all(Duration::from_secs(90)).await;
@@ -559,20 +618,53 @@ async fn oversized_and_cross_namespace_input_is_refused_and_nothing_foreign_is_t
     // Oversized specs: each limit named in the error.
     let tags: serde_json::Map<String, Value> =
         (0..41).map(|i| (format!("k{i}"), json!("v"))).collect();
-    let msg = refused(buckets.create(&PostParams::default(), &bucket("many-tags", json!({"tags": tags}))).await);
+    let msg = refused(
+        buckets
+            .create(
+                &PostParams::default(),
+                &bucket("many-tags", json!({"tags": tags})),
+            )
+            .await,
+    );
     assert!(msg.contains("spec.tags") && msg.contains("40"), "{msg}");
     let rules: Vec<Value> = (0..101)
         .map(|i| json!({"id": format!("r{i}"), "expirationDays": 1}))
         .collect();
-    let msg = refused(buckets.create(&PostParams::default(), &bucket("many-rules", json!({"lifecycleRules": rules}))).await);
-    assert!(msg.contains("spec.lifecycleRules") && msg.contains("100"), "{msg}");
+    let msg = refused(
+        buckets
+            .create(
+                &PostParams::default(),
+                &bucket("many-rules", json!({"lifecycleRules": rules})),
+            )
+            .await,
+    );
+    assert!(
+        msg.contains("spec.lifecycleRules") && msg.contains("100"),
+        "{msg}"
+    );
     let key = "k".repeat(3000);
-    let msg = refused(buckets.create(&PostParams::default(), &bucket("long-kms", json!({"encryption": {"algorithm": "aws:kms", "kmsKeyId": key}}))).await);
-    assert!(msg.contains("spec.encryption.kmsKeyId") && msg.contains("2048"), "{msg}");
+    let msg = refused(
+        buckets
+            .create(
+                &PostParams::default(),
+                &bucket(
+                    "long-kms",
+                    json!({"encryption": {"algorithm": "aws:kms", "kmsKeyId": key}}),
+                ),
+            )
+            .await,
+    );
+    assert!(
+        msg.contains("spec.encryption.kmsKeyId") && msg.contains("2048"),
+        "{msg}"
+    );
     // A body past the API server's request limit (3 MiB) is refused whole.
     let huge = "x".repeat(4 << 20);
     let r = buckets
-        .create(&PostParams::default(), &bucket("huge", json!({"tags": {"big": huge}})))
+        .create(
+            &PostParams::default(),
+            &bucket("huge", json!({"tags": {"big": huge}})),
+        )
         .await;
     assert!(r.is_err(), "a 4 MiB object was accepted");
 
@@ -580,7 +672,10 @@ async fn oversized_and_cross_namespace_input_is_refused_and_nothing_foreign_is_t
     // client is told so, and a lax one gets a reference to its own namespace only.
     let theirs = Api::<Bucket>::namespaced(client.clone(), &other);
     theirs
-        .create(&PostParams::default(), &bucket("shared", json!({"deletionPolicy": "Delete"})))
+        .create(
+            &PostParams::default(),
+            &bucket("shared", json!({"deletionPolicy": "Delete"})),
+        )
         .await
         .unwrap();
     let their_bucket = crate::bucket::wait_ready(&theirs, "shared").await;
@@ -598,16 +693,20 @@ async fn oversized_and_cross_namespace_input_is_refused_and_nothing_foreign_is_t
     );
     let strict = PatchParams::apply("e2e").validation_strict();
     match api.patch("cross", &strict, &Patch::Apply(&cross)).await {
-        Err(kube::Error::Api(e)) => assert!(
-            e.message.contains("bucketRef.namespace"),
-            "{}",
-            e.message
-        ),
+        Err(kube::Error::Api(e)) => {
+            assert!(e.message.contains("bucketRef.namespace"), "{}", e.message)
+        }
         other => panic!("a cross-namespace reference was accepted strictly: {other:?}"),
     }
     // Without strict validation the unknown field is dropped: the reference stays in `ns`.
     api.create(&PostParams::default(), &cross).await.unwrap();
-    wait_reason(&accesses, "cross", "BucketNotFound", Duration::from_secs(30)).await;
+    wait_reason(
+        &accesses,
+        "cross",
+        "BucketNotFound",
+        Duration::from_secs(30),
+    )
+    .await;
     let stored = accesses.get("cross").await.unwrap();
     assert_eq!(stored.spec.bucket_ref.name, "shared");
     assert!(
@@ -622,7 +721,10 @@ async fn oversized_and_cross_namespace_input_is_refused_and_nothing_foreign_is_t
     let tags = bucket_tags(&their_bucket).await;
     assert_eq!(tags.get("s3.operator.dev/namespace"), Some(&other));
     let users = inventory(&op.cluster).await.users;
-    assert!(users.is_empty(), "IAM users created for a refused reference: {users:?}");
+    assert!(
+        users.is_empty(),
+        "IAM users created for a refused reference: {users:?}"
+    );
     let _ = theirs.delete("shared", &DeleteParams::default()).await;
     let _ = accesses.delete("cross", &DeleteParams::default()).await;
 }

@@ -202,7 +202,10 @@ async fn dashboard_queries_return_data(prom: &Prometheus) {
                 .replace("$__rate_interval", "1m")
                 .replace("$job", ".*")
                 .replace("$namespace", ".*");
-            assert!(!expr.contains('$'), "{title}: unreplaced variable in {expr}");
+            assert!(
+                !expr.contains('$'),
+                "{title}: unreplaced variable in {expr}"
+            );
             // `query` asserts Prometheus parsed and evaluated it.
             if !prom.query(&expr).await.is_empty() && !filled.contains(&title) {
                 filled.push(title);

@@ -70,7 +70,11 @@ const CONCURRENCY: u16 = 10;
 
 /// `service:Operation` → calls, from a metrics text, for every outcome.
 fn calls(text: &str) -> BTreeMap<String, f64> {
-    by_labels(text, "s3_operator_aws_requests_total", ["service", "operation"])
+    by_labels(
+        text,
+        "s3_operator_aws_requests_total",
+        ["service", "operation"],
+    )
 }
 
 /// The samples of `metric` summed by the values of two labels, keyed `a:b`.
@@ -94,10 +98,19 @@ fn by_labels(text: &str, metric: &str, labels: [&str; 2]) -> BTreeMap<String, f6
     out
 }
 
-fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>, n: usize) -> BTreeMap<String, f64> {
+fn delta(
+    after: &BTreeMap<String, f64>,
+    before: &BTreeMap<String, f64>,
+    n: usize,
+) -> BTreeMap<String, f64> {
     after
         .iter()
-        .map(|(k, v)| (k.clone(), (v - before.get(k).copied().unwrap_or(0.0)) / n as f64))
+        .map(|(k, v)| {
+            (
+                k.clone(),
+                (v - before.get(k).copied().unwrap_or(0.0)) / n as f64,
+            )
+        })
         .filter(|(_, v)| *v > 0.0)
         .collect()
 }
@@ -123,7 +136,11 @@ fn footprint(pid: u32) -> (f64, f64, f64) {
         .rsplit_once(')')
         .map(|(_, r)| r.split_whitespace().collect())
         .unwrap_or_default();
-    let ticks = |i: usize| rest.get(i - 3).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    let ticks = |i: usize| {
+        rest.get(i - 3)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     (
         kib("VmRSS:") / 1024.0,
         kib("VmHWM:") / 1024.0,
@@ -136,7 +153,8 @@ fn footprint(pid: u32) -> (f64, f64, f64) {
 /// operator's credentials and policy, and its concurrency per kind. Returns (seconds, calls per
 /// pair, failed calls).
 async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>, f64) {
-    let creds = aws_sdk_s3::config::Credentials::new(&id.aws_key.0, &id.aws_key.1, None, None, "bench");
+    let creds =
+        aws_sdk_s3::config::Credentials::new(&id.aws_key.0, &id.aws_key.1, None, None, "bench");
     let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
         .region(aws_config::Region::new(env().region.clone()))
         .endpoint_url(&env().aws_endpoint)
@@ -186,7 +204,9 @@ async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>
                 s3_operator::api::Permission::ReadWrite,
                 None,
             );
-            aws.put_user_policy(&user, "s3-operator", &doc).await.unwrap();
+            aws.put_user_policy(&user, "s3-operator", &doc)
+                .await
+                .unwrap();
             aws.create_access_key(&user).await.unwrap();
             (bucket, user)
         }
@@ -231,7 +251,13 @@ fn failed(text: &str) -> f64 {
 /// Resolves once `n` objects of kind K in `ns` are Ready.
 async fn all_ready<K>(api: Api<K>, n: usize) -> Instant
 where
-    K: kube::Resource + Clone + serde::de::DeserializeOwned + Serialize + std::fmt::Debug + Send + 'static,
+    K: kube::Resource
+        + Clone
+        + serde::de::DeserializeOwned
+        + Serialize
+        + std::fmt::Debug
+        + Send
+        + 'static,
 {
     let mut ready = std::collections::HashSet::new();
     let mut events = std::pin::pin!(watcher(api, watcher::Config::default()).applied_objects());
@@ -338,13 +364,19 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
             async move {
                 let name = format!("p{i}");
                 buckets
-                    .create(&PostParams::default(), &bucket(&name, json!({"deletionPolicy": "Delete"})))
+                    .create(
+                        &PostParams::default(),
+                        &bucket(&name, json!({"deletionPolicy": "Delete"})),
+                    )
                     .await
                     .unwrap();
                 accesses
                     .create(
                         &PostParams::default(),
-                        &access(&name, json!({"bucketRef": {"name": name}, "permission": "ReadWrite"})),
+                        &access(
+                            &name,
+                            json!({"bucketRef": {"name": name}, "permission": "ReadWrite"}),
+                        ),
                     )
                     .await
                     .unwrap();
@@ -355,14 +387,24 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
     let done = ready_b.await.unwrap().max(ready_a.await.unwrap());
     row.converge_s = done.duration_since(start).as_secs_f64();
     row.ratio = row.converge_s / row.floor_s;
-    eprintln!("[{n}] converged in {:.1}s (floor {:.1}s)", row.converge_s, row.floor_s);
+    eprintln!(
+        "[{n}] converged in {:.1}s (floor {:.1}s)",
+        row.converge_s, row.floor_s
+    );
     // Let the last status writes and their echo reconciles finish before counting.
     tokio::time::sleep(Duration::from_secs(3)).await;
     let after = op.metrics().await;
     row.operator_calls = delta(&calls(&after), &calls(&before), n);
     row.aws_failures = failed(&after) - failed(&before);
-    row.reconcile_errors = metric_sum(&after, "controller_runtime_reconcile_total", &[("result", "error")])
-        - metric_sum(&before, "controller_runtime_reconcile_total", &[("result", "error")]);
+    row.reconcile_errors = metric_sum(
+        &after,
+        "controller_runtime_reconcile_total",
+        &[("result", "error")],
+    ) - metric_sum(
+        &before,
+        "controller_runtime_reconcile_total",
+        &[("result", "error")],
+    );
     let writes = |t: &str| by_labels(t, "s3_operator_kube_writes_total", ["kind", "verb"]);
     row.kube_writes = delta(&writes(&after), &writes(&before), n);
     let (_, _, cpu1) = footprint(op.pid());
@@ -373,22 +415,32 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
     eprintln!("[{n}] resync");
     drop(sampler);
     let peak_first = footprint(op.pid()).1;
-    assert_eq!(op.terminate().await, Some(0), "the operator did not exit cleanly");
+    assert_eq!(
+        op.terminate().await,
+        Some(0),
+        "the operator did not exit cleanly"
+    );
     let start = Instant::now();
     let op = Operator::start_as(&id, &opts, "resync").await;
     row.caches_synced_s = start.elapsed().as_secs_f64();
     let sampler = Sampler::start(op.pid());
     let reconciles = || async {
-        metric_sum(&op.metrics().await, "controller_runtime_reconcile_total", &[])
+        metric_sum(
+            &op.metrics().await,
+            "controller_runtime_reconcile_total",
+            &[],
+        )
     };
     wait_for("first reconcile", Duration::from_secs(120), || async {
         (reconciles().await >= 1.0).then_some(())
     })
     .await;
     row.first_reconcile_s = start.elapsed().as_secs_f64();
-    wait_for("every object reconciled", Duration::from_secs(600), || async {
-        (reconciles().await >= 2.0 * n as f64).then_some(())
-    })
+    wait_for(
+        "every object reconciled",
+        Duration::from_secs(600),
+        || async { (reconciles().await >= 2.0 * n as f64).then_some(()) },
+    )
     .await;
     row.resync_s = start.elapsed().as_secs_f64();
     tokio::time::sleep(Duration::from_secs(3)).await;
@@ -418,7 +470,10 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
         let before = aws_seconds(&op.metrics().await);
         let start = Instant::now();
         buckets
-            .create(&PostParams::default(), &bucket(&name, json!({"deletionPolicy": "Delete"})))
+            .create(
+                &PostParams::default(),
+                &bucket(&name, json!({"deletionPolicy": "Delete"})),
+            )
             .await
             .unwrap();
         wait_for("latency sample Ready", Duration::from_secs(60), || async {
@@ -446,8 +501,14 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
     row.audit_problems = audit(&id.cluster, &opts.namespaces).await;
     if clean {
         let dp = DeleteParams::default();
-        accesses.delete_collection(&dp, &Default::default()).await.unwrap();
-        buckets.delete_collection(&dp, &Default::default()).await.unwrap();
+        accesses
+            .delete_collection(&dp, &Default::default())
+            .await
+            .unwrap();
+        buckets
+            .delete_collection(&dp, &Default::default())
+            .await
+            .unwrap();
         wait_for("every object deleted", Duration::from_secs(120), || async {
             let left = buckets.list(&Default::default()).await.ok()?.items.len()
                 + accesses.list(&Default::default()).await.ok()?.items.len();
@@ -465,35 +526,82 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
     let head: Vec<String> = rows.iter().map(|r| format!("N = {}", r.n)).collect();
-    out += &format!("| | {} |\n|---|{}\n", head.join(" | "), "---|".repeat(rows.len()));
+    out += &format!(
+        "| | {} |\n|---|{}\n",
+        head.join(" | "),
+        "---|".repeat(rows.len())
+    );
     let mut line = |name: &str, f: &dyn Fn(&Row) -> String| {
         let cells: Vec<String> = rows.iter().map(f).collect();
         out += &format!("| {name} | {} |\n", cells.join(" | "));
     };
-    line("Floor: direct AWS calls (s)", &|r| format!("{:.1}", r.floor_s));
-    line("Operator: apply to all Ready (s)", &|r| format!("{:.1}", r.converge_s));
-    line("Ratio operator / floor (target ≤ 1.2)", &|r| format!("**{:.2}x**", r.ratio));
-    line("Applying the objects alone (s)", &|r| format!("{:.1}", r.apply_s));
-    line("AWS calls per pair, operator", &|r| format!("{:.2}", r.operator_calls.values().sum::<f64>()));
-    line("AWS calls per pair, floor", &|r| format!("{:.2}", r.floor_calls.values().sum::<f64>()));
+    line("Floor: direct AWS calls (s)", &|r| {
+        format!("{:.1}", r.floor_s)
+    });
+    line("Operator: apply to all Ready (s)", &|r| {
+        format!("{:.1}", r.converge_s)
+    });
+    line("Ratio operator / floor (target ≤ 1.2)", &|r| {
+        format!("**{:.2}x**", r.ratio)
+    });
+    line("Applying the objects alone (s)", &|r| {
+        format!("{:.1}", r.apply_s)
+    });
+    line("AWS calls per pair, operator", &|r| {
+        format!("{:.2}", r.operator_calls.values().sum::<f64>())
+    });
+    line("AWS calls per pair, floor", &|r| {
+        format!("{:.2}", r.floor_calls.values().sum::<f64>())
+    });
     line("AWS errors and throttles, operator / floor", &|r| {
         format!("{} / {}", r.aws_failures, r.floor_failures)
     });
-    line("Reconcile errors (retries)", &|r| format!("{}", r.reconcile_errors));
-    line("API writes per pair", &|r| format!("{:.2}", r.kube_writes.values().sum::<f64>()));
-    line("Resync: AWS writes", &|r| format!("{}", r.resync_aws_writes.abs()));
-    line("Resync: API writes", &|r| format!("{}", r.resync_kube_writes.abs()));
-    line("Resync: S3 reads per Bucket (≤ 3)", &|r| format!("{:.2}", r.resync_s3_reads_per_bucket));
-    line("Resync: IAM reads per BucketAccess", &|r| format!("{:.2}", r.resync_iam_reads_per_access));
-    line("Resync of every object (s)", &|r| format!("{:.1}", r.resync_s));
+    line("Reconcile errors (retries)", &|r| {
+        format!("{}", r.reconcile_errors)
+    });
+    line("API writes per pair", &|r| {
+        format!("{:.2}", r.kube_writes.values().sum::<f64>())
+    });
+    line("Resync: AWS writes", &|r| {
+        format!("{}", r.resync_aws_writes.abs())
+    });
+    line("Resync: API writes", &|r| {
+        format!("{}", r.resync_kube_writes.abs())
+    });
+    line("Resync: S3 reads per Bucket (≤ 3)", &|r| {
+        format!("{:.2}", r.resync_s3_reads_per_bucket)
+    });
+    line("Resync: IAM reads per BucketAccess", &|r| {
+        format!("{:.2}", r.resync_iam_reads_per_access)
+    });
+    line("Resync of every object (s)", &|r| {
+        format!("{:.1}", r.resync_s)
+    });
     line("Peak RSS (MiB)", &|r| format!("{:.1}", r.rss_peak_mib));
-    line("Settled RSS after resync (MiB)", &|r| format!("{:.1}", r.rss_settled_mib));
-    line("CPU while converging (s)", &|r| format!("{:.1}", r.cpu_converge_s));
-    line("CPU for startup + resync (s)", &|r| format!("{:.1}", r.cpu_resync_s));
-    line("Startup: caches synced (s)", &|r| format!("{:.2}", r.caches_synced_s));
-    line("Startup: first reconcile (s)", &|r| format!("{:.2}", r.first_reconcile_s));
-    line("Single Bucket create→Ready p50 / p99 (s)", &|r| format!("{:.3} / {:.3}", r.latency_p50_s, r.latency_p99_s));
-    line("… minus its AWS time p50 / p99 (s)", &|r| format!("{:.3} / {:.3}", r.latency_minus_aws_p50_s, r.latency_minus_aws_p99_s));
+    line("Settled RSS after resync (MiB)", &|r| {
+        format!("{:.1}", r.rss_settled_mib)
+    });
+    line("CPU while converging (s)", &|r| {
+        format!("{:.1}", r.cpu_converge_s)
+    });
+    line("CPU for startup + resync (s)", &|r| {
+        format!("{:.1}", r.cpu_resync_s)
+    });
+    line("Startup: caches synced (s)", &|r| {
+        format!("{:.2}", r.caches_synced_s)
+    });
+    line("Startup: first reconcile (s)", &|r| {
+        format!("{:.2}", r.first_reconcile_s)
+    });
+    line("Single Bucket create→Ready p50 / p99 (s)", &|r| {
+        format!("{:.3} / {:.3}", r.latency_p50_s, r.latency_p99_s)
+    });
+    line("… minus its AWS time p50 / p99 (s)", &|r| {
+        format!(
+            "{:.3} / {:.3}",
+            r.latency_minus_aws_p50_s, r.latency_minus_aws_p99_s
+        )
+    });
     line("Audit problems", &|r| format!("{}", r.audit_problems.len()));
     out
 }
@@ -502,9 +610,15 @@ pub fn table(rows: &[Row]) -> String {
 pub fn calls_table(rows: &[Row]) -> String {
     let mut out = String::new();
     for r in rows {
-        out += &format!("\nN = {}:\n\n| operation | operator | floor |\n|---|---|---|\n", r.n);
-        let ops: std::collections::BTreeSet<&String> =
-            r.operator_calls.keys().chain(r.floor_calls.keys()).collect();
+        out += &format!(
+            "\nN = {}:\n\n| operation | operator | floor |\n|---|---|---|\n",
+            r.n
+        );
+        let ops: std::collections::BTreeSet<&String> = r
+            .operator_calls
+            .keys()
+            .chain(r.floor_calls.keys())
+            .collect();
         for op in ops {
             out += &format!(
                 "| {op} | {:.2} | {:.2} |\n",
@@ -528,7 +642,10 @@ async fn benchmark_smoke_converges_matches_the_floor_and_resyncs_quietly() {
     eprintln!("{}", calls_table(std::slice::from_ref(&row)));
     // The operator's writes per pair are exactly the floor's (no retries, nothing extra).
     let writes = |m: &BTreeMap<String, f64>| -> BTreeMap<String, f64> {
-        m.iter().filter(|(k, _)| !is_read(k)).map(|(k, v)| (k.clone(), *v)).collect()
+        m.iter()
+            .filter(|(k, _)| !is_read(k))
+            .map(|(k, v)| (k.clone(), *v))
+            .collect()
     };
     assert_eq!(writes(&row.operator_calls), writes(&row.floor_calls));
     // The same failures as the floor: only the GetUser of each missing user.
@@ -536,7 +653,11 @@ async fn benchmark_smoke_converges_matches_the_floor_and_resyncs_quietly() {
     assert_eq!(row.reconcile_errors, 0.0);
     assert_eq!(row.resync_aws_writes, 0.0, "a resync wrote to AWS");
     assert_eq!(row.resync_kube_writes, 0.0, "a resync wrote to Kubernetes");
-    assert!(row.resync_s3_reads_per_bucket <= 3.0, "{}", row.resync_s3_reads_per_bucket);
+    assert!(
+        row.resync_s3_reads_per_bucket <= 3.0,
+        "{}",
+        row.resync_s3_reads_per_bucket
+    );
     assert!(row.audit_problems.is_empty(), "{:?}", row.audit_problems);
     assert!(row.rss_peak_mib > 0.0 && row.latency_p50_s > 0.0);
 }

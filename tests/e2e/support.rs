@@ -640,7 +640,15 @@ impl Operator {
         let mut env = vec![("RUST_LOG".to_string(), "info,s3_operator=debug".to_string())];
         env.extend(opts.env.iter().cloned());
         let cluster_wide = opts.namespaces.is_empty();
-        Operator::spawn(id, args, env, cluster_wide, replica, opts.aws_endpoint.as_deref()).await
+        Operator::spawn(
+            id,
+            args,
+            env,
+            cluster_wide,
+            replica,
+            opts.aws_endpoint.as_deref(),
+        )
+        .await
     }
 
     /// Runs the operator as a package's Deployment would: that container's args and env (field
@@ -810,7 +818,12 @@ pub async fn http_get(addr: &str, path: &str) -> Option<(u16, String)> {
 }
 
 /// A minimal HTTP/1.0 request with a body against a loopback address: (status, body).
-pub async fn http_request(addr: &str, method: &str, path: &str, body: &str) -> Option<(u16, String)> {
+pub async fn http_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    body: &str,
+) -> Option<(u16, String)> {
     tokio::time::timeout(
         Duration::from_secs(5),
         http_request_inner(addr, method, path, body),
