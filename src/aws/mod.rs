@@ -1,5 +1,6 @@
 //! Every call the operator makes to AWS: S3 and IAM clients, error classification, naming, tags
-//! and policy documents. Each call is timed, counted and traced in one place ([`Aws::call`]).
+//! and policy documents. Each call is timed and traced in one place ([`Aws::call`]); each HTTP
+//! attempt, SDK retries included, is counted by [`AttemptCounter`].
 
 pub mod iam;
 pub mod naming;
@@ -13,6 +14,12 @@ use std::time::Instant;
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
 use tracing::Instrument;
 
 use crate::runtime::metrics::METRICS;
@@ -152,7 +159,11 @@ impl Aws {
             .region()
             .map(|r| r.to_string())
             .unwrap_or_else(|| "us-east-1".to_string());
-        let iam = aws_sdk_iam::Client::new(&base);
+        let iam = aws_sdk_iam::Client::from_conf(
+            aws_sdk_iam::config::Builder::from(&base)
+                .interceptor(AttemptCounter)
+                .build(),
+        );
         Self {
             base,
             region,
@@ -171,6 +182,7 @@ impl Aws {
                 let conf = aws_sdk_s3::config::Builder::from(&self.base)
                     .region(Region::new(region.to_string()))
                     .force_path_style(self.endpoint_url.is_some())
+                    .interceptor(AttemptCounter)
                     .build();
                 aws_sdk_s3::Client::from_conf(conf)
             })
@@ -190,7 +202,7 @@ impl Aws {
         }
     }
 
-    /// Runs one AWS request inside a span, counting it by service, operation and outcome.
+    /// Runs one AWS call (the SDK's attempts and retries) inside a span and times it.
     pub async fn call<T, E, F>(
         service: &'static str,
         operation: &'static str,
@@ -235,20 +247,85 @@ impl Aws {
                 kind,
             }
         });
-        let outcome = match &result {
-            Ok(_) => "success",
-            Err(e) if e.kind == ErrorKind::NotFound => "not_found",
-            Err(e) if THROTTLED.contains(&e.code.as_str()) => "throttled",
-            Err(_) => "error",
-        };
-        METRICS.aws_request(service, operation, outcome, elapsed);
+        METRICS.aws_call_duration(service, operation, elapsed);
         result
     }
+}
+
+/// Counts every HTTP attempt by service, operation and outcome. The SDK retries throttling and
+/// 5xx on its own; counting only each call's final result would hide exactly the throttling
+/// and flakiness an operator of this operator needs to see.
+#[derive(Debug)]
+struct AttemptCounter;
+
+impl Intercept for AttemptCounter {
+    fn name(&self) -> &'static str {
+        "AttemptCounter"
+    }
+
+    fn read_after_attempt(
+        &self,
+        context: &FinalizerInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        let Some(meta) = cfg.load::<Metadata>() else {
+            return Ok(());
+        };
+        let response = context.response();
+        let status = response.map(|r| r.status().as_u16());
+        let code = response
+            .and_then(|r| r.body().bytes())
+            .map(error_code)
+            .unwrap_or_default();
+        let service = meta.service().to_ascii_lowercase();
+        METRICS.aws_request(&service, meta.name(), attempt_outcome(status, code));
+        Ok(())
+    }
+}
+
+/// The outcome label of one attempt from its HTTP status and error code.
+fn attempt_outcome(status: Option<u16>, code: &str) -> &'static str {
+    match status {
+        Some(s) if (200..300).contains(&s) => "success",
+        _ if THROTTLED.contains(&code) || status == Some(429) => "throttled",
+        _ if classify(code, status) == ErrorKind::NotFound => "not_found",
+        _ => "error",
+    }
+}
+
+/// The `<Code>` of an S3 (REST-XML) or IAM (query) error body; empty when there is none.
+fn error_code(body: &[u8]) -> &str {
+    let body = std::str::from_utf8(body).unwrap_or_default();
+    body.split_once("<Code>")
+        .and_then(|(_, rest)| rest.split_once("</Code>"))
+        .map_or("", |(code, _)| code.trim())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn attempts_are_counted_by_outcome() {
+        let iam_throttled = br#"<ErrorResponse><Error><Type>Sender</Type>
+            <Code>Throttling</Code><Message>Rate exceeded</Message></Error></ErrorResponse>"#;
+        assert_eq!(error_code(iam_throttled), "Throttling");
+        assert_eq!(
+            error_code(b"<Error><Code>SlowDown</Code></Error>"),
+            "SlowDown"
+        );
+        assert_eq!(error_code(b""), "");
+        assert_eq!(attempt_outcome(Some(200), ""), "success");
+        assert_eq!(attempt_outcome(Some(204), ""), "success");
+        assert_eq!(attempt_outcome(Some(400), "Throttling"), "throttled");
+        assert_eq!(attempt_outcome(Some(503), "SlowDown"), "throttled");
+        assert_eq!(attempt_outcome(Some(429), ""), "throttled");
+        assert_eq!(attempt_outcome(Some(404), ""), "not_found");
+        assert_eq!(attempt_outcome(Some(404), "NoSuchEntity"), "not_found");
+        assert_eq!(attempt_outcome(Some(500), "InternalError"), "error");
+        assert_eq!(attempt_outcome(None, ""), "error");
+    }
 
     #[test]
     fn errors_are_classified() {

@@ -130,12 +130,12 @@ impl Metrics {
             ),
             aws_requests_total: counter(
                 "s3_operator_aws_requests_total",
-                "AWS API requests by service, operation and outcome",
+                "AWS API requests (every attempt, SDK retries included) by service, operation and outcome",
                 &["service", "operation", "outcome"],
             ),
             aws_request_duration_seconds: histogram(
                 "s3_operator_aws_request_duration_seconds",
-                "Latency of AWS API requests by service and operation",
+                "Latency of AWS API calls, SDK retries included, by service and operation",
                 &["service", "operation"],
                 AWS_BUCKETS,
             ),
@@ -169,10 +169,13 @@ impl Metrics {
         m
     }
 
-    pub fn aws_request(&self, service: &str, operation: &str, outcome: &str, seconds: f64) {
+    pub fn aws_request(&self, service: &str, operation: &str, outcome: &str) {
         self.aws_requests_total
             .with_label_values(&[service, operation, outcome])
             .inc();
+    }
+
+    pub fn aws_call_duration(&self, service: &str, operation: &str, seconds: f64) {
         self.aws_request_duration_seconds
             .with_label_values(&[service, operation])
             .observe(seconds);

@@ -447,6 +447,12 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
     let text = op.metrics().await;
     row.resync_aws_writes = op.aws_writes().await;
     row.resync_kube_writes = op.kube_writes().await;
+    if row.resync_kube_writes > 0.0 {
+        eprintln!(
+            "[{n}] resync kube writes: {:?}",
+            by_labels(&text, "s3_operator_kube_writes_total", ["kind", "verb"])
+        );
+    }
     let resync_calls = calls(&text);
     let sum_reads = |svc: &str| {
         resync_calls
