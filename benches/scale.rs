@@ -99,8 +99,8 @@ fn report(rows: &[scale::Row]) -> String {
             } else {
                 "missed, target 1.2x"
             },
-            r.resync_aws_writes,
-            r.resync_kube_writes,
+            r.resync_aws_writes.abs(),
+            r.resync_kube_writes.abs(),
             if r.resync_aws_writes + r.resync_kube_writes == 0.0 {
                 "met"
             } else {

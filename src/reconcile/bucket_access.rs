@@ -788,8 +788,11 @@ async fn waiting(
         ..previous.clone()
     };
     if access.status.as_ref() != Some(&status) {
-        let warning = !matches!(reason, Reason::BucketNotReady);
-        ctx.event(access, warning, reason.as_str(), msg).await;
+        // Waiting for a Bucket still being created is the normal first step, not news: the
+        // condition says so without an event per new pair.
+        if reason != Reason::BucketNotReady {
+            ctx.event(access, true, reason.as_str(), msg).await;
+        }
         update_status(&ctx.client, access, access.status.as_ref(), &status).await?;
     }
     if !matches!(reason, Reason::BucketNotReady | Reason::BucketNotFound) {

@@ -121,6 +121,14 @@ pub async fn run(config: Config) -> Result<(), Error> {
         }
     }
 
+    // A BucketAccess reconciled before the Bucket cache is full would find no Bucket and flip
+    // to BucketNotFound for a moment: a needless status write and event on every restart.
+    let mut sd = shutdown.clone();
+    tokio::select! {
+        _ = caches_synced(&watches) => {}
+        _ = sd.wait_for(|s| *s) => {}
+    }
+
     if !*shutdown.borrow() {
         let identity = config.leader_election.as_ref().map(|l| l.identity.clone());
         let reporter = Reporter {
@@ -187,9 +195,21 @@ impl Watches {
             bucket_access::MANAGED_BY_LABEL,
             bucket_access::MANAGED_BY
         ));
-        let (buckets, mut b) = shared_watch(api(client, ns), all(), 2, sync.clone(), leading);
-        let (accesses, mut a) = shared_watch(api(client, ns), all(), 1, sync.clone(), leading);
-        let (_, mut s) = shared_watch(api::<Secret>(client, ns), managed, 1, sync.clone(), leading);
+        let (buckets, mut b) = shared_watch(api(client, ns), all(), 2, sync, leading, |_| {});
+        let (accesses, mut a) = shared_watch(api(client, ns), all(), 1, sync, leading, |_| {});
+        // Secrets only wake their BucketAccess (reconciles read them fresh): keep no key
+        // material in memory.
+        let (_, mut s) = shared_watch(
+            api(client, ns),
+            managed,
+            1,
+            sync,
+            leading,
+            |s: &mut Secret| {
+                s.data = None;
+                s.string_data = None;
+            },
+        );
         Watches {
             buckets,
             accesses,
@@ -198,6 +218,14 @@ impl Watches {
             access_events: a.remove(0),
             secret_events: s.remove(0),
         }
+    }
+}
+
+async fn caches_synced(watches: &[Watches]) {
+    for w in watches {
+        // Errors only when the writer is dropped, that is at shutdown.
+        let _ = w.buckets.wait_until_ready().await;
+        let _ = w.accesses.wait_until_ready().await;
     }
 }
 
@@ -212,8 +240,9 @@ fn shared_watch<K>(
     api: Api<K>,
     cfg: watcher::Config,
     subscribers: usize,
-    sync: Arc<CacheSync>,
+    sync: &Arc<CacheSync>,
     leading: &watch::Receiver<bool>,
+    trim: fn(&mut K),
 ) -> (Store<K>, Vec<Gated<K>>)
 where
     K: Resource<DynamicType = ()>
@@ -229,10 +258,15 @@ where
         .map(|_| tokio::sync::mpsc::unbounded_channel())
         .unzip();
     let store = reader.clone();
-    let leading = leading.clone();
+    let (sync, leading) = (sync.clone(), leading.clone());
     let mut listed = false;
     let stream = watcher::watcher(api, cfg)
         .default_backoff()
+        // managedFields are most of an object's size and nothing here reads them.
+        .modify(move |o| {
+            o.meta_mut().managed_fields = None;
+            trim(o);
+        })
         .reflect(writer)
         .for_each(move |event| {
             let send = |obj: Arc<K>| {
