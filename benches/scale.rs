@@ -70,11 +70,18 @@ fn report(rows: &[scale::Row]) -> String {
         .trim()
         .to_string();
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let commit = std::process::Command::new("git")
+        .args(["describe", "--always", "--dirty"])
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+        .unwrap_or_else(|| "?".into());
     let mut out = String::new();
     let _ = write!(
         out,
         "# Benchmarks\n\n\
          Written by `cargo bench --bench scale -- --write` (see `benches/scale.rs`); do not edit by hand.\n\n\
+         Commit measured: `{commit}`.\n\
          Machine: {cores} cores ({cpu}); kube-apiserver, etcd and moto run on the same cores as the operator.\n\
          Each N starts from an empty control plane and emulator. The floor makes the same AWS calls \
          directly (the operator's own AWS client code, credentials and policy, {c} at a time per kind) \
