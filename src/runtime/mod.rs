@@ -19,7 +19,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
 
 use crate::api::condition::is_ready;
@@ -335,7 +335,15 @@ async fn run_controllers(
     let mut bucket_stores = Vec::new();
     let mut access_stores = Vec::new();
     for w in scopes {
-        let cfg = controller::Config::default().concurrency(concurrency);
+        // kube's own concurrency limit can strand a queued object for good: under load, objects
+        // queued behind a full set of workers were never reconciled (seen in the leader-kill and
+        // AWS-fault suites). The controller runs unbounded and each reconcile waits for a permit
+        // here instead; kube still never runs two reconciles of one object at once.
+        let cfg = controller::Config::default();
+        let (bucket_slots, access_slots) = (
+            Arc::new(Semaphore::new(concurrency.into())),
+            Arc::new(Semaphore::new(concurrency.into())),
+        );
         bucket_stores.push(w.buckets.clone());
         access_stores.push(w.accesses.clone());
         let bc = Controller::for_shared_stream(
@@ -346,11 +354,19 @@ async fn run_controllers(
         .graceful_shutdown_on(wait_true(shutdown.clone()));
         runs.push(
             bc.run(
-                |b, c| instrumented("bucket", b, c, reconcile::bucket::reconcile),
+                move |b, c| {
+                    instrumented(
+                        "bucket",
+                        bucket_slots.clone(),
+                        b,
+                        c,
+                        reconcile::bucket::reconcile,
+                    )
+                },
                 error_policy,
                 ctx.clone(),
             )
-            .for_each(|_| async {})
+            .for_each(|r| async move { log_controller_error(r) })
             .boxed(),
         );
         let store = w.accesses.clone();
@@ -376,11 +392,19 @@ async fn run_controllers(
         );
         runs.push(
             ac.run(
-                |a, c| instrumented("bucketaccess", a, c, reconcile::bucket_access::reconcile),
+                move |a, c| {
+                    instrumented(
+                        "bucketaccess",
+                        access_slots.clone(),
+                        a,
+                        c,
+                        reconcile::bucket_access::reconcile,
+                    )
+                },
                 error_policy,
                 ctx.clone(),
             )
-            .for_each(|_| async {})
+            .for_each(|r| async move { log_controller_error(r) })
             .boxed(),
         );
     }
@@ -392,6 +416,20 @@ async fn run_controllers(
     join_all(runs).await;
 }
 
+/// Failed reconciles are logged by `instrumented`, and an object deleted before its turn is
+/// no news; anything else from the controller machinery is.
+fn log_controller_error<T, E, Q>(result: Result<T, controller::Error<E, Q>>)
+where
+    E: std::error::Error,
+    Q: std::error::Error,
+{
+    match result {
+        Ok(_)
+        | Err(controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_)) => {}
+        Err(e) => tracing::warn!(error = %e, "controller error"),
+    }
+}
+
 async fn wait_true(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|v| *v).await;
 }
@@ -399,6 +437,7 @@ async fn wait_true(mut rx: watch::Receiver<bool>) {
 /// One root span, metrics and backoff bookkeeping around every reconcile.
 async fn instrumented<K, F, Fut>(
     controller: &'static str,
+    slots: Arc<Semaphore>,
     obj: Arc<K>,
     ctx: Arc<Context>,
     reconcile: F,
@@ -425,6 +464,10 @@ where
         "trace_id",
         span.in_scope(telemetry::current_trace_id).as_str(),
     );
+    let _permit = slots
+        .acquire_owned()
+        .await
+        .expect("worker slots are never closed");
     let key = object_key(obj.as_ref());
     let workers = METRICS.active_workers.with_label_values(&[controller]);
     workers.inc();
