@@ -364,13 +364,16 @@ async fn reconcile_traces_reach_jaeger_and_json_logs_carry_the_trace_id() {
 
     // A reconcile trace whose child spans are the AWS calls that reconcile made.
     let trace = wait_for(
-        "a reconcile trace with CreateBucket",
+        "a reconcile trace with its root span and CreateBucket",
         Duration::from_secs(60),
         || async {
+            // Spans are exported in batches as they end: the root ends last, so a trace may be
+            // seen before its root has arrived.
             jaeger.traces(&service).await.into_iter().find(|t| {
-                t["spans"]
-                    .as_array()
-                    .is_some_and(|s| s.iter().any(|s| s["operationName"] == "s3.CreateBucket"))
+                t["spans"].as_array().is_some_and(|s| {
+                    s.iter().any(|s| s["operationName"] == "s3.CreateBucket")
+                        && s.iter().any(|s| s["operationName"] == "reconcile Bucket")
+                })
             })
         },
     )

@@ -5,7 +5,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -474,6 +474,10 @@ pub struct Identity {
     kubeconfig: PathBuf,
     token: String,
     pub aws_key: (String, String),
+    /// A scoped installation keeps cluster-wide operators out for as long as it exists, not
+    /// only while one of its processes runs: between a kill and a restart its objects would
+    /// otherwise be reconciled by another test's operator.
+    _pass: Option<Arc<Pass>>,
 }
 
 impl Identity {
@@ -486,6 +490,11 @@ impl Identity {
         cluster: Option<String>,
         policy: Option<serde_json::Value>,
     ) -> Identity {
+        let pass = if namespaces.is_empty() {
+            None
+        } else {
+            Some(Arc::new(Pass::acquire(false).await))
+        };
         install_crds().await;
         let client = admin().await;
         let cluster = cluster.unwrap_or_else(|| format!("t{}", random(6)));
@@ -496,7 +505,10 @@ impl Identity {
             .collect();
         grants.push((operator_ns.as_str(), leader_rules()));
         let token = service_account(&client, &operator_ns, "s3-operator", &grants).await;
-        Identity::with_token(cluster, operator_ns, &token, policy).await
+        Identity {
+            _pass: pass,
+            ..Identity::with_token(cluster, operator_ns, &token, policy).await
+        }
     }
 
     /// Writes the kubeconfig for `token` and creates the IAM user: by default with exactly the
@@ -520,6 +532,7 @@ impl Identity {
             kubeconfig,
             token: token.to_string(),
             aws_key,
+            _pass: None,
         }
     }
 
