@@ -20,7 +20,8 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 use super::{
-    Context, Error, MANAGER, ensure_finalizer, object_key, remove_finalizer, update_status,
+    Context, Error, MANAGER, PassEvents, ensure_finalizer, object_key, remove_finalizer,
+    update_status,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType};
@@ -234,6 +235,7 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<A
             return waiting(&access, &ctx, Reason::BucketNotReady, msg).await;
         }
     };
+    let mut events = PassEvents::default();
     let result = match access.spec.credentials.type_ {
         CredentialsType::AccessKey => {
             let found = match read_secret(&access, &ctx, &ns).await? {
@@ -263,10 +265,12 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<A
                 vec![bucket_version],
                 vec![secret_version],
             ];
-            apply_user(&access, &ctx, &facts, found, versions).await
+            apply_user(&access, &ctx, &facts, found, versions, &mut events).await
         }
-        CredentialsType::ServiceAccountRole => apply_role(&access, &ctx, &facts).await,
+        CredentialsType::ServiceAccountRole => apply_role(&access, &ctx, &facts, &mut events).await,
     };
+    // What was changed is reported even when a later step of the pass failed.
+    events.publish(&ctx, access.as_ref()).await;
     match result {
         Err(Error::Aws(e)) => match refusal(&e) {
             Some((reason, msg)) => waiting(&access, &ctx, reason, msg).await,
@@ -301,6 +305,7 @@ async fn apply_user(
     facts: &BucketFacts,
     found: (Api<Secret>, String, Option<Secret>),
     versions: [Vec<String>; 3],
+    events: &mut PassEvents,
 ) -> Result<Action, Error> {
     let aws = &ctx.aws;
     let owner = owner(access, &ctx.settings.cluster_name);
@@ -341,8 +346,7 @@ async fn apply_user(
                 }
                 other => other?,
             };
-            ctx.event(access, false, "Created", format!("Created IAM user {user}"))
-                .await;
+            events.add(false, "Created", format!("Created IAM user {user}"));
             (entity.arn, None, Vec::new())
         }
     };
@@ -366,34 +370,28 @@ async fn apply_user(
     let served = served(access);
     if current_policy.as_ref() != Some(&doc) {
         aws.put_user_policy(&user, POLICY_NAME, &doc).await?;
-        drift_or_event(
-            access,
-            ctx,
+        drift_or_update(
+            events,
             served && current_policy.is_some(),
             "policy",
             format!("Set access policy of IAM user {user}"),
-        )
-        .await;
+        );
     }
     for id in &keys_plan.delete {
         aws.delete_access_key(&user, id).await?;
-        ctx.event(
-            access,
+        events.add(
             false,
             "KeyDeleted",
             format!("Deleted access key {id} of IAM user {user}"),
-        )
-        .await;
+        );
     }
     let new_key = if keys_plan.create {
         let k = aws.create_access_key(&user).await?;
-        ctx.event(
-            access,
+        events.add(
             false,
             "KeyCreated",
             format!("Created access key {} for IAM user {user}", k.key.id),
-        )
-        .await;
+        );
         Some(k)
     } else {
         None
@@ -448,12 +446,12 @@ async fn apply_user(
     secret_versions.extend(
         write_secret(
             access,
-            ctx,
             &secrets,
             &secret_name,
             secret.as_ref(),
             data,
             annotations,
+            events,
         )
         .await?,
     );
@@ -548,39 +546,31 @@ fn served(access: &BucketAccess) -> bool {
     })
 }
 
-async fn drift_or_event(
-    access: &BucketAccess,
-    ctx: &Context,
-    drift: bool,
-    aspect: &str,
-    note: String,
-) {
+fn drift_or_update(events: &mut PassEvents, drift: bool, aspect: &str, note: String) {
     if drift {
         METRICS
             .drift_corrections_total
             .with_label_values(&["BucketAccess", aspect])
             .inc();
-        ctx.event(
-            access,
+        events.add(
             true,
             "DriftCorrected",
             format!("{note} (changed outside the operator)"),
-        )
-        .await;
+        );
     } else {
-        ctx.event(access, false, "Updated", note).await;
+        events.add(false, "Updated", note);
     }
 }
 
 /// Writes the Secret if its data, labels, annotations or owner differ from what it should be.
 async fn write_secret(
     access: &BucketAccess,
-    ctx: &Context,
     api: &Api<Secret>,
     name: &str,
     current: Option<&Secret>,
     data: BTreeMap<String, String>,
     annotations: BTreeMap<String, String>,
+    events: &mut PassEvents,
 ) -> Result<Option<String>, Error> {
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
@@ -632,22 +622,9 @@ async fn write_secret(
         )
         .await?;
     if current.is_none() && served(access) {
-        drift_or_event(
-            access,
-            ctx,
-            true,
-            "secret",
-            format!("Recreated Secret {name}"),
-        )
-        .await;
+        drift_or_update(events, true, "secret", format!("Recreated Secret {name}"));
     } else if restored {
-        ctx.event(
-            access,
-            false,
-            "SecretUpdated",
-            format!("Updated Secret {name}"),
-        )
-        .await;
+        events.add(false, "SecretUpdated", format!("Updated Secret {name}"));
     }
     Ok(written.resource_version())
 }
@@ -656,6 +633,7 @@ async fn apply_role(
     access: &BucketAccess,
     ctx: &Context,
     facts: &BucketFacts,
+    events: &mut PassEvents,
 ) -> Result<Action, Error> {
     let aws = &ctx.aws;
     let Some(oidc) = ctx.settings.oidc_provider_arn.clone() else {
@@ -689,14 +667,12 @@ async fn apply_role(
             }
             if entity.trust_policy.as_ref() != Some(&trust) {
                 aws.update_trust_policy(&role, &trust).await?;
-                drift_or_event(
-                    access,
-                    ctx,
+                drift_or_update(
+                    events,
                     served,
                     "trustPolicy",
                     format!("Set trust policy of IAM role {role}"),
-                )
-                .await;
+                );
             }
             entity.arn
         }
@@ -711,27 +687,23 @@ async fn apply_role(
                 }
                 other => other?,
             };
-            ctx.event(
-                access,
+            events.add(
                 false,
                 "Created",
                 format!("Created IAM role {role} for ServiceAccount {sa}"),
-            )
-            .await;
+            );
             entity.arn
         }
     };
     let current: Option<Value> = aws.role_policy(&role, POLICY_NAME).await?;
     if current.as_ref() != Some(&doc) {
         aws.put_role_policy(&role, POLICY_NAME, &doc).await?;
-        drift_or_event(
-            access,
-            ctx,
+        drift_or_update(
+            events,
             served && current.is_some(),
             "policy",
             format!("Set access policy of IAM role {role}"),
-        )
-        .await;
+        );
     }
     let (secrets, secret_name, secret) = match read_secret(access, ctx, &owner.namespace).await? {
         Ok(found) => found,
@@ -741,12 +713,12 @@ async fn apply_role(
     data.insert("AWS_ROLE_ARN".into(), arn.clone());
     write_secret(
         access,
-        ctx,
         &secrets,
         &secret_name,
         secret.as_ref(),
         data,
         BTreeMap::new(),
+        events,
     )
     .await?;
     let status = BucketAccessStatus {

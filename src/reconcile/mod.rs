@@ -208,6 +208,34 @@ impl Context {
     }
 }
 
+/// What one pass changed, published as a single event when the pass ends, so a new pair or a
+/// rotation costs one event write and reads as one line in `kubectl describe`.
+#[derive(Debug, Default)]
+pub struct PassEvents {
+    items: Vec<(bool, &'static str, String)>,
+}
+
+impl PassEvents {
+    pub fn add(&mut self, warning: bool, reason: &'static str, note: String) {
+        self.items.push((warning, reason, note));
+    }
+
+    /// Type, reason and note of the event for this pass: a warning if any change was one (its
+    /// reason leads), else the first change's reason; the notes in the order they happened.
+    fn summary(&self) -> Option<(bool, &'static str, String)> {
+        let warning = self.items.iter().any(|i| i.0);
+        let (_, reason, _) = self.items.iter().find(|i| i.0 == warning)?;
+        let notes: Vec<&str> = self.items.iter().map(|i| i.2.as_str()).collect();
+        Some((warning, reason, notes.join("; ")))
+    }
+
+    pub async fn publish<K: Resource<DynamicType = ()>>(self, ctx: &Context, obj: &K) {
+        if let Some((warning, reason, note)) = self.summary() {
+            ctx.event(obj, warning, reason, note).await;
+        }
+    }
+}
+
 fn namespaced_api<K>(client: &kube::Client, obj: &K) -> Result<Api<K>, Error>
 where
     K: Resource<DynamicType = (), Scope = NamespaceResourceScope>,
@@ -338,6 +366,27 @@ impl<F: Future> InstrumentKube for F {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_pass_is_one_event_led_by_its_warning() {
+        assert_eq!(PassEvents::default().summary(), None, "no change, no event");
+        let mut e = PassEvents::default();
+        e.add(false, "Created", "Created IAM user u".into());
+        e.add(false, "KeyCreated", "Created access key K".into());
+        assert_eq!(
+            e.summary(),
+            Some((
+                false,
+                "Created",
+                "Created IAM user u; Created access key K".into()
+            ))
+        );
+        e.add(true, "DriftCorrected", "Recreated Secret s".into());
+        let (warning, reason, note) = e.summary().unwrap();
+        assert!(warning);
+        assert_eq!(reason, "DriftCorrected");
+        assert!(note.ends_with("; Recreated Secret s"), "{note}");
+    }
 
     #[test]
     fn settled_passes_skip_only_versions_they_saw_and_only_until_due() {
