@@ -355,9 +355,9 @@ async fn run_controllers(
         runs.push(
             bc.run(
                 move |b, c| {
-                    instrumented(
-                        "bucket",
+                    with_slot(
                         bucket_slots.clone(),
+                        "bucket",
                         b,
                         c,
                         reconcile::bucket::reconcile,
@@ -393,9 +393,9 @@ async fn run_controllers(
         runs.push(
             ac.run(
                 move |a, c| {
-                    instrumented(
-                        "bucketaccess",
+                    with_slot(
                         access_slots.clone(),
+                        "bucketaccess",
                         a,
                         c,
                         reconcile::bucket_access::reconcile,
@@ -434,10 +434,32 @@ async fn wait_true(mut rx: watch::Receiver<bool>) {
     let _ = rx.wait_for(|v| *v).await;
 }
 
+/// Runs `reconcile` once one of `slots` is free. The reconcile's future is built (and boxed)
+/// only then: thousands of objects wait at once at startup, and a waiting object should cost
+/// a few bytes, not a whole reconcile's state. The span starts after the wait, so traces and
+/// the duration metric show the work, not the queue.
+async fn with_slot<K, F, Fut>(
+    slots: Arc<Semaphore>,
+    controller: &'static str,
+    obj: Arc<K>,
+    ctx: Arc<Context>,
+    reconcile: F,
+) -> Result<Action, reconcile::Error>
+where
+    K: Resource<DynamicType = ()>,
+    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
+    Fut: Future<Output = Result<Action, reconcile::Error>>,
+{
+    let _permit = slots
+        .acquire_owned()
+        .await
+        .expect("worker slots are never closed");
+    Box::pin(instrumented(controller, obj, ctx, reconcile)).await
+}
+
 /// One root span, metrics and backoff bookkeeping around every reconcile.
 async fn instrumented<K, F, Fut>(
     controller: &'static str,
-    slots: Arc<Semaphore>,
     obj: Arc<K>,
     ctx: Arc<Context>,
     reconcile: F,
@@ -464,10 +486,6 @@ where
         "trace_id",
         span.in_scope(telemetry::current_trace_id).as_str(),
     );
-    let _permit = slots
-        .acquire_owned()
-        .await
-        .expect("worker slots are never closed");
     let key = object_key(obj.as_ref());
     let workers = METRICS.active_workers.with_label_values(&[controller]);
     workers.inc();
