@@ -70,8 +70,9 @@ certs() {
   $o rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
 }
 
-# apiserver PORT CERT_DIR: runs a kube-apiserver on the environment's etcd. `up` starts the main
-# one; `hack/env.sh apiserver` starts another (an HA peer the fault tests stop and restart).
+# apiserver PORT CERT_DIR AUDIT_LOG: runs a kube-apiserver on the environment's etcd. `up` starts
+# the main one; `hack/env.sh apiserver` starts another (an HA peer the fault tests stop and
+# restart). Every write is audited (hack/audit-policy.yaml) as one JSON line in AUDIT_LOG.
 apiserver() {
   local pki="$state/pki"
   exec "$S3OP_BIN/kube-apiserver" \
@@ -85,6 +86,7 @@ apiserver() {
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 \
     --disable-admission-plugins ServiceAccount \
+    --audit-policy-file "$here/audit-policy.yaml" --audit-log-path "$3" \
     --profiling=false --v 1
 }
 
@@ -109,7 +111,7 @@ up() {
 
   echo "http://127.0.0.1:$etcd_port" >"$state/etcd.url"
   log "starting kube-apiserver $KUBE_VERSION on https://127.0.0.1:$api_port"
-  start kube-apiserver apiserver "$api_port" "$state/apiserver-certs"
+  start kube-apiserver apiserver "$api_port" "$state/apiserver-certs" "$state/audit.jsonl"
 
   local kc="$state/admin.kubeconfig"
   KUBECONFIG="$kc" "$bin/kubectl" config set-cluster local --server "https://127.0.0.1:$api_port" \
@@ -139,6 +141,7 @@ up() {
     echo "export KUBECONFIG=$kc"
     echo "export S3OP_KUBE_SERVER=https://127.0.0.1:$api_port"
     echo "export S3OP_KUBE_CA=$pki/ca.crt"
+    echo "export S3OP_KUBE_AUDIT_LOG=$state/audit.jsonl"
     echo "export S3OP_AWS_ENDPOINT=$endpoint"
     echo "export S3OP_AWS_REGION=us-east-1"
     echo "export PATH=$bin:\$PATH"
@@ -170,12 +173,12 @@ down_quiet() {
     done
     while read -r _ pid; do kill -9 "$pid" 2>/dev/null || true; done <"$state/pids"
   fi
-  rm -rf "$state/etcd" "$state/pids" "$state/env" "$state/apiserver-certs"*
+  rm -rf "$state/etcd" "$state/pids" "$state/env" "$state/apiserver-certs"* "$state/audit"*.jsonl
 }
 
 case $cmd in
   up) up ;;
   down) down_quiet; log "environment down ($state)" ;;
-  apiserver) apiserver "$port" "$state/apiserver-certs-$port" ;;
+  apiserver) apiserver "$port" "$state/apiserver-certs-$port" "$state/audit-$port.jsonl" ;;
   *) die "usage: hack/env.sh up|down|apiserver [--state DIR] [--owner-pid PID]" ;;
 esac

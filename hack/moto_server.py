@@ -1,23 +1,37 @@
-"""Starts moto's server with IAM enforcement that evaluates real IAM resource ARNs.
+"""Starts moto's server with IAM enforcement that evaluates policies the way AWS does for the
+parts the operator relies on. Everything else is stock moto.
 
-Stock moto authorizes IAM actions against the resource "*" unless a role of that name already
-exists, so a policy scoped to an IAM path (as the operator's own policy is) would be denied every
-user action. AWS evaluates `arn:aws:iam::<account>:user/<path>/<name>`; this launcher makes moto
-do the same for users and roles, existing or about to be created, so the tests enforce the
-operator's shipped policy exactly.
-
-Bulk DeleteObjects is authorized like AWS does it, as s3:DeleteObject on the objects
-(`arn:aws:s3:::<bucket>/*`); stock moto checks the bucket ARN and then refuses every key.
-
-It also fixes one wire-format bug: moto names the root element of a GetBucketVersioning answer
-`GetBucketVersioningResponse`, where S3 (and every strict SDK parser) uses `VersioningConfiguration`.
-Everything else is stock moto.
+- Real IAM resource ARNs: stock moto authorizes IAM actions against "*" unless a role of that
+  name exists, so a policy scoped to an IAM path would deny every user action. AWS evaluates
+  `arn:aws:iam::<account>:user/<path>/<name>` (for a missing entity, the ARN without its path);
+  this launcher does the same for users and roles, existing or about to be created.
+- Conditions: stock moto passes no request context to identity policies and treats a statement
+  whose condition fails as an explicit deny. Here a condition is evaluated against the request's
+  context keys (`iam:PermissionsBoundary`, `s3:prefix`, `aws:SecureTransport`) with AWS's
+  operators (String*, Arn*, Bool, Null, ...IfExists) and a statement whose condition does not
+  hold simply does not apply.
+- Permissions boundaries: stock moto has none for users and enforces none. Here CreateUser takes
+  `PermissionsBoundary`, Put/DeleteUserPermissionsBoundary exist, GetUser reports it, and every
+  request by a user or role with a boundary must be allowed by that boundary too.
+- Inactive access keys are refused, as AWS does (stock moto still accepts them).
+- CreateBucket with `Tags` in its CreateBucketConfiguration tags the new bucket in the same call
+  (authorized as s3:TagResource), as S3 does; an existing bucket is never tagged this way.
+- Bulk DeleteObjects is authorized as s3:DeleteObject on the objects; encryption and public
+  access block requests are checked against the IAM actions AWS uses.
+- The GetBucketVersioning answer's root element is `VersioningConfiguration`, as S3 names it.
 
 Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 """
 
+import fnmatch
 import sys
 
+import xmltodict
+from moto.core.responses import EmptyResult
+from moto.iam import access_control
+from moto.iam.access_control import IAMPolicy, PermissionResult
+from moto.iam.exceptions import NotFoundException
+from moto.iam.models import User, iam_backends
 from moto.iam.responses import IamResponse
 from moto.s3.responses import ACTION_MAP, S3Response
 from moto.server import main
@@ -77,6 +91,231 @@ def _authorize_bulk_delete_on_objects(self, bucket_name=None, key_name=None):
 
 
 S3Response._authenticate_and_authorize_s3_action = _authorize_bulk_delete_on_objects
+
+# ---------------------------------------------------------------- conditions
+
+
+def _first(value):
+    return value[0] if isinstance(value, list) and value else value
+
+
+def _matches(op, expected, actual):
+    """One condition operator (without its IfExists/Not parts) on one actual value."""
+    if op in ("StringEquals", "ArnEquals"):
+        return actual == expected
+    if op == "StringEqualsIgnoreCase":
+        return actual.lower() == expected.lower()
+    if op in ("StringLike", "ArnLike"):
+        return fnmatch.fnmatchcase(actual, expected)
+    if op == "Bool":
+        return actual.lower() == str(expected).lower()
+    raise ValueError(f"condition operator {op} is not supported by this emulator")
+
+
+def condition_holds(conditions, context):
+    """AWS semantics: every operator and key must hold; a missing key fails positive operators
+    and satisfies negated ones; `...IfExists` ignores a missing key; `Null` tests presence."""
+    for operator, keys in (conditions or {}).items():
+        if_exists = operator.endswith("IfExists")
+        op = operator[: -len("IfExists")] if if_exists else operator
+        for key, expected in keys.items():
+            expected = expected if isinstance(expected, list) else [expected]
+            actual = context.get(key)
+            if op == "Null":
+                if any(str(e).lower() == "true" for e in expected) != (actual is None):
+                    return False
+                continue
+            if actual is None:
+                if if_exists or "Not" in op:
+                    continue
+                return False
+            negated = "Not" in op
+            base = op.replace("Not", "", 1)
+            hit = any(_matches(base, str(e), str(actual)) for e in expected)
+            if hit == negated:
+                return False
+    return True
+
+
+def _statement_result(self, action, resource="*", principal=None, incoming=None):
+    statement = self._statement
+    concerned = (
+        not self._check_element_matches("NotAction", action)
+        if "NotAction" in statement
+        else self._check_element_matches("Action", action)
+    )
+    if not concerned:
+        return PermissionResult.NEUTRAL
+    if self.is_unknown_principal(statement.get("Principal")):
+        return PermissionResult.NEUTRAL
+    if principal and not self._check_principal(principal):
+        return PermissionResult.DENIED
+    if "Condition" in statement and not condition_holds(statement["Condition"], incoming or {}):
+        return PermissionResult.NEUTRAL
+    if statement.get("Resource") and not self._check_element_matches("Resource", resource):
+        return PermissionResult.NEUTRAL
+    return PermissionResult.PERMITTED if statement["Effect"] == "Allow" else PermissionResult.DENIED
+
+
+access_control.IAMPolicyStatement.is_action_permitted = _statement_result
+
+
+def _boundary_of(backend, kind, name):
+    """The permissions boundary ARN of an existing user or role, else None."""
+    try:
+        entity = backend.get_user(name) if kind == "user" else backend.get_role(name)
+    except Exception:
+        return None
+    return getattr(entity, "permissions_boundary_arn", None)
+
+
+def _request_context(self):
+    """The condition keys of this request that the operator's policies use."""
+    data = self._data or {}
+    context = {"aws:SecureTransport": "false"}
+    if self._service == "iam":
+        boundary = _first(data.get("PermissionsBoundary"))
+        if boundary is None:
+            for key, kind in (("UserName", "user"), ("RoleName", "role")):
+                name = _first(data.get(key))
+                if name:
+                    boundary = _boundary_of(self.backend, kind, name)
+                    break
+        if boundary:
+            context["iam:PermissionsBoundary"] = boundary
+    elif self._service == "s3":
+        prefix = _first(data.get("prefix"))
+        if prefix is not None:
+            context["s3:prefix"] = prefix
+    return context
+
+
+def _caller_boundary(self):
+    key = self._access_key
+    if hasattr(key, "_owner_user_name"):
+        arn = _boundary_of(self.backend, "user", key._owner_user_name)
+    else:
+        arn = _boundary_of(self.backend, "role", getattr(key, "_owner_role_name", ""))
+    if not arn:
+        return None
+    try:
+        return self.backend.get_policy(arn)
+    except NotFoundException:
+        return None
+
+
+def _check_action_permitted(self, resource):
+    if self._action == "sts:GetCallerIdentity":
+        return
+    context = _request_context(self)
+    permitted = False
+    for policy in self._access_key.collect_policies():
+        result = IAMPolicy(policy).is_action_permitted(self._action, resource, None, context)
+        if result == PermissionResult.DENIED:
+            self._raise_access_denied()
+        permitted = permitted or result == PermissionResult.PERMITTED
+    boundary = _caller_boundary(self)
+    if boundary is not None:
+        capped = IAMPolicy(boundary).is_action_permitted(self._action, resource, None, context)
+        permitted = permitted and capped == PermissionResult.PERMITTED
+    if self._is_assuming_role_operation(resource):
+        permitted = permitted and self._check_role_trust_relationship(resource)
+    if not permitted:
+        self._raise_access_denied()
+
+
+access_control.IAMRequestBase.check_action_permitted = _check_action_permitted
+
+# ---------------------------------------------------------------- inactive keys
+
+_user_key_init = access_control.IAMUserAccessKey.__init__
+
+
+def _active_user_key_init(self, account_id, partition, access_key_id, headers):
+    _user_key_init(self, account_id, partition, access_key_id, headers)
+    user = iam_backends[account_id][partition].get_user(self._owner_user_name)
+    for key in user.access_keys:
+        if key.access_key_id == access_key_id and key.status != "Active":
+            raise access_control.CreateAccessKeyFailure(reason="InvalidId")
+
+
+access_control.IAMUserAccessKey.__init__ = _active_user_key_init
+
+# ---------------------------------------------------------------- user permissions boundaries
+
+
+def _user_boundary(self):
+    arn = getattr(self, "permissions_boundary_arn", None)
+    if arn:
+        return {"PermissionsBoundaryType": "PermissionsBoundaryPolicy", "PermissionsBoundaryArn": arn}
+    return None
+
+
+User.permissions_boundary = property(_user_boundary)
+
+
+def _checked_boundary(self):
+    arn = self._get_param("PermissionsBoundary")
+    if arn:
+        self.backend.get_policy(arn)  # NoSuchEntity, as AWS, for a policy that does not exist
+    return arn
+
+
+_create_user = IamResponse.create_user
+
+
+def _create_user_with_boundary(self):
+    arn = _checked_boundary(self)
+    result = _create_user(self)
+    if arn:
+        self.backend.get_user(self._get_param("UserName")).permissions_boundary_arn = arn
+    return result
+
+
+def _put_user_permissions_boundary(self):
+    arn = _checked_boundary(self)
+    self.backend.get_user(self._get_param("UserName")).permissions_boundary_arn = arn
+    return EmptyResult()
+
+
+def _delete_user_permissions_boundary(self):
+    self.backend.get_user(self._get_param("UserName")).permissions_boundary_arn = None
+    return EmptyResult()
+
+
+IamResponse.create_user = _create_user_with_boundary
+IamResponse.put_user_permissions_boundary = _put_user_permissions_boundary
+IamResponse.delete_user_permissions_boundary = _delete_user_permissions_boundary
+
+# ---------------------------------------------------------------- CreateBucket with tags
+
+_bucket_put = S3Response._bucket_response_put
+
+
+def _creation_tags(body):
+    try:
+        config = xmltodict.parse(body)["CreateBucketConfiguration"] or {}
+    except Exception:
+        return {}
+    tags = (config.get("Tags") or {}).get("Tag") or []
+    tags = tags if isinstance(tags, list) else [tags]
+    return {t["Key"]: t.get("Value") or "" for t in tags}
+
+
+def _bucket_put_with_tags(self, request, bucket_name, querystring):
+    tags = {} if querystring or not self.body else _creation_tags(self.body)
+    if not tags:
+        return _bucket_put(self, request, bucket_name, querystring)
+    self.data["Action"] = "TagResource"
+    self._authenticate_and_authorize_s3_action(bucket_name=bucket_name)
+    existed = bucket_name in self.backend.buckets
+    result = _bucket_put(self, request, bucket_name, querystring)
+    if not existed:
+        self.backend.put_bucket_tagging(bucket_name, tags)
+    return result
+
+
+S3Response._bucket_response_put = _bucket_put_with_tags
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

@@ -25,14 +25,14 @@ log "installing the CRDs"
 kubectl apply --server-side -f config/crd/bases/
 kubectl wait --for=condition=Established crd --all --timeout=60s
 
-log "creating the IAM user s3-operator with config/iam/operator-policy.json"
+log "creating the permissions boundary (config/iam/boundary-policy.json) and the IAM user s3-operator (config/iam/operator-policy.json)"
 # Prints "ACCESS_KEY_ID SECRET"; captured, never shown.
-op_creds="$("$py" - "$S3OP_AWS_ENDPOINT" "$S3OP_AWS_REGION" config/iam/operator-policy.json <<'EOF'
+op_creds="$("$py" - "$S3OP_AWS_ENDPOINT" "$S3OP_AWS_REGION" config/iam/operator-policy.json config/iam/boundary-policy.json <<'EOF'
 import json, os, sys
 
 import boto3
 
-endpoint, region, policy_file = sys.argv[1:4]
+endpoint, region, policy_file, boundary_file = sys.argv[1:5]
 iam = boto3.client(
     "iam",
     endpoint_url=endpoint,
@@ -40,6 +40,13 @@ iam = boto3.client(
     aws_access_key_id=os.environ["S3OP_AWS_ADMIN_ACCESS_KEY_ID"],
     aws_secret_access_key=os.environ["S3OP_AWS_ADMIN_SECRET_ACCESS_KEY"],
 )
+# Every user and role the operator creates carries this boundary (cluster "default").
+with open(boundary_file) as f:
+    boundary = json.dumps(json.load(f))
+try:
+    iam.create_policy(PolicyName="s3-operator-boundary", Path="/s3-operator/default/", PolicyDocument=boundary)
+except iam.exceptions.EntityAlreadyExistsException:
+    pass
 user = "s3-operator"
 try:
     iam.get_user(UserName=user)

@@ -4,10 +4,12 @@
 //! - [`reconcile`]: one module per kind: observe, plan (pure), apply
 //! - [`aws`]: every S3 and IAM call, naming, tags and policy documents
 //! - [`runtime`]: leader election, web server, metrics, telemetry, shutdown
+//! - [`fence`]: what stops a leader whose lease may have passed on from sending anything
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod aws;
+pub mod fence;
 pub mod reconcile;
 pub mod runtime;
 

@@ -33,15 +33,22 @@ enum Command {
 
 #[derive(Args, Debug, Clone)]
 struct PolicyArgs {
-    /// Must match the operator's --bucket-name-prefix.
-    #[arg(long, env = "BUCKET_NAME_PREFIX", default_value = "s3op-")]
-    bucket_name_prefix: String,
-    /// Must match the operator's --cluster-name (it scopes the IAM path).
-    #[arg(long, env = "CLUSTER_NAME", default_value = "default")]
+    /// The AWS account the operator runs in: every IAM ARN in the policies names it.
+    #[arg(long, env = "AWS_ACCOUNT_ID")]
+    account_id: String,
+    /// Must match the operator's --cluster-name (it scopes the IAM path and default prefix).
+    #[arg(long, env = "CLUSTER_NAME", default_value = "default", value_parser = cluster_name)]
     cluster_name: String,
+    /// Must match the operator's --bucket-name-prefix (default: s3op-<cluster>-).
+    #[arg(long, env = "BUCKET_NAME_PREFIX")]
+    bucket_name_prefix: Option<String>,
     /// AWS partition: aws, aws-cn or aws-us-gov.
     #[arg(long, default_value = "aws")]
     partition: String,
+    /// Print the permissions boundary instead: create it as the managed policy
+    /// `<iam path>s3-operator-boundary` before the operator starts.
+    #[arg(long)]
+    boundary: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -49,10 +56,10 @@ struct RunArgs {
     /// Name of this cluster: written into ownership tags and the IAM path /s3-operator/<cluster>/.
     #[arg(long, env = "CLUSTER_NAME", default_value = "default", value_parser = cluster_name)]
     cluster_name: String,
-    /// Prefix of generated bucket names. Bucket names in specs must start with it too, because the
-    /// operator's IAM policy covers only such buckets.
-    #[arg(long, env = "BUCKET_NAME_PREFIX", default_value = "s3op-")]
-    bucket_name_prefix: String,
+    /// Prefix of generated bucket names (default: s3op-<cluster>-). Bucket names in specs must
+    /// start with it too, because the operator's IAM policy covers only such buckets.
+    #[arg(long, env = "BUCKET_NAME_PREFIX")]
+    bucket_name_prefix: Option<String>,
     /// Deletion policy of Buckets whose spec names none: Retain or Delete.
     #[arg(long, env = "DEFAULT_DELETION_POLICY", default_value = "Retain", value_parser = deletion_policy)]
     default_deletion_policy: DeletionPolicy,
@@ -65,6 +72,14 @@ struct RunArgs {
     /// ARN of the cluster's IAM OIDC provider, needed for ServiceAccountRole credentials.
     #[arg(long, env = "OIDC_PROVIDER_ARN")]
     oidc_provider_arn: Option<String>,
+    /// Permissions boundary of every user and role the operator creates (default: the policy
+    /// <iam path>s3-operator-boundary in the operator's own account, found through STS).
+    #[arg(long, env = "PERMISSIONS_BOUNDARY_ARN")]
+    permissions_boundary_arn: Option<String>,
+    /// Let a Bucket adopt a bucket retained by another namespace. Off: a retained bucket goes
+    /// back only to the namespace it came from.
+    #[arg(long, env = "ALLOW_CROSS_NAMESPACE_ADOPTION", default_value_t = false)]
+    allow_cross_namespace_adoption: bool,
     /// Namespaces to watch, comma-separated; empty watches all (OLM's olm.targetNamespaces format).
     #[arg(
         long,
@@ -89,6 +104,15 @@ struct RunArgs {
         default_value = "0.0.0.0:8081"
     )]
     health_probe_bind_address: SocketAddr,
+    /// Serve /metrics over HTTPS, only to callers whose bearer token a TokenReview authenticates
+    /// and a SubjectAccessReview allows `get` on /metrics (RBAC: config/rbac/metrics_auth_role.yaml;
+    /// scrapers need config/rbac/metrics_reader_role.yaml).
+    #[arg(long, env = "METRICS_SECURE", default_value_t = false)]
+    metrics_secure: bool,
+    /// Directory holding tls.crt and tls.key for --metrics-secure (reloaded when they change);
+    /// without it a self-signed certificate is made at start-up.
+    #[arg(long, env = "METRICS_CERT_DIR", requires = "metrics_secure")]
+    metrics_cert_dir: Option<std::path::PathBuf>,
     /// Elect a leader through a Lease so only one replica reconciles.
     #[arg(long, env = "LEADER_ELECT", default_value_t = false)]
     leader_elect: bool,
@@ -149,15 +173,20 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::IamPolicy(p)) => {
-            let doc = policy::operator_policy(
-                &p.partition,
-                &p.bucket_name_prefix,
-                &naming::iam_path(&p.cluster_name),
-            );
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&doc).expect("policy serializes")
-            );
+            let scope = policy::Scope {
+                partition: p.partition,
+                bucket_prefix: p
+                    .bucket_name_prefix
+                    .unwrap_or_else(|| naming::default_bucket_prefix(&p.cluster_name)),
+                iam_path: naming::iam_path(&p.cluster_name),
+                account: p.account_id,
+            };
+            let doc = if p.boundary {
+                policy::boundary_policy(&scope)
+            } else {
+                policy::operator_policy(&scope)
+            };
+            println!("{doc:#}");
             ExitCode::SUCCESS
         }
         Some(Command::Run(args)) => run(*args),
@@ -180,8 +209,12 @@ fn run(args: RunArgs) -> ExitCode {
     });
     let config = runtime::Config {
         reconcile: s3_operator::reconcile::Settings {
+            bucket_name_prefix: args
+                .bucket_name_prefix
+                .unwrap_or_else(|| naming::default_bucket_prefix(&args.cluster_name)),
             cluster_name: args.cluster_name,
-            bucket_name_prefix: args.bucket_name_prefix,
+            boundary_arn: args.permissions_boundary_arn.unwrap_or_default(),
+            allow_cross_namespace_adoption: args.allow_cross_namespace_adoption,
             default_deletion_policy: args.default_deletion_policy,
             oidc_provider_arn: args.oidc_provider_arn,
             resync_period: args.resync_period,
@@ -199,6 +232,7 @@ fn run(args: RunArgs) -> ExitCode {
         max_concurrent_reconciles: args.max_concurrent_reconciles,
         metrics_addr: args.metrics_bind_address,
         probe_addr: args.health_probe_bind_address,
+        metrics_secure: args.metrics_secure.then_some(args.metrics_cert_dir),
         leader_election: args.leader_elect.then_some(leader::Settings {
             namespace: args.leader_election_namespace,
             name: args.leader_election_id,

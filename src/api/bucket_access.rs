@@ -32,10 +32,11 @@ pub struct BucketAccessSpec {
     pub permission: Permission,
 
     /// Restrict the grant to keys starting with this prefix (for example `uploads/`). The whole
-    /// bucket when omitted.
+    /// bucket when omitted. A plain key prefix: without a trailing `/`, `team` also covers
+    /// `team-b/...`. IAM policy variables (`${...}`) and wildcards are refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 1024))]
-    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.contains('*') && !self.contains('?')").message("spec.prefix must not start with '/' or contain the wildcards '*' or '?'"))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.contains('*') && !self.contains('?') && !self.contains('${')").message("spec.prefix must not start with '/' or contain '*', '?' or '${': IAM would expand them and widen the grant"))]
     pub prefix: Option<String>,
 
     /// How the application authenticates.

@@ -25,6 +25,9 @@ pub enum Reason {
     BucketNotFound,
     /// A BucketAccess waits for its Bucket to become Ready.
     BucketNotReady,
+    /// The S3 bucket a BucketAccess's Bucket names is no longer owned by that Bucket (deleted,
+    /// released, or adopted elsewhere): the access's credentials are revoked.
+    BucketNotOwned,
     /// An IAM user or role with our name exists but belongs to someone else.
     OwnershipConflict,
     /// A transient error; the operator retries with backoff.
@@ -42,6 +45,7 @@ impl Reason {
             Reason::DeletionBlocked => "DeletionBlocked",
             Reason::BucketNotFound => "BucketNotFound",
             Reason::BucketNotReady => "BucketNotReady",
+            Reason::BucketNotOwned => "BucketNotOwned",
             Reason::OwnershipConflict => "OwnershipConflict",
             Reason::Retrying => "Retrying",
         }

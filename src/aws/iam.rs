@@ -18,6 +18,8 @@ pub struct Entity {
     pub tags: BTreeMap<String, String>,
     /// The trust policy (roles only).
     pub trust_policy: Option<Value>,
+    /// ARN of the permissions boundary, if any.
+    pub boundary: Option<String>,
 }
 
 /// An access key's public facts.
@@ -25,6 +27,8 @@ pub struct Entity {
 pub struct AccessKey {
     pub id: String,
     pub created: jiff::Timestamp,
+    /// Inactive keys exist but authenticate nothing (a revoked grant).
+    pub active: bool,
 }
 
 /// A secret value that never prints: `Debug` and `Display` show `<redacted>`.
@@ -61,15 +65,14 @@ fn tags_of(tags: Option<Vec<iam::Tag>>) -> BTreeMap<String, String> {
 }
 
 fn to_iam_tags(tags: &BTreeMap<String, String>) -> Vec<iam::Tag> {
+    // The builder fails only without a key or value, and both are always set here.
     tags.iter()
-        .map(|(k, v)| {
-            iam::Tag::builder()
-                .key(k)
-                .value(v)
-                .build()
-                .expect("key and value are set")
-        })
+        .filter_map(|(k, v)| iam::Tag::builder().key(k).value(v).build().ok())
         .collect()
+}
+
+fn boundary_of(b: Option<iam::AttachedPermissionsBoundary>) -> Option<String> {
+    b.and_then(|b| b.permissions_boundary_arn)
 }
 
 fn timestamp(t: &aws_smithy_types::DateTime) -> jiff::Timestamp {
@@ -85,32 +88,27 @@ fn absent_ok<T>(r: Result<T, Error>) -> Result<Option<T>, Error> {
     }
 }
 
-fn absent_or_denied<T>(r: Result<T, Error>) -> Result<Option<T>, Error> {
-    match r {
-        Err(e) if e.kind == super::ErrorKind::AccessDenied => Ok(None),
-        other => absent_ok(other),
-    }
-}
-
 impl Aws {
-    /// `Ok(None)` when the user does not exist, or when IAM refuses to say: IAM authorizes a read
-    /// of a missing user against a path-less ARN that a path-scoped policy does not cover. The
-    /// path-scoped CreateUser that follows settles it (EntityAlreadyExists: someone else's).
+    /// `Ok(None)` only when the user does not exist; a refusal is an error (the operator's
+    /// policy lets it read any user, so only "does not exist" can mean gone).
     pub async fn get_user(&self, name: &str) -> Result<Option<Entity>, Error> {
-        let out = absent_or_denied(
+        let out = absent_ok(
             Aws::call(IAM, "GetUser", self.iam().get_user().user_name(name).send()).await,
         )?;
         Ok(out.and_then(|o| o.user).map(|u| Entity {
             arn: u.arn,
             tags: tags_of(u.tags),
             trust_policy: None,
+            boundary: boundary_of(u.permissions_boundary),
         }))
     }
 
+    /// Creates a user under `path` with `boundary` as its permissions boundary.
     pub async fn create_user(
         &self,
         name: &str,
         path: &str,
+        boundary: &str,
         tags: &BTreeMap<String, String>,
     ) -> Result<Entity, Error> {
         let req = self
@@ -118,6 +116,7 @@ impl Aws {
             .create_user()
             .user_name(name)
             .path(path)
+            .permissions_boundary(boundary)
             .set_tags(Some(to_iam_tags(tags)))
             .send();
         let user = Aws::call(IAM, "CreateUser", req).await?.user;
@@ -125,7 +124,66 @@ impl Aws {
             arn: user.map(|u| u.arn).unwrap_or_default(),
             tags: tags.clone(),
             trust_policy: None,
+            boundary: Some(boundary.to_string()),
         })
+    }
+
+    /// Sets the permissions boundary of a user created before boundaries existed.
+    pub async fn put_user_boundary(&self, name: &str, boundary: &str) -> Result<(), Error> {
+        let req = self
+            .iam()
+            .put_user_permissions_boundary()
+            .user_name(name)
+            .permissions_boundary(boundary)
+            .send();
+        Aws::call(IAM, "PutUserPermissionsBoundary", req)
+            .await
+            .map(drop)
+    }
+
+    pub async fn put_role_boundary(&self, name: &str, boundary: &str) -> Result<(), Error> {
+        let req = self
+            .iam()
+            .put_role_permissions_boundary()
+            .role_name(name)
+            .permissions_boundary(boundary)
+            .send();
+        Aws::call(IAM, "PutRolePermissionsBoundary", req)
+            .await
+            .map(drop)
+    }
+
+    /// The permissions boundary every created user and role carries: `configured`, else the
+    /// installation's policy `<iam_path>s3-operator-boundary` in the caller's own account. A
+    /// boundary that does not exist stops start-up with one clear error instead of failing
+    /// every user creation; one the operator may not read is left for IAM to judge.
+    pub async fn boundary(&self, configured: &str, iam_path: &str) -> Result<String, Error> {
+        let arn = if configured.is_empty() {
+            let scope = super::policy::Scope {
+                partition: super::naming::partition(&self.region).to_string(),
+                account: self.account_id().await?,
+                bucket_prefix: String::new(),
+                iam_path: iam_path.to_string(),
+            };
+            scope.boundary_arn()
+        } else {
+            configured.to_string()
+        };
+        let req = self.iam().get_policy().policy_arn(&arn).send();
+        match Aws::call(IAM, "GetPolicy", req).await {
+            Err(e) if e.not_found() => Err(Error {
+                message: format!(
+                    "the permissions boundary {arn} does not exist: create it from `s3-operator iam-policy --boundary`"
+                ),
+                ..e
+            }),
+            Err(e) if e.kind == super::ErrorKind::AccessDenied => {
+                tracing::warn!(boundary = %arn, error = %e, "cannot check the permissions boundary");
+                Ok(arn)
+            }
+            Err(e) => Err(e),
+            Ok(_) => Ok(arn),
+        }
     }
 
     pub async fn delete_user(&self, name: &str) -> Result<(), Error> {
@@ -194,6 +252,7 @@ impl Aws {
             .filter_map(|k| {
                 Some(AccessKey {
                     created: k.create_date.as_ref().map(timestamp)?,
+                    active: k.status != Some(iam::StatusType::Inactive),
                     id: k.access_key_id?,
                 })
             })
@@ -209,7 +268,13 @@ impl Aws {
             self.iam().create_access_key().user_name(user).send(),
         )
         .await?;
-        let k = out.access_key.expect("CreateAccessKey returns the key");
+        let k = out.access_key.ok_or_else(|| Error {
+            service: IAM,
+            operation: "CreateAccessKey",
+            code: "NoAccessKey".into(),
+            message: "the answer carried no key".into(),
+            kind: super::ErrorKind::Transient,
+        })?;
         Ok(NewAccessKey {
             key: AccessKey {
                 created: k
@@ -218,9 +283,33 @@ impl Aws {
                     .map(timestamp)
                     .unwrap_or_else(jiff::Timestamp::now),
                 id: k.access_key_id,
+                active: true,
             },
             secret: Secret::new(k.secret_access_key),
         })
+    }
+
+    /// Activates or deactivates a key: a revoked grant keeps its keys, inactive, so the same
+    /// Secret works again if the grant comes back.
+    pub async fn set_access_key_active(
+        &self,
+        user: &str,
+        id: &str,
+        active: bool,
+    ) -> Result<(), Error> {
+        let status = if active {
+            iam::StatusType::Active
+        } else {
+            iam::StatusType::Inactive
+        };
+        let req = self
+            .iam()
+            .update_access_key()
+            .user_name(user)
+            .access_key_id(id)
+            .status(status)
+            .send();
+        Aws::call(IAM, "UpdateAccessKey", req).await.map(drop)
     }
 
     pub async fn delete_access_key(&self, user: &str, id: &str) -> Result<(), Error> {
@@ -233,9 +322,9 @@ impl Aws {
         absent_ok(Aws::call(IAM, "DeleteAccessKey", req).await).map(drop)
     }
 
-    /// Like [`Aws::get_user`]: a refused read of a role is treated as absent.
+    /// Like [`Aws::get_user`]: only "does not exist" is `Ok(None)`.
     pub async fn get_role(&self, name: &str) -> Result<Option<Entity>, Error> {
-        let out = absent_or_denied(
+        let out = absent_ok(
             Aws::call(IAM, "GetRole", self.iam().get_role().role_name(name).send()).await,
         )?;
         Ok(out.and_then(|o| o.role).map(|r| Entity {
@@ -245,6 +334,7 @@ impl Aws {
                 .assume_role_policy_document
                 .as_deref()
                 .and_then(decode_document),
+            boundary: boundary_of(r.permissions_boundary),
         }))
     }
 
@@ -252,6 +342,7 @@ impl Aws {
         &self,
         name: &str,
         path: &str,
+        boundary: &str,
         trust: &Value,
         tags: &BTreeMap<String, String>,
     ) -> Result<Entity, Error> {
@@ -260,6 +351,7 @@ impl Aws {
             .create_role()
             .role_name(name)
             .path(path)
+            .permissions_boundary(boundary)
             .assume_role_policy_document(trust.to_string())
             .set_tags(Some(to_iam_tags(tags)))
             .send();
@@ -268,6 +360,7 @@ impl Aws {
             arn: role.map(|r| r.arn).unwrap_or_default(),
             tags: tags.clone(),
             trust_policy: Some(trust.clone()),
+            boundary: Some(boundary.to_string()),
         })
     }
 

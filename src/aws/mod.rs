@@ -2,6 +2,7 @@
 //! and policy documents. Each call is timed and traced in one place ([`Aws::call`]); each HTTP
 //! attempt, SDK retries included, is counted by [`AttemptCounter`].
 
+mod fence;
 pub mod iam;
 pub mod naming;
 pub mod policy;
@@ -22,6 +23,7 @@ use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
 use aws_smithy_types::config_bag::ConfigBag;
 use tracing::Instrument;
 
+use crate::fence::Fence;
 use crate::runtime::metrics::METRICS;
 
 /// Where and how to reach AWS.
@@ -41,6 +43,8 @@ pub struct Aws {
     pub endpoint_url: Option<String>,
     iam: aws_sdk_iam::Client,
     s3: Arc<Mutex<HashMap<String, aws_sdk_s3::Client>>>,
+    /// Checked before every request leaves (see `crate::fence`).
+    fence: Fence,
 }
 
 /// An AWS call failed.
@@ -115,9 +119,28 @@ const THROTTLED: &[&str] = &[
     "RequestLimitExceeded",
     "TooManyRequestsException",
 ];
+/// Errors that pass by themselves (credentials being refreshed, a clock being corrected, a
+/// concurrent change finishing): retried with backoff, never reported as something to fix.
+const TRANSIENT: &[&str] = &[
+    "ExpiredToken",
+    "ExpiredTokenException",
+    "TokenRefreshRequired",
+    "RequestTimeTooSkewed",
+    "RequestExpired",
+    "RequestTimeout",
+    "OperationAborted",
+    "ConcurrentModification",
+    "ConcurrentModificationException",
+    "ServiceUnavailable",
+    "InternalError",
+    "IDPCommunicationError",
+    "PriorRequestNotComplete",
+];
 
 pub(crate) fn classify(code: &str, status: Option<u16>) -> ErrorKind {
-    if NOT_FOUND.contains(&code) || (code.is_empty() && status == Some(404)) {
+    if TRANSIENT.contains(&code) {
+        ErrorKind::Transient
+    } else if NOT_FOUND.contains(&code) || (code.is_empty() && status == Some(404)) {
         ErrorKind::NotFound
     } else if ACCESS_DENIED.contains(&code) || (code.is_empty() && status == Some(403)) {
         ErrorKind::AccessDenied
@@ -155,6 +178,15 @@ impl Aws {
     /// Clients from an already loaded SDK configuration (the benchmark's direct client uses it
     /// with its own credentials).
     pub fn from_config(base: SdkConfig, endpoint_url: Option<String>) -> Self {
+        Self::fenced(base, endpoint_url, Fence::disabled())
+    }
+
+    /// The same clients, sending nothing once `fence` closes.
+    pub fn with_fence(self, fence: Fence) -> Self {
+        Self::fenced(self.base, self.endpoint_url, fence)
+    }
+
+    fn fenced(base: SdkConfig, endpoint_url: Option<String>, fence: Fence) -> Self {
         let region = base
             .region()
             .map(|r| r.to_string())
@@ -162,6 +194,7 @@ impl Aws {
         let iam = aws_sdk_iam::Client::from_conf(
             aws_sdk_iam::config::Builder::from(&base)
                 .interceptor(AttemptCounter)
+                .interceptor(fence::FenceCheck(fence.clone()))
                 .build(),
         );
         Self {
@@ -170,6 +203,7 @@ impl Aws {
             endpoint_url,
             iam,
             s3: Default::default(),
+            fence,
         }
     }
 
@@ -183,6 +217,7 @@ impl Aws {
                     .region(Region::new(region.to_string()))
                     .force_path_style(self.endpoint_url.is_some())
                     .interceptor(AttemptCounter)
+                    .interceptor(fence::FenceCheck(self.fence.clone()))
                     .build();
                 aws_sdk_s3::Client::from_conf(conf)
             })
@@ -191,6 +226,20 @@ impl Aws {
 
     pub fn iam(&self) -> &aws_sdk_iam::Client {
         &self.iam
+    }
+
+    /// The account the operator's credentials belong to (STS GetCallerIdentity, which AWS
+    /// allows to every identity): it scopes the permissions boundary's ARN.
+    pub async fn account_id(&self) -> Result<String, Error> {
+        let sts = aws_sdk_sts::Client::new(&self.base);
+        let out = Aws::call("sts", "GetCallerIdentity", sts.get_caller_identity().send()).await?;
+        out.account.ok_or_else(|| Error {
+            service: "sts",
+            operation: "GetCallerIdentity",
+            code: "NoAccount".into(),
+            message: "the answer named no account".into(),
+            kind: ErrorKind::Transient,
+        })
     }
 
     /// The endpoint applications should use for S3 in `region`.
@@ -344,5 +393,15 @@ mod tests {
             ErrorKind::Invalid
         );
         assert_eq!(classify("MalformedXML", Some(400)), ErrorKind::Invalid);
+        // What passes by itself is retried, never reported as a spec or policy problem.
+        for code in [
+            "ExpiredToken",
+            "RequestTimeTooSkewed",
+            "OperationAborted",
+            "ConcurrentModification",
+        ] {
+            assert_eq!(classify(code, Some(400)), ErrorKind::Transient, "{code}");
+            assert_eq!(classify(code, Some(409)), ErrorKind::Transient, "{code}");
+        }
     }
 }

@@ -54,6 +54,13 @@ pub fn iam_path(cluster: &str) -> String {
     format!("/s3-operator/{cluster}/")
 }
 
+/// The default bucket-name prefix of an installation: `s3op-<cluster>-`, so the operator policies
+/// of two clusters in one account cover disjoint buckets. The cluster name is lowercased and
+/// anything S3 does not allow becomes '-'.
+pub fn default_bucket_prefix(cluster: &str) -> String {
+    format!("s3op-{}-", sanitize(cluster).trim_matches('-'))
+}
+
 /// The AWS partition of a region (`aws`, `aws-cn`, `aws-us-gov`).
 pub fn partition(region: &str) -> &'static str {
     if region.starts_with("cn-") {
@@ -111,6 +118,15 @@ mod tests {
         let n = iam_name(&long, &long, "uid");
         assert_eq!(n.len(), 64);
         assert!(n.ends_with(&short_hash("uid", 8)));
+    }
+
+    #[test]
+    fn default_prefixes_are_per_cluster_and_valid_in_bucket_names() {
+        assert_eq!(default_bucket_prefix("default"), "s3op-default-");
+        assert_eq!(default_bucket_prefix("Prod_EU"), "s3op-prod-eu-");
+        assert_ne!(default_bucket_prefix("a"), default_bucket_prefix("b"));
+        let n = bucket_name(&default_bucket_prefix(&"c".repeat(32)), "ns", "n", "uid");
+        assert!(valid_bucket_name(&n) && n.starts_with("s3op-ccc"), "{n}");
     }
 
     #[test]

@@ -7,6 +7,59 @@ use crate::api::Permission;
 
 const VERSION: &str = "2012-10-17";
 
+/// A prefix goes into the grant's ARNs and conditions verbatim, so anything IAM would expand
+/// there (policy variables such as `${aws:username}`, the wildcards `*` and `?`) could widen the
+/// grant: refused. The CRD refuses the same; this guards objects stored before that rule.
+pub fn check_prefix(prefix: &str) -> Result<(), String> {
+    if prefix.contains("${") || prefix.contains('*') || prefix.contains('?') {
+        return Err(format!(
+            "spec.prefix {prefix:?} must not contain '*', '?' or '${{': IAM would expand them and widen the grant"
+        ));
+    }
+    if prefix.is_empty() || prefix.starts_with('/') {
+        return Err(format!(
+            "spec.prefix {prefix:?} must be non-empty and must not start with '/'"
+        ));
+    }
+    Ok(())
+}
+
+/// The object and bucket actions of `permission`.
+fn actions(permission: Permission) -> (&'static [&'static str], &'static [&'static str]) {
+    match permission {
+        Permission::ReadOnly => (
+            &["s3:GetObject", "s3:GetObjectVersion", "s3:GetObjectTagging"],
+            &["s3:ListBucket", "s3:GetBucketLocation"],
+        ),
+        Permission::ReadWrite => (
+            &[
+                "s3:GetObject",
+                "s3:GetObjectVersion",
+                "s3:GetObjectTagging",
+                "s3:PutObject",
+                "s3:PutObjectTagging",
+                "s3:DeleteObject",
+                "s3:DeleteObjectVersion",
+                "s3:AbortMultipartUpload",
+                "s3:ListMultipartUploadParts",
+            ],
+            &[
+                "s3:ListBucket",
+                "s3:GetBucketLocation",
+                "s3:ListBucketMultipartUploads",
+            ],
+        ),
+        Permission::WriteOnly => (
+            &[
+                "s3:PutObject",
+                "s3:AbortMultipartUpload",
+                "s3:ListMultipartUploadParts",
+            ],
+            &["s3:GetBucketLocation"],
+        ),
+    }
+}
+
 /// The inline policy granting `permission` on `bucket` (and only keys under `prefix`).
 pub fn access_policy(
     partition: &str,
@@ -16,48 +69,22 @@ pub fn access_policy(
 ) -> Value {
     let bucket_arn = format!("arn:{partition}:s3:::{bucket}");
     let objects_arn = format!("{bucket_arn}/{}*", prefix.unwrap_or(""));
-    let object_actions: &[&str] = match permission {
-        Permission::ReadOnly => &["s3:GetObject", "s3:GetObjectVersion", "s3:GetObjectTagging"],
-        Permission::ReadWrite => &[
-            "s3:GetObject",
-            "s3:GetObjectVersion",
-            "s3:GetObjectTagging",
-            "s3:PutObject",
-            "s3:PutObjectTagging",
-            "s3:DeleteObject",
-            "s3:DeleteObjectVersion",
-            "s3:AbortMultipartUpload",
-            "s3:ListMultipartUploadParts",
-        ],
-        Permission::WriteOnly => &[
-            "s3:PutObject",
-            "s3:AbortMultipartUpload",
-            "s3:ListMultipartUploadParts",
-        ],
-    };
+    let (object_actions, bucket_actions) = actions(permission);
     let mut statements = vec![json!({
         "Sid": "Objects",
         "Effect": "Allow",
         "Action": object_actions,
         "Resource": objects_arn,
     })];
-    let bucket_actions: &[&str] = match permission {
-        Permission::ReadOnly => &["s3:ListBucket", "s3:GetBucketLocation"],
-        Permission::ReadWrite => &[
-            "s3:ListBucket",
-            "s3:GetBucketLocation",
-            "s3:ListBucketMultipartUploads",
-        ],
-        Permission::WriteOnly => &["s3:GetBucketLocation"],
-    };
     let mut bucket_statement = json!({
         "Sid": "Bucket",
         "Effect": "Allow",
         "Action": bucket_actions,
         "Resource": bucket_arn,
     });
-    if let Some(prefix) = prefix {
-        // Listing is limited to the prefix too; GetBucketLocation is harmless without it.
+    // WriteOnly lists nothing, so only the listing of the others needs the prefix too;
+    // GetBucketLocation is harmless without it.
+    if let Some(prefix) = prefix.filter(|_| permission != Permission::WriteOnly) {
         bucket_statement["Action"] = json!(["s3:ListBucket"]);
         bucket_statement["Condition"] =
             json!({"StringLike": {"s3:prefix": [format!("{prefix}*")]}});
@@ -67,14 +94,6 @@ pub fn access_policy(
             "Action": ["s3:GetBucketLocation"],
             "Resource": bucket_arn,
         }));
-        if permission == Permission::WriteOnly {
-            statements.pop();
-            bucket_statement["Action"] = json!(["s3:GetBucketLocation"]);
-            bucket_statement
-                .as_object_mut()
-                .unwrap()
-                .remove("Condition");
-        }
     }
     statements.insert(0, bucket_statement);
     json!({"Version": VERSION, "Statement": statements})
@@ -102,12 +121,97 @@ pub fn irsa_trust_policy(oidc_provider_arn: &str, namespace: &str, service_accou
     })
 }
 
-/// The operator's own policy: everything it calls, scoped to its bucket-name prefix and IAM path.
-pub fn operator_policy(partition: &str, bucket_prefix: &str, iam_path: &str) -> Value {
-    let buckets = format!("arn:{partition}:s3:::{bucket_prefix}*");
-    let objects = format!("arn:{partition}:s3:::{bucket_prefix}*/*");
-    let users = format!("arn:{partition}:iam::*:user{iam_path}*");
-    let roles = format!("arn:{partition}:iam::*:role{iam_path}*");
+/// Where one operator installation may act: its account, partition, bucket-name prefix and IAM
+/// path. Every ARN in the operator's policy and in the permissions boundary comes from here, so
+/// two installations in one account (different clusters) cannot reach each other's resources.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Scope {
+    pub partition: String,
+    pub account: String,
+    pub bucket_prefix: String,
+    pub iam_path: String,
+}
+
+/// Name of the managed policy every user and role the operator creates carries as its
+/// permissions boundary (under the installation's IAM path).
+pub const BOUNDARY_NAME: &str = "s3-operator-boundary";
+
+impl Scope {
+    /// The ARN of the permissions boundary policy.
+    pub fn boundary_arn(&self) -> String {
+        format!(
+            "arn:{}:iam::{}:policy{}{BOUNDARY_NAME}",
+            self.partition, self.account, self.iam_path
+        )
+    }
+
+    fn iam_arn(&self, kind: &str) -> String {
+        format!(
+            "arn:{}:iam::{}:{kind}{}*",
+            self.partition, self.account, self.iam_path
+        )
+    }
+}
+
+/// Every S3 action any access policy grants; the boundary allows no other.
+fn app_actions() -> (Vec<&'static str>, Vec<&'static str>) {
+    let mut objects = Vec::new();
+    let mut buckets = Vec::new();
+    for p in [Permission::ReadOnly, Permission::ReadWrite, Permission::WriteOnly] {
+        let (o, b) = actions(p);
+        objects.extend_from_slice(o);
+        buckets.extend_from_slice(b);
+    }
+    for v in [&mut objects, &mut buckets] {
+        v.sort_unstable();
+        v.dedup();
+    }
+    (objects, buckets)
+}
+
+/// The permissions boundary of every user and role the operator creates: at most the S3 actions
+/// an access policy can grant, on the installation's buckets only, plus the KMS use S3 makes on
+/// their behalf for SSE-KMS buckets. Whatever inline policy ends up on such an identity (even
+/// one written by someone who controls the operator), it can never do more than this.
+pub fn boundary_policy(scope: &Scope) -> Value {
+    let (objects, buckets) = app_actions();
+    let p = &scope.partition;
+    json!({
+        "Version": VERSION,
+        "Statement": [
+            {
+                "Sid": "OperatorBuckets",
+                "Effect": "Allow",
+                "Action": buckets,
+                "Resource": format!("arn:{p}:s3:::{}*", scope.bucket_prefix),
+            },
+            {
+                "Sid": "OperatorObjects",
+                "Effect": "Allow",
+                "Action": objects,
+                "Resource": format!("arn:{p}:s3:::{}*/*", scope.bucket_prefix),
+            },
+            {
+                "Sid": "KmsThroughS3",
+                "Effect": "Allow",
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                "Resource": format!("arn:{p}:kms:*:{}:key/*", scope.account),
+                "Condition": {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}},
+            },
+        ],
+    })
+}
+
+/// The operator's own policy: everything it calls, scoped to its account, bucket-name prefix
+/// and IAM path. It may create and change users and roles only with the installation's
+/// permissions boundary, and never remove or replace that boundary, so whoever controls the
+/// operator's credentials cannot mint an identity that does more than the boundary allows.
+pub fn operator_policy(scope: &Scope) -> Value {
+    let p = &scope.partition;
+    let buckets = format!("arn:{p}:s3:::{}*", scope.bucket_prefix);
+    let objects = format!("arn:{p}:s3:::{}*/*", scope.bucket_prefix);
+    let (users, roles) = (scope.iam_arn("user"), scope.iam_arn("role"));
+    let boundary = scope.boundary_arn();
     json!({
         "Version": VERSION,
         "Statement": [
@@ -117,6 +221,7 @@ pub fn operator_policy(partition: &str, bucket_prefix: &str, iam_path: &str) -> 
                 "Action": [
                     "s3:CreateBucket", "s3:DeleteBucket", "s3:ListBucket", "s3:ListBucketVersions",
                     "s3:GetBucketLocation", "s3:GetBucketTagging", "s3:PutBucketTagging",
+                    "s3:TagResource",
                     "s3:GetBucketVersioning", "s3:PutBucketVersioning",
                     "s3:GetEncryptionConfiguration", "s3:PutEncryptionConfiguration",
                     "s3:GetBucketPublicAccessBlock", "s3:PutBucketPublicAccessBlock",
@@ -132,12 +237,51 @@ pub fn operator_policy(partition: &str, bucket_prefix: &str, iam_path: &str) -> 
                 "Resource": objects,
             },
             {
+                // A denied read of a bucket during deletion is checked against the account's
+                // bucket list: only a bucket that is not there may be treated as gone.
+                "Sid": "ConfirmBucketsGone",
+                "Effect": "Allow",
+                "Action": ["s3:ListAllMyBuckets"],
+                "Resource": "*",
+            },
+            {
+                // IAM authorizes a read of a missing user or role against an ARN without its
+                // path; reading any name makes "does not exist" an answer, never a denial, so a
+                // denial can fail closed.
+                "Sid": "ReadIdentities",
+                "Effect": "Allow",
+                "Action": ["iam:GetUser", "iam:GetRole"],
+                "Resource": [
+                    format!("arn:{p}:iam::{}:user/*", scope.account),
+                    format!("arn:{p}:iam::{}:role/*", scope.account),
+                ],
+            },
+            {
+                "Sid": "ReadBoundary",
+                "Effect": "Allow",
+                "Action": ["iam:GetPolicy"],
+                "Resource": boundary,
+            },
+            {
+                "Sid": "CreateAndChangeOnlyWithBoundary",
+                "Effect": "Allow",
+                "Action": [
+                    "iam:CreateUser", "iam:PutUserPolicy", "iam:DeleteUserPolicy",
+                    "iam:PutUserPermissionsBoundary",
+                    "iam:CreateRole", "iam:PutRolePolicy", "iam:DeleteRolePolicy",
+                    "iam:PutRolePermissionsBoundary",
+                ],
+                "Resource": [users, roles],
+                "Condition": {"StringEquals": {"iam:PermissionsBoundary": boundary}},
+            },
+            {
                 "Sid": "ManageAppUsers",
                 "Effect": "Allow",
                 "Action": [
-                    "iam:CreateUser", "iam:GetUser", "iam:DeleteUser", "iam:TagUser", "iam:UntagUser",
-                    "iam:PutUserPolicy", "iam:GetUserPolicy", "iam:DeleteUserPolicy", "iam:ListUserPolicies",
-                    "iam:CreateAccessKey", "iam:DeleteAccessKey", "iam:ListAccessKeys",
+                    "iam:DeleteUser", "iam:TagUser",
+                    "iam:GetUserPolicy", "iam:ListUserPolicies",
+                    "iam:CreateAccessKey", "iam:UpdateAccessKey", "iam:DeleteAccessKey",
+                    "iam:ListAccessKeys",
                 ],
                 "Resource": users,
             },
@@ -145,11 +289,21 @@ pub fn operator_policy(partition: &str, bucket_prefix: &str, iam_path: &str) -> 
                 "Sid": "ManageAppRoles",
                 "Effect": "Allow",
                 "Action": [
-                    "iam:CreateRole", "iam:GetRole", "iam:DeleteRole", "iam:TagRole", "iam:UntagRole",
-                    "iam:UpdateAssumeRolePolicy",
-                    "iam:PutRolePolicy", "iam:GetRolePolicy", "iam:DeleteRolePolicy", "iam:ListRolePolicies",
+                    "iam:DeleteRole", "iam:TagRole", "iam:UpdateAssumeRolePolicy",
+                    "iam:GetRolePolicy", "iam:ListRolePolicies",
                 ],
                 "Resource": roles,
+            },
+            {
+                "Sid": "KeepTheBoundary",
+                "Effect": "Deny",
+                "Action": [
+                    "iam:DeleteUserPermissionsBoundary", "iam:DeleteRolePermissionsBoundary",
+                    "iam:AttachUserPolicy", "iam:AttachRolePolicy",
+                    "iam:CreatePolicyVersion", "iam:DeletePolicy", "iam:DeletePolicyVersion",
+                    "iam:SetDefaultPolicyVersion",
+                ],
+                "Resource": "*",
             },
         ],
     })
@@ -170,18 +324,21 @@ pub fn decode_document(encoded: &str) -> Option<Value> {
 mod tests {
     use super::*;
 
+    fn actions_of(statement: &Value) -> Vec<String> {
+        statement["Action"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect()
+    }
+
     fn actions(doc: &Value) -> Vec<String> {
         doc["Statement"]
             .as_array()
             .unwrap()
             .iter()
-            .flat_map(|s| {
-                s["Action"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|a| a.as_str().unwrap().to_string())
-            })
+            .flat_map(actions_of)
             .collect()
     }
 
@@ -222,6 +379,20 @@ mod tests {
     }
 
     #[test]
+    fn prefixes_that_iam_would_expand_are_refused() {
+        for bad in ["${aws:username}/", "a/${*}", "*", "a?b", "/abs", ""] {
+            let err = check_prefix(bad).unwrap_err();
+            assert!(err.contains("spec.prefix"), "{err}");
+        }
+        for good in ["team/", "team", "a$b/", "2026-11/"] {
+            assert_eq!(check_prefix(good), Ok(()), "{good}");
+        }
+        // Without a trailing '/', a prefix is a plain key prefix: "team" covers "team-b/x" too.
+        let doc = access_policy("aws", "b", Permission::ReadOnly, Some("team"));
+        assert_eq!(doc["Statement"][1]["Resource"], "arn:aws:s3:::b/team*");
+    }
+
+    #[test]
     fn trust_policy_names_exactly_one_service_account() {
         let arn = "arn:aws:iam::123456789012:oidc-provider/oidc.example.com/id/ABC";
         let doc = irsa_trust_policy(arn, "team", "app");
@@ -234,30 +405,108 @@ mod tests {
         assert_eq!(doc["Statement"][0]["Principal"]["Federated"], arn);
     }
 
-    /// The shipped policy is exactly what `s3-operator iam-policy` prints for the defaults.
-    #[test]
-    fn shipped_operator_policy_matches_the_source() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/config/iam/operator-policy.json"
-        );
-        let shipped: Value = serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
-        assert!(
-            shipped == operator_policy("aws", "s3op-", "/s3-operator/default/"),
-            "config/iam/operator-policy.json is stale: run `cargo run -- iam-policy > config/iam/operator-policy.json`"
-        );
+    fn scope() -> Scope {
+        Scope {
+            partition: "aws".into(),
+            account: "123456789012".into(),
+            bucket_prefix: "s3op-prod-".into(),
+            iam_path: "/s3-operator/prod/".into(),
+        }
     }
 
+    /// The shipped policies are exactly what `s3-operator iam-policy` prints for the example.
     #[test]
-    fn operator_policy_is_scoped() {
-        let doc = operator_policy("aws", "s3op-", "/s3-operator/prod/");
-        for s in doc["Statement"].as_array().unwrap() {
-            let r = s["Resource"].as_str().unwrap();
+    fn shipped_policies_match_the_source() {
+        let example = Scope {
+            bucket_prefix: "s3op-default-".into(),
+            iam_path: "/s3-operator/default/".into(),
+            ..scope()
+        };
+        for (file, doc) in [
+            ("operator-policy.json", operator_policy(&example)),
+            ("boundary-policy.json", boundary_policy(&example)),
+        ] {
+            let path = format!("{}/config/iam/{file}", env!("CARGO_MANIFEST_DIR"));
+            let shipped: Value =
+                serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
             assert!(
-                r.contains("s3op-") || r.contains("/s3-operator/prod/"),
-                "{r}"
+                shipped == doc,
+                "config/iam/{file} is stale: regenerate it with `s3-operator iam-policy --account-id 123456789012` (add `--boundary` for the boundary)"
             );
         }
+    }
+
+    /// Every resource names this installation's account, prefix or path; the only wildcards
+    /// are the bucket list and the reads that make a missing identity answer NoSuchEntity.
+    #[test]
+    fn operator_policy_is_scoped_to_the_installation() {
+        let doc = operator_policy(&scope());
+        for s in doc["Statement"].as_array().unwrap() {
+            let resources: Vec<&str> = match &s["Resource"] {
+                Value::String(r) => vec![r.as_str()],
+                Value::Array(a) => a.iter().map(|r| r.as_str().unwrap()).collect(),
+                other => panic!("{other}"),
+            };
+            for r in resources {
+                let scoped = r.starts_with("arn:aws:s3:::s3op-prod-")
+                    || r.starts_with("arn:aws:iam::123456789012:user/s3-operator/prod/")
+                    || r.starts_with("arn:aws:iam::123456789012:role/s3-operator/prod/")
+                    || r == "arn:aws:iam::123456789012:policy/s3-operator/prod/s3-operator-boundary";
+                let allowed_wildcard = match s["Sid"].as_str().unwrap() {
+                    "ConfirmBucketsGone" | "KeepTheBoundary" => r == "*",
+                    "ReadIdentities" => r.starts_with("arn:aws:iam::123456789012:"),
+                    _ => false,
+                };
+                assert!(scoped || allowed_wildcard, "{} {r}", s["Sid"]);
+            }
+        }
+    }
+
+    /// Creating or changing an identity needs the boundary, and removing it is denied.
+    #[test]
+    fn identities_are_created_and_changed_only_with_the_boundary() {
+        let doc = operator_policy(&scope());
+        let statements = doc["Statement"].as_array().unwrap();
+        let conditioned = statements
+            .iter()
+            .find(|s| s["Sid"] == "CreateAndChangeOnlyWithBoundary")
+            .unwrap();
+        assert_eq!(
+            conditioned["Condition"]["StringEquals"]["iam:PermissionsBoundary"],
+            "arn:aws:iam::123456789012:policy/s3-operator/prod/s3-operator-boundary"
+        );
+        for action in ["iam:CreateUser", "iam:CreateRole", "iam:PutUserPolicy", "iam:PutRolePolicy"] {
+            let holders: Vec<&str> = statements
+                .iter()
+                .filter(|s| s["Effect"] == "Allow" && actions_of(s).contains(&action.to_string()))
+                .map(|s| s["Sid"].as_str().unwrap())
+                .collect();
+            assert_eq!(holders, ["CreateAndChangeOnlyWithBoundary"], "{action}");
+        }
+        let denied = statements.iter().find(|s| s["Effect"] == "Deny").unwrap();
+        for action in [
+            "iam:DeleteUserPermissionsBoundary",
+            "iam:DeleteRolePermissionsBoundary",
+            "iam:AttachUserPolicy",
+            "iam:CreatePolicyVersion",
+        ] {
+            assert!(actions_of(denied).contains(&action.to_string()), "{action}");
+        }
+    }
+
+    /// The boundary covers every action an access policy grants, on the prefix only.
+    #[test]
+    fn boundary_caps_identities_to_the_installations_buckets() {
+        let doc = boundary_policy(&scope());
+        let allowed = actions(&doc);
+        for p in [Permission::ReadOnly, Permission::ReadWrite, Permission::WriteOnly] {
+            for a in actions(&access_policy("aws", "s3op-prod-b", p, Some("x/"))) {
+                assert!(allowed.contains(&a), "{a}");
+            }
+        }
+        assert!(!allowed.iter().any(|a| a.starts_with("iam:") || a == "s3:*"));
+        assert_eq!(doc["Statement"][0]["Resource"], "arn:aws:s3:::s3op-prod-*");
+        assert_eq!(doc["Statement"][1]["Resource"], "arn:aws:s3:::s3op-prod-*/*");
     }
 
     #[test]

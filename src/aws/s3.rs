@@ -145,17 +145,52 @@ impl Aws {
         }
     }
 
-    pub async fn create_bucket(&self, region: &str, bucket: &str) -> Result<(), Error> {
-        let mut req = self.s3(region).create_bucket().bucket(bucket);
+    /// Creates the bucket with its tags in the same call, so no bucket of the operator ever
+    /// exists without its ownership tags (a crash between two calls cannot strand one).
+    pub async fn create_bucket(
+        &self,
+        region: &str,
+        bucket: &str,
+        tags: &BTreeMap<String, String>,
+    ) -> Result<(), Error> {
+        let mut conf = s3::CreateBucketConfiguration::builder().set_tags(Some(to_s3_tags(tags)));
         // us-east-1 is the default location and must not be named.
         if region != "us-east-1" {
-            req = req.create_bucket_configuration(
-                s3::CreateBucketConfiguration::builder()
-                    .location_constraint(s3::BucketLocationConstraint::from(region))
-                    .build(),
-            );
+            conf = conf.location_constraint(s3::BucketLocationConstraint::from(region));
         }
+        let req = self
+            .s3(region)
+            .create_bucket()
+            .bucket(bucket)
+            .create_bucket_configuration(conf.build());
         Aws::call(S3, "CreateBucket", req.send()).await.map(drop)
+    }
+
+    /// Whether this account has a bucket named `bucket` (ListBuckets lists only the caller's
+    /// own): tells a bucket that is gone or another account's from one we may not read.
+    pub async fn bucket_in_account(&self, region: &str, bucket: &str) -> Result<bool, Error> {
+        let client = self.s3(region);
+        let mut token = None;
+        loop {
+            let req = client
+                .list_buckets()
+                .prefix(bucket)
+                .set_continuation_token(token)
+                .send();
+            let out = Aws::call(S3, "ListBuckets", req).await?;
+            if out
+                .buckets
+                .unwrap_or_default()
+                .iter()
+                .any(|b| b.name.as_deref() == Some(bucket))
+            {
+                return Ok(true);
+            }
+            match out.continuation_token {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => return Ok(false),
+            }
+        }
     }
 
     pub async fn put_tags(
@@ -164,18 +199,8 @@ impl Aws {
         bucket: &str,
         tags: &BTreeMap<String, String>,
     ) -> Result<(), Error> {
-        let tag_set = tags
-            .iter()
-            .map(|(k, v)| {
-                s3::Tag::builder()
-                    .key(k)
-                    .value(v)
-                    .build()
-                    .expect("key and value are set")
-            })
-            .collect();
         let tagging = s3::Tagging::builder()
-            .set_tag_set(Some(tag_set))
+            .set_tag_set(Some(to_s3_tags(tags)))
             .build()
             .expect("tag set is set");
         let req = self
@@ -325,11 +350,18 @@ impl Aws {
             && out.delete_markers.unwrap_or_default().is_empty())
     }
 
-    /// Deletes every object version and delete marker (for `forceDelete`), a page at a time.
-    pub async fn empty_bucket(&self, region: &str, bucket: &str) -> Result<usize, Error> {
+    /// Deletes object versions and delete markers (for `forceDelete`), a page of up to 1,000 at
+    /// a time and at most `pages` pages: a huge bucket is emptied over several passes, each of
+    /// bounded length. Returns how many were deleted and whether the bucket is now empty.
+    pub async fn empty_bucket(
+        &self,
+        region: &str,
+        bucket: &str,
+        pages: usize,
+    ) -> Result<(usize, bool), Error> {
         let client = self.s3(region);
         let mut deleted = 0;
-        loop {
+        for _ in 0..pages {
             let req = client
                 .list_object_versions()
                 .bucket(bucket)
@@ -356,7 +388,7 @@ impl Aws {
                 })
                 .collect();
             if ids.is_empty() {
-                return Ok(deleted);
+                return Ok((deleted, true));
             }
             tracing::debug!(
                 bucket,
@@ -367,7 +399,13 @@ impl Aws {
             let delete = s3::Delete::builder()
                 .set_objects(Some(ids))
                 .build()
-                .expect("objects are set");
+                .map_err(|e| Error {
+                    service: S3,
+                    operation: "DeleteObjects",
+                    code: "InvalidRequest".into(),
+                    message: e.to_string(),
+                    kind: super::ErrorKind::Invalid,
+                })?;
             let req = client.delete_objects().bucket(bucket).delete(delete).send();
             let out = Aws::call(S3, "DeleteObjects", req).await?;
             // DeleteObjects answers 200 even when every key failed: surface the first failure
@@ -396,6 +434,7 @@ impl Aws {
                 });
             }
         }
+        Ok((deleted, false))
     }
 
     pub async fn delete_bucket(&self, region: &str, bucket: &str) -> Result<(), Error> {
@@ -405,6 +444,13 @@ impl Aws {
             other => other.map(drop),
         }
     }
+}
+
+fn to_s3_tags(tags: &BTreeMap<String, String>) -> Vec<s3::Tag> {
+    // The builder fails only without a key or value, and both are always set here.
+    tags.iter()
+        .filter_map(|(k, v)| s3::Tag::builder().key(k).value(v).build().ok())
+        .collect()
 }
 
 fn lifecycle_from_aws(r: s3::LifecycleRule) -> LifecycleRule {

@@ -8,6 +8,10 @@ pub const NAMESPACE: &str = "s3.operator.dev/namespace";
 pub const NAME: &str = "s3.operator.dev/name";
 pub const UID: &str = "s3.operator.dev/uid";
 const KEYS: [&str; 4] = [CLUSTER, NAMESPACE, NAME, UID];
+/// Where a retained bucket came from: only that namespace (of that cluster) may adopt it back,
+/// unless the operator is started with `--allow-cross-namespace-adoption`.
+pub const RELEASED_CLUSTER: &str = "s3.operator.dev/released-from-cluster";
+pub const RELEASED_NAMESPACE: &str = "s3.operator.dev/released-from-namespace";
 
 /// The Kubernetes object that owns an AWS resource.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +29,8 @@ pub enum Ownership {
     Ours,
     /// No ownership tags at all.
     Unowned,
+    /// Retained by a deleted object: no owner, but it remembers its cluster and namespace.
+    Released { cluster: String, namespace: String },
     /// Tagged for another object, cluster or installation.
     Foreign(String),
 }
@@ -39,7 +45,13 @@ impl Owner {
 
     pub fn judge(&self, tags: &BTreeMap<String, String>) -> Ownership {
         if !KEYS.iter().any(|k| tags.contains_key(*k)) {
-            return Ownership::Unowned;
+            return match (tags.get(RELEASED_CLUSTER), tags.get(RELEASED_NAMESPACE)) {
+                (None, None) => Ownership::Unowned,
+                (c, n) => Ownership::Released {
+                    cluster: c.cloned().unwrap_or_default(),
+                    namespace: n.cloned().unwrap_or_default(),
+                },
+            };
         }
         if tags.get(CLUSTER) == Some(&self.cluster) && tags.get(UID) == Some(&self.uid) {
             return Ownership::Ours;
@@ -61,12 +73,16 @@ pub fn with_ownership(user: &BTreeMap<String, String>, owner: &Owner) -> BTreeMa
     all
 }
 
-/// `tags` without the ownership keys (what a retained resource keeps).
-pub fn without_ownership(tags: &BTreeMap<String, String>) -> BTreeMap<String, String> {
-    tags.iter()
+/// What a retained resource keeps: `tags` without the ownership keys, plus where it came from.
+pub fn released(tags: &BTreeMap<String, String>, owner: &Owner) -> BTreeMap<String, String> {
+    let mut kept: BTreeMap<String, String> = tags
+        .iter()
         .filter(|(k, _)| !KEYS.contains(&k.as_str()))
         .map(|(k, v)| (k.clone(), v.clone()))
-        .collect()
+        .collect();
+    kept.insert(RELEASED_CLUSTER.into(), owner.cluster.clone());
+    kept.insert(RELEASED_NAMESPACE.into(), owner.namespace.clone());
+    kept
 }
 
 #[cfg(test)]
@@ -104,9 +120,15 @@ mod tests {
         let all = with_ownership(&user, &owner());
         assert_eq!(all[UID], "u1");
         assert_eq!(all["team"], "a");
+        let kept = released(&all, &owner());
+        assert_eq!(kept["team"], "a");
+        assert!(!kept.contains_key(UID) && !kept.contains_key(NAME));
         assert_eq!(
-            without_ownership(&all),
-            BTreeMap::from([("team".into(), "a".into())])
+            owner().judge(&kept),
+            Ownership::Released {
+                cluster: "c".into(),
+                namespace: "ns".into()
+            }
         );
     }
 }

@@ -14,7 +14,7 @@ use crate::api::{
     Bucket, BucketStatus, CorsRule, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule,
     PublicAccessBlock, Versioning,
 };
-use crate::aws::tags::{Owner, Ownership, with_ownership, without_ownership};
+use crate::aws::tags::{Owner, Ownership, released, with_ownership};
 use crate::aws::{ErrorKind, naming};
 use crate::runtime::metrics::METRICS;
 
@@ -38,8 +38,8 @@ pub enum Observed {
     Absent,
     /// Exists with another owner's tags.
     Foreign(String),
-    /// Exists with no ownership tags and the spec does not allow adoption.
-    Unowned,
+    /// Exists with no owner, and this object may not adopt it (the message says why).
+    NotAdoptable(String),
     /// Ours, or unowned and adoptable: its current configuration.
     Present(Config),
 }
@@ -102,19 +102,13 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
                 ),
             );
         }
-        Observed::Unowned => {
-            return Plan::Blocked(
-                Reason::NameConflict,
-                format!(
-                    "bucket {} already exists in this account without an owner; set spec.adoptExisting: true to manage it",
-                    desired.name
-                ),
-            );
+        Observed::NotAdoptable(why) => {
+            return Plan::Blocked(Reason::NameConflict, why.clone());
         }
         Observed::Absent => {
+            // The bucket is created with its tags in one call.
             let mut all = vec![
                 Change::Create,
-                Change::Tags,
                 Change::PublicAccessBlock,
                 Change::Encryption,
             ];
@@ -204,14 +198,11 @@ pub fn desired(
 ) -> Result<Desired, String> {
     let spec = &bucket.spec;
     let prefix = &ctx_settings.bucket_name_prefix;
-    let name = match (
-        &spec.bucket_name,
-        bucket.status.as_ref().and_then(|s| s.bucket_name.clone()),
-    ) {
-        (Some(n), _) => n.clone(),
-        // Once chosen, a generated name is kept even if the operator's prefix changes later.
-        (None, Some(n)) => n,
-        (None, None) => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
+    // From spec and UID only, never from status: whoever can write status must not be able to
+    // point this object (and its deletion) at another bucket.
+    let name = match &spec.bucket_name {
+        Some(n) => n.clone(),
+        None => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
     };
     if !name.starts_with(prefix.as_str()) {
         return Err(format!(
@@ -230,6 +221,36 @@ pub fn desired(
         versioning: spec.versioning,
         lifecycle_rules: spec.lifecycle_rules.clone(),
         cors: spec.cors.clone(),
+    })
+}
+
+/// Why this object may not take over a bucket that has no owner, if it may not (pure). It
+/// must ask (`spec.adoptExisting`), and a retained bucket goes back only to the namespace and
+/// cluster it came from, unless the operator allows adoption across namespaces.
+pub fn adoption_refused(
+    bucket: &str,
+    ownership: &Ownership,
+    owner: &Owner,
+    adopt_existing: bool,
+    cross_namespace: bool,
+) -> Option<String> {
+    let from = match ownership {
+        Ownership::Ours | Ownership::Foreign(_) => return None,
+        Ownership::Unowned => None,
+        Ownership::Released { cluster, namespace } => Some((cluster, namespace)),
+    };
+    if let Some((cluster, namespace)) = from
+        && (cluster != &owner.cluster || namespace != &owner.namespace)
+        && !cross_namespace
+    {
+        return Some(format!(
+            "bucket {bucket} was retained by namespace {namespace} of cluster {cluster}; only that namespace may adopt it"
+        ));
+    }
+    (!adopt_existing).then(|| {
+        format!(
+            "bucket {bucket} already exists in this account without an owner; set spec.adoptExisting: true to manage it"
+        )
     })
 }
 
@@ -266,10 +287,13 @@ async fn observe(
     let Some(tags) = aws.bucket_tags(&d.region, &d.name).await? else {
         return Ok(Observed::Absent);
     };
-    match owner.judge(&tags) {
-        Ownership::Foreign(who) => return Ok(Observed::Foreign(who)),
-        Ownership::Unowned if !adopt => return Ok(Observed::Unowned),
-        _ => {}
+    let ownership = owner.judge(&tags);
+    if let Ownership::Foreign(who) = ownership {
+        return Ok(Observed::Foreign(who));
+    }
+    let cross = ctx.settings.allow_cross_namespace_adoption;
+    if let Some(why) = adoption_refused(&d.name, &ownership, owner, adopt, cross) {
+        return Ok(Observed::NotAdoptable(why));
     }
     let (r, n) = (&d.region, &d.name);
     let (public_access_block, encryption) =
@@ -325,7 +349,7 @@ async fn apply(bucket: &Bucket, ctx: &Context, mut versions: Vec<String>) -> Res
         Ok(d) => d,
         Err(msg) => return blocked(bucket, ctx, None, Reason::InvalidSpec, msg).await,
     };
-    let adopt = bucket.spec.adopt_existing || claimed(bucket, &d);
+    let adopt = bucket.spec.adopt_existing;
     let observed = match observe(ctx, &d, &owner, adopt).await {
         Ok(o) => o,
         Err(e) => match refusal(&e) {
@@ -342,12 +366,9 @@ async fn apply(bucket: &Bucket, ctx: &Context, mut versions: Vec<String>) -> Res
         s.observed_generation == bucket.metadata.generation && condition::is_ready(&s.conditions)
     });
     let adopting =
-        matches!(&observed, Observed::Present(c) if owner.judge(&c.tags) == Ownership::Unowned);
+        matches!(&observed, Observed::Present(c) if owner.judge(&c.tags) != Ownership::Ours);
     let mut applied = Vec::new();
     for change in &changes {
-        if *change == Change::Create {
-            versions.extend(claim(bucket, ctx, &d).await?);
-        }
         if let Err(e) = write(ctx, &d, change).await {
             report(bucket, ctx, &d, &applied, served, adopting).await;
             if e.is("BucketAlreadyOwnedByYou") {
@@ -422,34 +443,10 @@ async fn report(
     ctx.event(bucket, warning, reason, note).await;
 }
 
-/// Whether this object's status already names the bucket: it created it (or held it), so the
-/// bucket is ours even without tags. S3 cannot tag a bucket in the call that creates it; a crash
-/// or a lost response between CreateBucket and PutBucketTagging would otherwise leave an untagged
-/// bucket that its own creator refuses as unowned, and that nothing ever deletes.
-fn claimed(bucket: &Bucket, d: &Desired) -> bool {
-    bucket
-        .status
-        .as_ref()
-        .and_then(|s| s.bucket_name.as_deref())
-        == Some(d.name.as_str())
-}
-
-/// Records the name in status before creating the bucket (see `claimed`); returns the
-/// resourceVersion of the write.
-async fn claim(bucket: &Bucket, ctx: &Context, d: &Desired) -> Result<Option<String>, Error> {
-    if claimed(bucket, d) {
-        return Ok(None);
-    }
-    let msg = format!("Creating S3 bucket {} in {}", d.name, d.region);
-    let mut status = status_for(bucket, ctx, Some(d), false, Reason::Provisioning, msg);
-    status.bucket_name = Some(d.name.clone());
-    update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await
-}
-
 async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate::aws::Error> {
     let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
     match change {
-        Change::Create => aws.create_bucket(r, n).await,
+        Change::Create => aws.create_bucket(r, n, &d.tags).await,
         Change::Tags => aws.put_tags(r, n, &d.tags).await,
         Change::PublicAccessBlock => {
             aws.put_public_access_block(r, n, &d.public_access_block)
@@ -537,33 +534,52 @@ async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
     let policy = deletion_policy(bucket.spec.deletion_policy, &ctx.settings);
     // A spec the operator never served created nothing.
     if let Ok(d) = desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
-        release_or_delete(bucket, ctx, &d, &owner, policy).await?;
+        match release_or_delete(bucket, ctx, &d, &owner, policy).await {
+            Ok(true) => {}
+            // Emptying goes on in the next pass: each pass stays short.
+            Ok(false) => return Ok(Action::requeue(std::time::Duration::from_secs(1))),
+            // Cleanup fails closed: a refusal keeps the finalizer and says what was refused.
+            Err(Error::Aws(e)) if refusal(&e).is_some() => {
+                let msg = format!(
+                    "deleting the Bucket is waiting: {}",
+                    refusal(&e).map(|r| r.1).unwrap_or_default()
+                );
+                return Err(hold(bucket, ctx, &d, msg).await);
+            }
+            Err(e) => return Err(e),
+        }
     }
     remove_finalizer(&ctx.client, bucket).await?;
     Ok(Action::await_change())
 }
 
+/// Object versions deleted per pass at most when emptying a bucket (`forceDelete`).
+const EMPTY_PAGES_PER_PASS: usize = 10;
+
+/// Releases (Retain) or deletes (Delete) the bucket if this object owns it. `Ok(false)`: a
+/// bucket being emptied has more objects left for the next pass.
 async fn release_or_delete(
     bucket: &Bucket,
     ctx: &Context,
     d: &Desired,
     owner: &Owner,
     policy: DeletionPolicy,
-) -> Result<(), Error> {
+) -> Result<bool, Error> {
     let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
     let tags = match aws.bucket_tags(r, n).await {
         Ok(Some(tags)) => tags,
-        Ok(None) => return Ok(()),
-        // Not readable by us: not ours to touch.
-        Err(e) if e.kind == ErrorKind::AccessDenied => return Ok(()),
+        Ok(None) => return Ok(true),
+        // Only a bucket this account does not have may be taken as gone (another account's
+        // answers AccessDenied too); one of ours we may not read keeps the finalizer.
+        Err(e) if e.kind == ErrorKind::AccessDenied => {
+            return match aws.bucket_in_account(r, n).await? {
+                false => Ok(true),
+                true => Err(e.into()),
+            };
+        }
         Err(e) => return Err(e.into()),
     };
-    let ours = match owner.judge(&tags) {
-        Ownership::Ours => true,
-        Ownership::Unowned => claimed(bucket, d),
-        Ownership::Foreign(_) => false,
-    };
-    if !ours {
+    if owner.judge(&tags) != Ownership::Ours {
         ctx.event(
             bucket,
             false,
@@ -571,22 +587,25 @@ async fn release_or_delete(
             format!("S3 bucket {n} is not owned by this object; left untouched"),
         )
         .await;
-        return Ok(());
+        return Ok(true);
     }
     match policy {
         DeletionPolicy::Retain => {
-            aws.put_tags(r, n, &without_ownership(&tags)).await?;
+            aws.put_tags(r, n, &released(&tags, owner)).await?;
             ctx.event(
                 bucket,
                 false,
                 "Retained",
-                format!("S3 bucket {n} retained; ownership tags removed"),
+                format!(
+                    "S3 bucket {n} retained; ownership tags removed (only namespace {} may adopt it again)",
+                    owner.namespace
+                ),
             )
             .await;
         }
         DeletionPolicy::Delete => {
             if bucket.spec.force_delete {
-                let deleted = aws.empty_bucket(r, n).await?;
+                let (deleted, empty) = aws.empty_bucket(r, n, EMPTY_PAGES_PER_PASS).await?;
                 if deleted > 0 {
                     ctx.event(
                         bucket,
@@ -596,31 +615,42 @@ async fn release_or_delete(
                     )
                     .await;
                 }
+                if !empty {
+                    return Ok(false);
+                }
             } else if !aws.bucket_is_empty(r, n).await? {
                 let msg = format!(
                     "S3 bucket {n} is not empty; empty it or set spec.forceDelete: true to delete it with its objects"
                 );
-                let status = status_for(
-                    bucket,
-                    ctx,
-                    Some(d),
-                    false,
-                    Reason::DeletionBlocked,
-                    msg.clone(),
-                );
-                if bucket.status.as_ref() != Some(&status) {
-                    ctx.event(bucket, true, "DeletionBlocked", msg.clone())
-                        .await;
-                    update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?;
-                }
-                return Err(Error::DeletionBlocked(msg));
+                return Err(hold(bucket, ctx, d, msg).await);
             }
             aws.delete_bucket(r, n).await?;
             ctx.event(bucket, false, "Deleted", format!("Deleted S3 bucket {n}"))
                 .await;
         }
     }
-    Ok(())
+    Ok(true)
+}
+
+/// Reports why deletion waits (status and event, once) and returns the error that keeps the
+/// finalizer and retries with backoff.
+async fn hold(bucket: &Bucket, ctx: &Context, d: &Desired, msg: String) -> Error {
+    let status = status_for(
+        bucket,
+        ctx,
+        Some(d),
+        false,
+        Reason::DeletionBlocked,
+        msg.clone(),
+    );
+    if bucket.status.as_ref() != Some(&status) {
+        ctx.event(bucket, true, "DeletionBlocked", msg.clone()).await;
+        if let Err(e) = update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await
+        {
+            return e;
+        }
+    }
+    Error::DeletionBlocked(msg)
 }
 
 #[cfg(test)]
@@ -635,6 +665,9 @@ mod tests {
             default_deletion_policy: DeletionPolicy::Retain,
             oidc_provider_arn: None,
             resync_period: std::time::Duration::from_secs(600),
+            boundary_arn: "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary"
+                .into(),
+            allow_cross_namespace_adoption: false,
         }
     }
 
@@ -680,17 +713,30 @@ mod tests {
     }
 
     #[test]
-    fn a_bucket_named_in_status_is_claimed_even_untagged() {
-        let d = desired_for(BucketSpec::default());
-        let mut b = Bucket::new("b", BucketSpec::default());
-        assert!(!claimed(&b, &d), "no status: not claimed");
-        b.status = Some(BucketStatus {
-            bucket_name: Some("s3op-someone-else".into()),
-            ..Default::default()
-        });
-        assert!(!claimed(&b, &d), "another name: not claimed");
-        b.status.as_mut().unwrap().bucket_name = Some(d.name.clone());
-        assert!(claimed(&b, &d));
+    fn retained_buckets_go_back_only_to_their_namespace() {
+        let o = owner();
+        let released_here = Ownership::Released {
+            cluster: "c".into(),
+            namespace: "ns".into(),
+        };
+        let released_elsewhere = Ownership::Released {
+            cluster: "c".into(),
+            namespace: "other".into(),
+        };
+        let other_cluster = Ownership::Released {
+            cluster: "c2".into(),
+            namespace: "ns".into(),
+        };
+        assert_eq!(adoption_refused("b", &released_here, &o, true, false), None);
+        let msg = adoption_refused("b", &released_here, &o, false, false).unwrap();
+        assert!(msg.contains("adoptExisting"), "{msg}");
+        let msg = adoption_refused("b", &released_elsewhere, &o, true, false).unwrap();
+        assert!(msg.contains("namespace other"), "{msg}");
+        assert!(adoption_refused("b", &other_cluster, &o, true, false).is_some());
+        // Only the operator's explicit flag lets another namespace take it.
+        assert_eq!(adoption_refused("b", &released_elsewhere, &o, true, true), None);
+        assert_eq!(adoption_refused("b", &Ownership::Unowned, &o, true, false), None);
+        assert!(adoption_refused("b", &Ownership::Unowned, &o, false, true).is_some());
     }
 
     #[test]
@@ -701,7 +747,6 @@ mod tests {
             plan(&d, &Observed::Absent),
             Plan::Apply(vec![
                 Change::Create,
-                Change::Tags,
                 Change::PublicAccessBlock,
                 Change::Encryption
             ])
@@ -863,7 +908,7 @@ mod tests {
             matches!(plan(&d, &Observed::Foreign("owned by x/y in cluster z".into())), Plan::Blocked(Reason::NameConflict, m) if m.contains("x/y"))
         );
         assert!(
-            matches!(plan(&d, &Observed::Unowned), Plan::Blocked(Reason::NameConflict, m) if m.contains("adoptExisting"))
+            matches!(plan(&d, &Observed::NotAdoptable("set spec.adoptExisting".into())), Plan::Blocked(Reason::NameConflict, m) if m.contains("adoptExisting"))
         );
     }
 
@@ -904,17 +949,19 @@ mod tests {
     }
 
     #[test]
-    fn generated_name_is_kept_from_status() {
+    fn status_never_redirects_the_bucket() {
         let mut b = Bucket::new("b", BucketSpec::default());
         b.metadata.namespace = Some("ns".into());
+        b.metadata.uid = Some("uid-1".into());
+        let settings = settings();
+        let generated = desired(&b, &settings, "us-east-1", &owner()).unwrap().name;
         b.status = Some(BucketStatus {
-            bucket_name: Some("s3op-kept-name".into()),
+            bucket_name: Some("s3op-someone-elses-bucket".into()),
             ..Default::default()
         });
-        let settings = settings();
         assert_eq!(
             desired(&b, &settings, "us-east-1", &owner()).unwrap().name,
-            "s3op-kept-name"
+            generated
         );
     }
 }

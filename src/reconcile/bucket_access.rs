@@ -24,7 +24,7 @@ use super::{
     update_status,
 };
 use crate::api::condition::{self, Reason};
-use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType};
+use crate::api::{Bucket, BucketAccess, BucketAccessStatus, CredentialsType};
 use crate::aws::iam::{AccessKey, NewAccessKey};
 use crate::aws::tags::{Owner, Ownership};
 use crate::aws::{ErrorKind, naming, policy};
@@ -68,6 +68,8 @@ pub struct KeyPlan {
     pub previous: Option<(String, jiff::Timestamp)>,
     /// When the plan changes next by itself (a rotation or a grace period ending).
     pub wake_at: Option<jiff::Timestamp>,
+    /// Kept keys that a revoked grant deactivated.
+    pub reactivate: Vec<String>,
 }
 
 fn add(t: jiff::Timestamp, d: Duration) -> jiff::Timestamp {
@@ -78,6 +80,26 @@ fn add(t: jiff::Timestamp, d: Duration) -> jiff::Timestamp {
 /// The pure key planner. `keys` are the user's keys in AWS (oldest first), `secret` what the
 /// Secret vouches for, `last_active` the key id status last reported.
 pub fn plan_keys(
+    keys: &[AccessKey],
+    secret: Option<&SecretCreds>,
+    last_active: Option<&str>,
+    rotation: RotationPolicy,
+    now: jiff::Timestamp,
+) -> KeyPlan {
+    let mut plan = plan_key_ids(keys, secret, last_active, rotation, now);
+    let kept = [
+        plan.active.as_ref().map(|k| k.id.as_str()),
+        plan.previous.as_ref().map(|p| p.0.as_str()),
+    ];
+    plan.reactivate = keys
+        .iter()
+        .filter(|k| !k.active && kept.contains(&Some(k.id.as_str())))
+        .map(|k| k.id.clone())
+        .collect();
+    plan
+}
+
+fn plan_key_ids(
     keys: &[AccessKey],
     secret: Option<&SecretCreds>,
     last_active: Option<&str>,
@@ -103,6 +125,7 @@ pub fn plan_keys(
             active: None,
             previous: keep.map(|k| (k.id, now)),
             wake_at: (rotation.grace > Duration::ZERO).then(|| add(now, rotation.grace)),
+            reactivate: Vec::new(),
         };
     };
     let previous = secret.and_then(|s| {
@@ -133,6 +156,7 @@ pub fn plan_keys(
                     .grace
                     .min(rotation.interval.unwrap_or(Duration::MAX)),
             )),
+            reactivate: Vec::new(),
         };
     }
     let wake_at = [rotate_at, grace_ends].into_iter().flatten().min();
@@ -142,6 +166,7 @@ pub fn plan_keys(
         active: Some(active),
         previous,
         wake_at,
+        reactivate: Vec::new(),
     }
 }
 
@@ -200,11 +225,90 @@ fn rotation_policy(access: &BucketAccess) -> RotationPolicy {
     }
 }
 
-/// Facts about the bucket a BucketAccess grants, taken from the Bucket's status.
+/// Facts about the bucket a BucketAccess grants: derived from its Bucket's spec and UID and
+/// confirmed by the bucket's ownership tags in AWS, never taken from status.
 struct BucketFacts {
     name: String,
     region: String,
     arn: String,
+}
+
+/// What the Bucket cache says about the grant, before any AWS call (pure).
+#[derive(Debug, PartialEq)]
+enum BucketState {
+    /// No grant may stand: credentials are revoked, with this reason and message.
+    Gone(Reason, String),
+    /// The Bucket is not Ready yet: nothing is created, nothing is revoked.
+    NotReady(String),
+    /// The bucket this Bucket's spec and UID name, still to be confirmed in AWS.
+    Named(super::bucket::Desired, Owner),
+}
+
+fn bucket_state(
+    access: &BucketAccess,
+    bucket: Option<&Bucket>,
+    settings: &super::Settings,
+    default_region: &str,
+) -> BucketState {
+    let ns = access.namespace().unwrap_or_default();
+    let name = &access.spec.bucket_ref.name;
+    let Some(bucket) = bucket else {
+        let msg = format!("Bucket {name} does not exist in namespace {ns}");
+        return BucketState::Gone(Reason::BucketNotFound, msg);
+    };
+    if bucket.metadata.deletion_timestamp.is_some() {
+        let msg = format!("Bucket {name} is being deleted");
+        return BucketState::Gone(Reason::BucketNotFound, msg);
+    }
+    // Ready is only trusted to say "not yet"; what is granted is confirmed in AWS.
+    if !bucket
+        .status
+        .as_ref()
+        .is_some_and(|s| condition::is_ready(&s.conditions))
+    {
+        return BucketState::NotReady(format!("waiting for Bucket {name} to become Ready"));
+    }
+    let owner = super::bucket::owner(bucket, &settings.cluster_name);
+    match super::bucket::desired(bucket, settings, default_region, &owner) {
+        Ok(d) => BucketState::Named(d, owner),
+        Err(msg) => BucketState::Gone(Reason::BucketNotOwned, msg),
+    }
+}
+
+/// The grant's bucket if its tags in AWS still name the Bucket as owner; else why not.
+async fn confirm(
+    ctx: &Context,
+    d: &super::bucket::Desired,
+    owner: &Owner,
+    bucket_ref: &str,
+) -> Result<Result<BucketFacts, String>, Error> {
+    let tags = match ctx.aws.bucket_tags(&d.region, &d.name).await {
+        Ok(tags) => tags,
+        // A bucket whose owner cannot be confirmed is granted to no one.
+        Err(e) if e.kind == ErrorKind::AccessDenied => {
+            return Ok(Err(format!(
+                "the owner of S3 bucket {} cannot be confirmed ({}: {})",
+                d.name, e.code, e.message
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let why = match tags.map(|t| owner.judge(&t)) {
+        Some(Ownership::Ours) => {
+            return Ok(Ok(BucketFacts {
+                arn: naming::bucket_arn(naming::partition(&d.region), &d.name),
+                name: d.name.clone(),
+                region: d.region.clone(),
+            }));
+        }
+        None => "does not exist".to_string(),
+        Some(Ownership::Foreign(who)) => format!("is {who}"),
+        Some(Ownership::Unowned | Ownership::Released { .. }) => "has no owner".to_string(),
+    };
+    Ok(Err(format!(
+        "S3 bucket {} {why}: it is no longer owned by Bucket {bucket_ref}",
+        d.name
+    )))
 }
 
 pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<Action, Error> {
@@ -214,27 +318,25 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<A
     let start = access.resource_version().unwrap_or_default();
     let version = ensure_finalizer(&ctx.client, access.as_ref()).await?;
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
-    let bucket_ref = &access.spec.bucket_ref.name;
-    let bucket = ctx.bucket(&ns, bucket_ref);
+    let bucket_ref = access.spec.bucket_ref.name.clone();
+    let bucket = ctx.bucket(&ns, &bucket_ref);
     let bucket_version = bucket
         .as_ref()
         .and_then(|b| b.resource_version())
         .unwrap_or_default();
-    let facts = match bucket.as_ref().and_then(|b| b.status.as_ref()) {
-        None if bucket.is_none() => {
-            let msg = format!("Bucket {bucket_ref} does not exist in namespace {ns}");
-            return waiting(&access, &ctx, Reason::BucketNotFound, msg).await;
-        }
-        Some(s) if condition::is_ready(&s.conditions) && s.bucket_name.is_some() => BucketFacts {
-            name: s.bucket_name.clone().unwrap_or_default(),
-            region: s.region.clone().unwrap_or_else(|| ctx.aws.region.clone()),
-            arn: s.arn.clone().unwrap_or_default(),
-        },
-        _ => {
-            let msg = format!("waiting for Bucket {bucket_ref} to become Ready");
-            return waiting(&access, &ctx, Reason::BucketNotReady, msg).await;
-        }
-    };
+    if let Some(p) = &access.spec.prefix
+        && let Err(msg) = policy::check_prefix(p)
+    {
+        return waiting(&access, &ctx, Reason::InvalidSpec, msg).await;
+    }
+    let (d, bucket_owner) =
+        match bucket_state(&access, bucket.as_deref(), &ctx.settings, &ctx.aws.region) {
+            BucketState::Gone(reason, msg) => return withdraw(&access, &ctx, reason, msg).await,
+            BucketState::NotReady(msg) => {
+                return waiting(&access, &ctx, Reason::BucketNotReady, msg).await;
+            }
+            BucketState::Named(d, owner) => (d, owner),
+        };
     let mut events = PassEvents::default();
     let result = match access.spec.credentials.type_ {
         CredentialsType::AccessKey => {
@@ -260,6 +362,10 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<A
             {
                 return Ok(Action::requeue(wait));
             }
+            let facts = match confirm(&ctx, &d, &bucket_owner, &bucket_ref).await? {
+                Ok(facts) => facts,
+                Err(msg) => return withdraw(&access, &ctx, Reason::BucketNotOwned, msg).await,
+            };
             let versions = [
                 vec![start, version],
                 vec![bucket_version],
@@ -267,7 +373,12 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<A
             ];
             apply_user(&access, &ctx, &facts, found, versions, &mut events).await
         }
-        CredentialsType::ServiceAccountRole => apply_role(&access, &ctx, &facts, &mut events).await,
+        CredentialsType::ServiceAccountRole => {
+            match confirm(&ctx, &d, &bucket_owner, &bucket_ref).await? {
+                Ok(facts) => apply_role(&access, &ctx, &facts, &mut events).await,
+                Err(msg) => return withdraw(&access, &ctx, Reason::BucketNotOwned, msg).await,
+            }
+        }
     };
     // What was changed is reported even when a later step of the pass failed.
     events.publish(&ctx, access.as_ref()).await;
@@ -278,6 +389,74 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<A
         },
         other => other,
     }
+}
+
+/// Grants never outlive ownership: removes the access policy and deactivates every key of this
+/// access's user (or removes its role's policy), then reports why. Keys stay, inactive, so the
+/// same Secret works again if the grant comes back. Reads only, once nothing is left to revoke.
+async fn withdraw(
+    access: &BucketAccess,
+    ctx: &Context,
+    reason: Reason,
+    msg: String,
+) -> Result<Action, Error> {
+    let owner = owner(access, &ctx.settings.cluster_name);
+    let name = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
+    let aws = &ctx.aws;
+    let mut revoked = Vec::new();
+    let result: Result<(), crate::aws::Error> = async {
+        match access.spec.credentials.type_ {
+            CredentialsType::AccessKey => {
+                let Some(user) = aws.get_user(&name).await? else {
+                    return Ok(());
+                };
+                if owner.judge(&user.tags) != Ownership::Ours {
+                    return Ok(());
+                }
+                if aws.user_policy(&name, POLICY_NAME).await?.is_some() {
+                    aws.delete_user_policy(&name, POLICY_NAME).await?;
+                    revoked.push(format!("removed the access policy of IAM user {name}"));
+                }
+                for key in aws.access_keys(&name).await?.iter().filter(|k| k.active) {
+                    aws.set_access_key_active(&name, &key.id, false).await?;
+                    revoked.push(format!("deactivated access key {}", key.id));
+                }
+            }
+            CredentialsType::ServiceAccountRole => {
+                let Some(role) = aws.get_role(&name).await? else {
+                    return Ok(());
+                };
+                if owner.judge(&role.tags) == Ownership::Ours
+                    && aws.role_policy(&name, POLICY_NAME).await?.is_some()
+                {
+                    aws.delete_role_policy(&name, POLICY_NAME).await?;
+                    revoked.push(format!("removed the access policy of IAM role {name}"));
+                }
+            }
+        }
+        Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        return match refusal(&e) {
+            Some((reason, why)) => {
+                let msg = format!("{msg}; revoking its credentials failed: {why}");
+                waiting(access, ctx, reason, msg).await
+            }
+            None => Err(e.into()),
+        };
+    }
+    if !revoked.is_empty() {
+        ctx.event(
+            access,
+            true,
+            "AccessRevoked",
+            format!("{msg}: {}", revoked.join(", ")),
+        )
+        .await;
+    }
+    // The same message whether or not this pass revoked anything: a steady pass writes nothing.
+    waiting(access, ctx, reason, format!("{msg}; no access is granted")).await
 }
 
 fn refusal(e: &crate::aws::Error) -> Option<(Reason, String)> {
@@ -323,7 +502,9 @@ async fn apply_user(
         Some(entity) => {
             let who = match owner.judge(&entity.tags) {
                 Ownership::Ours => None,
-                Ownership::Unowned => Some("not tagged by the operator".to_string()),
+                Ownership::Unowned | Ownership::Released { .. } => {
+                    Some("not tagged by the operator".to_string())
+                }
                 Ownership::Foreign(who) => Some(who),
             };
             if let Some(who) = who {
@@ -331,13 +512,25 @@ async fn apply_user(
                     format!("IAM user {user} already exists and is {who}; it will not be modified");
                 return waiting(access, ctx, Reason::OwnershipConflict, msg).await;
             }
+            let boundary = &ctx.settings.boundary_arn;
+            if entity.boundary.as_ref() != Some(boundary) {
+                // A user from before boundaries, or one whose boundary was changed.
+                aws.put_user_boundary(&user, boundary).await?;
+                drift_or_update(
+                    events,
+                    entity.boundary.is_some(),
+                    "permissionsBoundary",
+                    format!("Set permissions boundary of IAM user {user}"),
+                );
+            }
             let (p, k) =
                 tokio::try_join!(aws.user_policy(&user, POLICY_NAME), aws.access_keys(&user))?;
             (entity.arn, p, k)
         }
         None => {
             let path = naming::iam_path(&ctx.settings.cluster_name);
-            let entity = match aws.create_user(&user, &path, &owner.tags()).await {
+            let boundary = &ctx.settings.boundary_arn;
+            let entity = match aws.create_user(&user, &path, boundary, &owner.tags()).await {
                 Err(e) if e.is("EntityAlreadyExists") => {
                     let msg = format!(
                         "IAM user {user} already exists outside the operator's path {path}; it will not be modified"
@@ -383,6 +576,15 @@ async fn apply_user(
             false,
             "KeyDeleted",
             format!("Deleted access key {id} of IAM user {user}"),
+        );
+    }
+    // Keys kept from a revoked grant come back to life with it.
+    for id in &keys_plan.reactivate {
+        aws.set_access_key_active(&user, id, true).await?;
+        events.add(
+            false,
+            "KeyReactivated",
+            format!("Reactivated access key {id} of IAM user {user}"),
         );
     }
     let new_key = if keys_plan.create {
@@ -665,6 +867,16 @@ async fn apply_role(
                 );
                 return waiting(access, ctx, Reason::OwnershipConflict, msg).await;
             }
+            let boundary = &ctx.settings.boundary_arn;
+            if entity.boundary.as_ref() != Some(boundary) {
+                aws.put_role_boundary(&role, boundary).await?;
+                drift_or_update(
+                    events,
+                    entity.boundary.is_some(),
+                    "permissionsBoundary",
+                    format!("Set permissions boundary of IAM role {role}"),
+                );
+            }
             if entity.trust_policy.as_ref() != Some(&trust) {
                 aws.update_trust_policy(&role, &trust).await?;
                 drift_or_update(
@@ -678,7 +890,11 @@ async fn apply_role(
         }
         None => {
             let path = naming::iam_path(&ctx.settings.cluster_name);
-            let entity = match aws.create_role(&role, &path, &trust, &owner.tags()).await {
+            let boundary = &ctx.settings.boundary_arn;
+            let entity = match aws
+                .create_role(&role, &path, boundary, &trust, &owner.tags())
+                .await
+            {
                 Err(e) if e.is("EntityAlreadyExists") => {
                     let msg = format!(
                         "IAM role {role} already exists outside the operator's path {path}; it will not be modified"
@@ -767,7 +983,10 @@ async fn waiting(
         }
         update_status(&ctx.client, access, access.status.as_ref(), &status).await?;
     }
-    if !matches!(reason, Reason::BucketNotReady | Reason::BucketNotFound) {
+    if !matches!(
+        reason,
+        Reason::BucketNotReady | Reason::BucketNotFound | Reason::BucketNotOwned
+    ) {
         METRICS
             .terminal_reconcile_errors_total
             .with_label_values(&["bucketaccess"])
@@ -777,7 +996,8 @@ async fn waiting(
 }
 
 /// Deletes what this BucketAccess created in IAM: keys, inline policies, then the user or role.
-/// The Secret goes with the object through its owner reference.
+/// The Secret goes with the object through its owner reference. Fails closed: only "does not
+/// exist" counts as gone; any refusal keeps the finalizer and names the refused operation.
 async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Action, Error> {
     if !access
         .finalizers()
@@ -786,6 +1006,19 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Action, Error> 
     {
         return Ok(Action::await_change());
     }
+    if let Err(e) = delete_identity(access, ctx).await {
+        let Some((_, why)) = refusal(&e) else {
+            return Err(e.into());
+        };
+        let msg = format!("deleting the BucketAccess is waiting: {why}");
+        waiting(access, ctx, Reason::DeletionBlocked, msg.clone()).await?;
+        return Err(Error::DeletionBlocked(msg));
+    }
+    remove_finalizer(&ctx.client, access).await?;
+    Ok(Action::await_change())
+}
+
+async fn delete_identity(access: &BucketAccess, ctx: &Context) -> Result<(), crate::aws::Error> {
     let aws = &ctx.aws;
     let owner = owner(access, &ctx.settings.cluster_name);
     let name = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
@@ -823,8 +1056,7 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Action, Error> 
             }
         }
     }
-    remove_finalizer(&ctx.client, access).await?;
-    Ok(Action::await_change())
+    Ok(())
 }
 
 #[cfg(test)]
@@ -838,6 +1070,7 @@ mod tests {
         AccessKey {
             id: id.into(),
             created: t(created),
+            active: true,
         }
     }
     fn creds(id: &str, previous: Option<&str>, rotated_at: Option<i64>) -> SecretCreds {
@@ -879,7 +1112,8 @@ mod tests {
                 create: false,
                 active: Some(key("A", 0)),
                 previous: None,
-                wake_at: Some(t(100))
+                wake_at: Some(t(100)),
+                reactivate: vec![],
             }
         );
     }
@@ -984,6 +1218,34 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_restored_grant_reactivates_only_the_keys_it_keeps() {
+        let inactive = |id, c| AccessKey {
+            active: false,
+            ..key(id, c)
+        };
+        // The Secret's key was deactivated when the grant was revoked: it comes back.
+        let p = plan_keys(
+            &[inactive("A", 0)],
+            Some(&creds("A", None, None)),
+            Some("A"),
+            NO_ROTATION,
+            t(5),
+        );
+        assert_eq!(p.reactivate, vec!["A".to_string()]);
+        assert!(!p.create && p.delete.is_empty());
+        // A key the Secret does not vouch for is deleted, never reactivated.
+        let p = plan_keys(
+            &[inactive("A", 0), inactive("B", 1)],
+            Some(&creds("B", None, None)),
+            Some("B"),
+            NO_ROTATION,
+            t(5),
+        );
+        assert_eq!(p.reactivate, vec!["B".to_string()]);
+        assert_eq!(p.delete, vec!["A".to_string()]);
     }
 
     #[test]

@@ -37,6 +37,10 @@ pub struct Settings {
     pub oidc_provider_arn: Option<String>,
     /// How often a Ready object is re-read from AWS to find drift (jittered by up to 10%).
     pub resync_period: Duration,
+    /// ARN of the permissions boundary every created user and role carries.
+    pub boundary_arn: String,
+    /// Let a Bucket adopt a bucket retained by another namespace (off: only its own namespace).
+    pub allow_cross_namespace_adoption: bool,
 }
 
 /// Shared by every reconcile.

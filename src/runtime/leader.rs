@@ -3,8 +3,12 @@
 //! replicas racing for an expired lease could both believe they lead. Here a candidate claims an
 //! expired lease itself with a compare-and-swap replace (409 on a lost race), the crate only
 //! renews, and every renewal's result must still name us as holder.
+//!
+//! Each successful renewal extends the fence (`crate::fence`) to the renewal's start plus what
+//! is surely left of the lease; a renewal that cannot finish before then is abandoned, and the
+//! process exits without sending another write.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
@@ -14,6 +18,7 @@ use kube_leader_election::{LeaseLock, LeaseLockParams, LeaseLockResult};
 use tokio::sync::watch;
 
 use super::metrics::METRICS;
+use crate::fence::{self, Fence};
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -30,17 +35,33 @@ pub enum Error {
     Lost(String, String),
     #[error("lease API: {0}")]
     Kube(#[from] kube::Error),
+    #[error("lease {0} not renewed in time: {1}")]
+    Fenced(String, fence::Error),
+    #[error("--lease-duration {0:?} leaves no time to renew every {1:?}")]
+    Settings(Duration, Duration),
 }
 
+/// The part of a lease that is a safety margin: clock-rate differences between nodes, and the
+/// time a request checked against the fence takes to reach the API server or AWS.
+const MARGIN_DIVISOR: u32 = 4;
+
 /// Runs for the life of the process: campaigns until leading, sends `true` on `leading`, then
-/// renews. Returns `Err(Lost)` the moment leadership is lost (the caller exits non-zero), and
-/// `Ok` after releasing the lease when `shutdown` fires.
+/// renews. Returns `Err(Lost)` the moment leadership is lost and `Err(Fenced)` once the fence
+/// has closed (the caller exits non-zero), and `Ok` after releasing the lease when `shutdown`
+/// fires.
 pub async fn run(
     client: kube::Client,
     s: Settings,
+    fence: Fence,
     leading: watch::Sender<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
+    // The Lease holds whole seconds: that is what other replicas wait out.
+    let lease = Duration::from_secs(s.lease_duration.as_secs());
+    let valid_for = lease - lease / MARGIN_DIVISOR;
+    if valid_for <= s.renew_period {
+        return Err(Error::Settings(s.lease_duration, s.renew_period));
+    }
     let leases: Api<Lease> = Api::namespaced(client.clone(), &s.namespace);
     let lock = LeaseLock::new(
         client,
@@ -55,12 +76,16 @@ pub async fn run(
         .leader_election_master_status
         .with_label_values(&[&s.name]);
     gauge.set(0);
-    let mut last_renewed: Option<tokio::time::Instant> = None;
+    let mut led = false;
     loop {
         if *shutdown.borrow() {
             break;
         }
-        if last_renewed.is_none() {
+        if led && let Err(e) = fence.check() {
+            gauge.set(0);
+            return Err(Error::Fenced(s.name, e));
+        }
+        if !led {
             match claim(&leases, &s).await {
                 Ok(true) => {}
                 Ok(false) => {
@@ -78,16 +103,36 @@ pub async fn run(
                 }
             }
         }
-        match lock.try_acquire_or_renew().await {
+        let start = Instant::now();
+        let renewal = lock.try_acquire_or_renew();
+        let result = match fence.remaining() {
+            // Past the fence, the crate's merge patch could overwrite a new holder's lease.
+            Some(left) if led => match tokio::time::timeout(left, renewal).await {
+                Ok(r) => r,
+                Err(_) => {
+                    gauge.set(0);
+                    let e = fence.check().err().unwrap_or(fence::Error {
+                        closed_for: Duration::ZERO,
+                    });
+                    return Err(Error::Fenced(s.name, e));
+                }
+            },
+            _ => renewal.await,
+        };
+        match result {
             Ok(LeaseLockResult::Acquired(lease)) if holder(&lease) == Some(s.identity.as_str()) => {
-                if last_renewed.is_none() {
+                if let Err(e) = fence.extend(start + valid_for) {
+                    gauge.set(0);
+                    return Err(Error::Fenced(s.name, e));
+                }
+                if !led {
                     tracing::info!(lease = %s.name, identity = %s.identity, "became leader");
                     gauge.set(1);
+                    led = true;
                     let _ = leading.send(true);
                 }
-                last_renewed = Some(tokio::time::Instant::now());
             }
-            Ok(result) if last_renewed.is_some() => {
+            Ok(result) if led => {
                 let who = result
                     .lease()
                     .and_then(holder)
@@ -97,26 +142,20 @@ pub async fn run(
                 return Err(Error::Lost(s.name, format!("lease now held by {who}")));
             }
             Ok(_) => {}
-            Err(e) => {
-                tracing::warn!(error = %e, "leader election: renewal failed");
-                if let Some(t) = last_renewed {
-                    // Stop before the lease can expire and another replica take over.
-                    if t.elapsed() + s.renew_period >= s.lease_duration {
-                        gauge.set(0);
-                        return Err(Error::Lost(
-                            s.name,
-                            format!("could not renew for {:?}: {e}", t.elapsed()),
-                        ));
-                    }
-                }
-            }
+            // The next pass retries; the fence closes if none succeeds in time.
+            Err(e) => tracing::warn!(error = %e, "leader election: renewal failed"),
         }
+        // Wake when the fence closes, to exit at once.
+        let pause = match fence.remaining() {
+            Some(left) if led => s.renew_period.min(left),
+            _ => s.renew_period,
+        };
         tokio::select! {
-            _ = tokio::time::sleep(s.renew_period) => {}
+            _ = tokio::time::sleep(pause) => {}
             _ = shutdown.changed() => break,
         }
     }
-    if last_renewed.is_some() {
+    if led {
         gauge.set(0);
         if let Err(e) = lock.step_down().await {
             tracing::warn!(error = %e, "could not release the lease");

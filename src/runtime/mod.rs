@@ -1,6 +1,7 @@
 //! The process around the reconcilers: configuration, leader election, the web server, metrics,
 //! telemetry and one shutdown signal shared by all of them.
 
+pub mod client;
 pub mod leader;
 pub mod metrics;
 pub mod telemetry;
@@ -13,6 +14,7 @@ use std::time::{Duration, Instant};
 use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
 use k8s_openapi::api::core::v1::Secret;
+use kube::api::DynamicObject;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::events::{Recorder, Reporter};
@@ -25,8 +27,13 @@ use tracing::Instrument;
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
 use crate::aws::Aws;
-use crate::reconcile::{self, Context, bucket_access, object_key};
+use crate::fence::Fence;
+use crate::reconcile::{self, Backoff, Context, Settled, bucket_access, object_key};
 use metrics::METRICS;
+
+/// Longest a reconcile may run; then it fails and is retried with backoff. Cancelling one is
+/// like a crash at that point, which every reconcile is written to survive.
+pub const RECONCILE_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Everything `s3-operator run` is configured with.
 #[derive(Clone, Debug)]
@@ -38,6 +45,9 @@ pub struct Config {
     pub max_concurrent_reconciles: u16,
     pub metrics_addr: std::net::SocketAddr,
     pub probe_addr: std::net::SocketAddr,
+    /// Serve /metrics over HTTPS with token authentication and authorization: `None` serves
+    /// plain HTTP; `Some(dir)` the certificate in `dir`, or a self-signed one without it.
+    pub metrics_secure: Option<Option<std::path::PathBuf>>,
     /// `None` runs without leader election (a single replica, or local development).
     pub leader_election: Option<leader::Settings>,
 }
@@ -52,6 +62,12 @@ pub enum Error {
     Bind(std::net::SocketAddr, std::io::Error),
     #[error(transparent)]
     Leader(#[from] leader::Error),
+    #[error("AWS: {0}")]
+    Aws(#[from] crate::aws::Error),
+    #[error(transparent)]
+    Reconcile(#[from] reconcile::Error),
+    #[error("reconcile did not finish within {0:?}")]
+    ReconcileTimeout(Duration),
 }
 
 /// Probe state shared with the web server.
@@ -64,14 +80,28 @@ pub struct Health {
 pub async fn run(config: Config) -> Result<(), Error> {
     let (shutdown_tx, shutdown) = watch::channel(false);
     tokio::spawn(signal_shutdown(shutdown_tx));
-    let client = kube::Client::try_default().await?;
+    // Once it closes, nothing that could change Kubernetes or AWS leaves this process.
+    let fence = match &config.leader_election {
+        Some(_) => Fence::leader_elected(),
+        None => Fence::disabled(),
+    };
+    let identity = config.leader_election.as_ref().map(|l| l.identity.as_str());
+    let client = client::build(identity, fence.clone()).await?;
     // Fail fast with one clear line when the API server is unreachable or refuses us; a signal
     // during start-up still stops the process.
     tokio::select! {
         v = client.apiserver_version() => { v?; }
         _ = wait_true(shutdown.clone()) => return Ok(()),
     }
-    let aws = Aws::new(&config.aws).await;
+    let aws = Aws::new(&config.aws).await.with_fence(fence.clone());
+    let mut config = config;
+    config.reconcile.boundary_arn = aws
+        .boundary(
+            &config.reconcile.boundary_arn,
+            &crate::aws::naming::iam_path(&config.reconcile.cluster_name),
+        )
+        .await?;
+    tracing::info!(boundary = %config.reconcile.boundary_arn, "permissions boundary");
 
     let health = Arc::new(Health::default());
     tokio::spawn(heartbeat(health.clone()));
@@ -79,6 +109,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         web::serve(
             config.metrics_addr,
             config.probe_addr,
+            config.metrics_secure.clone(),
             health.clone(),
             shutdown.clone(),
         )
@@ -108,7 +139,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     if let Some(le) = config.leader_election.clone() {
         let c = client.clone();
         lease_task = Some(tokio::spawn(async move {
-            if let Err(e) = leader::run(c, le, leading_tx, release).await {
+            if let Err(e) = leader::run(c, le, fence, leading_tx, release).await {
                 // Another replica may already act: stop at once, without draining.
                 tracing::error!(error = %e, "leadership lost; exiting");
                 std::process::exit(1);
@@ -163,7 +194,9 @@ struct Watches {
     accesses: Store<BucketAccess>,
     bucket_events: Gated<Bucket>,
     bucket_events_for_accesses: Gated<Bucket>,
+    bucket_deletions: Gated<Bucket>,
     access_events: Gated<BucketAccess>,
+    access_deletions: Gated<BucketAccess>,
     secret_events: Gated<Secret>,
 }
 
@@ -195,14 +228,18 @@ impl Watches {
             bucket_access::MANAGED_BY_LABEL,
             bucket_access::MANAGED_BY
         ));
-        let (buckets, mut b) = shared_watch(api(client, ns), all(), 2, sync, leading, |_| {});
-        let (accesses, mut a) = shared_watch(api(client, ns), all(), 1, sync, leading, |_| {});
+        use Hear::*;
+        // A deleted Bucket wakes the BucketAccesses that refer to it, as a change does.
+        let hear = [Changes, ChangesAndDeletions, Deletions];
+        let (buckets, mut b) = shared_watch(api(client, ns), all(), &hear, sync, leading, |_| {});
+        let hear = [Changes, Deletions];
+        let (accesses, mut a) = shared_watch(api(client, ns), all(), &hear, sync, leading, |_| {});
         // Secrets only wake their BucketAccess (reconciles read them fresh): keep no key
         // material in memory.
         let (_, mut s) = shared_watch(
             api(client, ns),
             managed,
-            1,
+            &[Changes],
             sync,
             leading,
             |s: &mut Secret| {
@@ -215,7 +252,9 @@ impl Watches {
             accesses,
             bucket_events: b.remove(0),
             bucket_events_for_accesses: b.remove(0),
+            bucket_deletions: b.remove(0),
             access_events: a.remove(0),
+            access_deletions: a.remove(0),
             secret_events: s.remove(0),
         }
     }
@@ -229,9 +268,51 @@ async fn caches_synced(watches: &[Watches]) {
     }
 }
 
-/// A watch feeding a store, driven for the life of the process. Each of `subscribers`
-/// receivers gets every applied object while `leading` is true; otherwise events are dropped
-/// (the store still takes them), so a standby never blocks the watch.
+/// What a subscriber of a shared watch is handed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hear {
+    /// Every object listed or changed.
+    Changes,
+    /// Those, and the last state of every object deleted from the cluster.
+    ChangesAndDeletions,
+    /// Only deleted objects.
+    Deletions,
+}
+
+/// The senders of a shared watch's subscribers.
+struct Fanout<K> {
+    subscribers: Vec<(Hear, tokio::sync::mpsc::UnboundedSender<Arc<K>>)>,
+}
+
+impl<K> Fanout<K> {
+    fn new(hear: &[Hear]) -> (Self, Vec<Gated<K>>) {
+        let (subscribers, receivers) = hear
+            .iter()
+            .map(|h| {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                ((*h, tx), rx)
+            })
+            .unzip();
+        (Fanout { subscribers }, receivers)
+    }
+
+    fn send(&self, obj: &Arc<K>, deleted: bool) {
+        for (hear, tx) in &self.subscribers {
+            let wanted = match hear {
+                Hear::Changes => !deleted,
+                Hear::ChangesAndDeletions => true,
+                Hear::Deletions => deleted,
+            };
+            if wanted {
+                let _ = tx.send(obj.clone());
+            }
+        }
+    }
+}
+
+/// A watch feeding a store, driven for the life of the process. Each subscriber gets the
+/// objects it hears of (`hear`, one per subscriber) while `leading` is true; otherwise events
+/// are dropped (the store still takes them), so a standby never blocks the watch.
 ///
 /// The objects are handed on straight from the watch stream: kube's shared-store subscription
 /// (`ReflectHandle`) stalls for good once it meets the reference of an object already deleted
@@ -239,7 +320,7 @@ async fn caches_synced(watches: &[Watches]) {
 fn shared_watch<K>(
     api: Api<K>,
     cfg: watcher::Config,
-    subscribers: usize,
+    hear: &[Hear],
     sync: &Arc<CacheSync>,
     leading: &watch::Receiver<bool>,
     trim: fn(&mut K),
@@ -254,9 +335,7 @@ where
         + 'static,
 {
     let (reader, writer) = reflector::store();
-    let (senders, receivers): (Vec<_>, Vec<_>) = (0..subscribers)
-        .map(|_| tokio::sync::mpsc::unbounded_channel())
-        .unzip();
+    let (fanout, receivers) = Fanout::new(hear);
     let store = reader.clone();
     let (sync, leading) = (sync.clone(), leading.clone());
     let mut listed = false;
@@ -269,11 +348,6 @@ where
         })
         .reflect(writer)
         .for_each(move |event| {
-            let send = |obj: Arc<K>| {
-                for tx in &senders {
-                    let _ = tx.send(obj.clone());
-                }
-            };
             match &event {
                 // A (re-)list is complete and swapped into the store: hand on everything, so
                 // changes missed while a watch was down are seen too.
@@ -286,14 +360,20 @@ where
                         }
                     }
                     if *leading.borrow() {
-                        store.state().into_iter().for_each(send);
+                        for obj in store.state() {
+                            fanout.send(&obj, false);
+                        }
                     }
                 }
                 // The store already holds this version; share its copy.
                 Ok(watcher::Event::Apply(obj)) if *leading.borrow() => {
                     if let Some(obj) = store.get(&ObjectRef::from_obj(obj)) {
-                        send(obj);
+                        fanout.send(&obj, false);
                     }
+                }
+                // Already gone from the store: hand on its last state.
+                Ok(watcher::Event::Delete(obj)) if *leading.borrow() => {
+                    fanout.send(&Arc::new(obj.clone()), true);
                 }
                 _ => {}
             }
@@ -346,6 +426,8 @@ async fn run_controllers(
         );
         bucket_stores.push(w.buckets.clone());
         access_stores.push(w.accesses.clone());
+        tokio::spawn(forget_deleted(w.bucket_deletions, ctx.clone()));
+        tokio::spawn(forget_deleted(w.access_deletions, ctx.clone()));
         let bc = Controller::for_shared_stream(
             trigger(w.buckets.state(), w.bucket_events),
             w.buckets.clone(),
@@ -366,7 +448,13 @@ async fn run_controllers(
                 error_policy,
                 ctx.clone(),
             )
-            .for_each(|r| async move { log_controller_error(r) })
+            .for_each({
+                let ctx = ctx.clone();
+                move |r| {
+                    after_reconcile(r, &ctx);
+                    async {}
+                }
+            })
             .boxed(),
         );
         let store = w.accesses.clone();
@@ -404,7 +492,13 @@ async fn run_controllers(
                 error_policy,
                 ctx.clone(),
             )
-            .for_each(|r| async move { log_controller_error(r) })
+            .for_each({
+                let ctx = ctx.clone();
+                move |r| {
+                    after_reconcile(r, &ctx);
+                    async {}
+                }
+            })
             .boxed(),
         );
     }
@@ -418,16 +512,38 @@ async fn run_controllers(
 
 /// Failed reconciles are logged by `instrumented`, and an object deleted before its turn is
 /// no news; anything else from the controller machinery is.
-fn log_controller_error<T, E, Q>(result: Result<T, controller::Error<E, Q>>)
+fn after_reconcile<T, E, Q>(result: Result<T, controller::Error<E, Q>>, ctx: &Context)
 where
     E: std::error::Error,
     Q: std::error::Error,
 {
     match result {
-        Ok(_)
-        | Err(controller::Error::ReconcilerFailed(..) | controller::Error::ObjectNotFound(_)) => {}
+        Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
+        // Its bookkeeping goes too, should a reconcile have finished after its Delete event, or
+        // that event have been missed while the watch was down.
+        Err(controller::Error::ObjectNotFound(r)) => {
+            forget(&ctx.settled, &ctx.backoff, &ref_key(&r))
+        }
         Err(e) => tracing::warn!(error = %e, "controller error"),
     }
+}
+
+/// Drops the bookkeeping of every object deleted from the cluster.
+async fn forget_deleted<K: Resource<DynamicType = ()>>(mut deleted: Gated<K>, ctx: Arc<Context>) {
+    while let Some(obj) = deleted.recv().await {
+        forget(&ctx.settled, &ctx.backoff, &object_key(obj.as_ref()));
+    }
+}
+
+fn forget(settled: &Settled, backoff: &Backoff, key: &str) {
+    settled.forget(key);
+    backoff.reset(key);
+}
+
+/// `object_key` of the object a controller reference names.
+fn ref_key(r: &ObjectRef<DynamicObject>) -> String {
+    let ns = r.namespace.as_deref().unwrap_or_default();
+    format!("{}/{ns}/{}", r.dyntype.kind, r.name)
 }
 
 async fn wait_true(mut rx: watch::Receiver<bool>) {
@@ -444,7 +560,7 @@ async fn with_slot<K, F, Fut>(
     obj: Arc<K>,
     ctx: Arc<Context>,
     reconcile: F,
-) -> Result<Action, reconcile::Error>
+) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()>,
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
@@ -457,13 +573,13 @@ where
     Box::pin(instrumented(controller, obj, ctx, reconcile)).await
 }
 
-/// One root span, metrics and backoff bookkeeping around every reconcile.
+/// One root span, metrics, a deadline and backoff bookkeeping around every reconcile.
 async fn instrumented<K, F, Fut>(
     controller: &'static str,
     obj: Arc<K>,
     ctx: Arc<Context>,
     reconcile: F,
-) -> Result<Action, reconcile::Error>
+) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()>,
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
@@ -490,7 +606,11 @@ where
     let workers = METRICS.active_workers.with_label_values(&[controller]);
     workers.inc();
     let start = Instant::now();
-    let result = reconcile(obj, ctx.clone()).instrument(span.clone()).await;
+    let run = reconcile(obj, ctx.clone()).instrument(span.clone());
+    let result = match tokio::time::timeout(RECONCILE_TIMEOUT, run).await {
+        Ok(r) => r.map_err(Error::from),
+        Err(_) => Err(Error::ReconcileTimeout(RECONCILE_TIMEOUT)),
+    };
     workers.dec();
     METRICS
         .reconcile_time_seconds
@@ -527,7 +647,7 @@ where
 
 fn error_policy<K: Resource<DynamicType = ()>>(
     obj: Arc<K>,
-    _e: &reconcile::Error,
+    _e: &Error,
     ctx: Arc<Context>,
 ) -> Action {
     Action::requeue(ctx.backoff.next(&object_key(obj.as_ref())))
@@ -609,4 +729,66 @@ async fn signal_shutdown(tx: watch::Sender<bool>) {
     }
     tracing::info!("shutdown signal received; draining in-flight reconciles");
     let _ = tx.send(true);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn bucket(name: &str) -> Arc<Bucket> {
+        let b = serde_json::json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket",
+            "metadata": {"name": name, "namespace": "team-a"}, "spec": {}});
+        Arc::new(serde_json::from_value(b).unwrap())
+    }
+
+    #[tokio::test]
+    async fn deleted_objects_lose_their_bookkeeping_and_wake_their_accesses() {
+        let (settled, backoff) = (Settled::default(), Backoff::default());
+        let (gone, kept) = (bucket("gone"), bucket("kept"));
+        for b in [&gone, &kept] {
+            let key = object_key(b.as_ref());
+            settled.record(key.clone(), vec![vec!["1".into()]], Duration::from_secs(60));
+            for _ in 0..4 {
+                backoff.next(&key);
+            }
+        }
+
+        // The watch hands a deletion only to the subscribers that hear of deletions.
+        use Hear::*;
+        let (fanout, mut rx) = Fanout::new(&[Changes, ChangesAndDeletions, Deletions]);
+        fanout.send(&kept, false);
+        fanout.send(&gone, true);
+        let names = |rx: &mut Gated<Bucket>| {
+            std::iter::from_fn(|| rx.try_recv().ok())
+                .map(|b| b.name_any())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(&mut rx[0]), ["kept"], "the Bucket controller");
+        assert_eq!(
+            names(&mut rx[1]),
+            ["kept", "gone"],
+            "the BucketAccess mapper"
+        );
+        assert_eq!(names(&mut rx[2]), ["gone"], "the bookkeeping");
+
+        // What `forget_deleted` does with each deleted object.
+        forget(&settled, &backoff, &object_key(gone.as_ref()));
+        let (gone_key, kept_key) = (object_key(gone.as_ref()), object_key(kept.as_ref()));
+        assert_eq!(settled.remaining(&gone_key, &["1".into()]), None);
+        assert!(
+            backoff.next(&gone_key) < Duration::from_millis(1200),
+            "backoff reset"
+        );
+        assert!(settled.remaining(&kept_key, &["1".into()]).is_some());
+        assert!(
+            backoff.next(&kept_key) >= Duration::from_secs(16),
+            "kept its backoff"
+        );
+
+        // What `after_reconcile` does when a scheduled reconcile finds its object gone.
+        let r = ObjectRef::from_obj(kept.as_ref()).erase();
+        assert_eq!(ref_key(&r), kept_key);
+        forget(&settled, &backoff, &ref_key(&r));
+        assert_eq!(settled.remaining(&kept_key, &["1".into()]), None);
+    }
 }

@@ -68,7 +68,8 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
         .await
         .unwrap();
     let name = wait_ready(&api, "photos").await;
-    assert!(name.starts_with(&format!("{PREFIX}{ns}-photos-")), "{name}");
+    let want = format!("{}{ns}-photos-", prefix(&op.cluster));
+    assert!(name.starts_with(&want), "{name}");
     let b = api.get("photos").await.unwrap();
     let st = b.status.unwrap();
     assert_eq!(
@@ -311,7 +312,7 @@ async fn deletion_respects_retain_and_blocks_on_non_empty_buckets() {
 async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
     let client = admin().await;
     let ns = namespace(&client, "own").await;
-    let _op = Operator::start(OperatorOpts {
+    let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
         ..Default::default()
     })
@@ -336,7 +337,7 @@ async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
     };
 
     // A bucket owned by another object: NameConflict, not modified, kept after deletion.
-    let foreign = format!("{PREFIX}foreign-{}", random(6));
+    let foreign = format!("{}foreign-{}", prefix(&op.cluster), random(6));
     s3.create_bucket().bucket(&foreign).send().await.unwrap();
     let theirs = [
         ("s3.operator.dev/cluster", "other"),
@@ -370,7 +371,7 @@ async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
     );
 
     // An unowned bucket: NameConflict until adoptExisting, then adopted with user tags kept.
-    let unowned = format!("{PREFIX}unowned-{}", random(6));
+    let unowned = format!("{}unowned-{}", prefix(&op.cluster), random(6));
     s3.create_bucket().bucket(&unowned).send().await.unwrap();
     api.create(
         &PostParams::default(),
@@ -412,7 +413,7 @@ async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
     assert!(!bucket_exists("not-ours-bucket").await);
 
     // Two Buckets asking for one name: the second is a NameConflict, the first keeps it.
-    let shared = format!("{PREFIX}shared-{}", random(6));
+    let shared = format!("{}shared-{}", prefix(&op.cluster), random(6));
     api.create(
         &PostParams::default(),
         &bucket("first", json!({"bucketName": shared})),
@@ -443,11 +444,7 @@ async fn access_denied_lands_in_the_condition_without_a_hot_loop() {
     let client = admin().await;
     let ns = namespace(&client, "deny").await;
     let cluster = format!("t{}", random(6));
-    let mut doc = s3_operator::aws::policy::operator_policy(
-        "aws",
-        PREFIX,
-        &s3_operator::aws::naming::iam_path(&cluster),
-    );
+    let mut doc = operator_policy(&cluster);
     // Take s3:PutEncryptionConfiguration away from the shipped policy.
     let actions = doc["Statement"][0]["Action"].as_array_mut().unwrap();
     actions.retain(|a| a != "s3:PutEncryptionConfiguration");

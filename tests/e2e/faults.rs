@@ -40,13 +40,13 @@ fn rng(test: &str) -> rand::rngs::StdRng {
 // ---------------------------------------------------------------- the fault proxy
 
 /// `hack/fault_proxy.py` between the operator and moto; stopped on drop.
-struct FaultProxy {
+pub struct FaultProxy {
     _child: tokio::process::Child,
     addr: String,
 }
 
 impl FaultProxy {
-    async fn start(seed: u64) -> FaultProxy {
+    pub async fn start(seed: u64) -> FaultProxy {
         use tokio::io::AsyncBufReadExt;
         let mut child = tokio::process::Command::new("python3")
             .arg(repo().join("hack/fault_proxy.py"))
@@ -76,18 +76,18 @@ impl FaultProxy {
         }
     }
 
-    fn url(&self) -> String {
+    pub fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    async fn set(&self, rates: Value) {
+    pub async fn set(&self, rates: Value) {
         let (status, body) = http_request(&self.addr, "PUT", "/__faults", &rates.to_string())
             .await
             .expect("fault proxy control");
         assert_eq!(status, 200, "{body}");
     }
 
-    async fn stats(&self) -> Value {
+    pub async fn stats(&self) -> Value {
         let (_, body) = http_get(&self.addr, "/__faults").await.expect("stats");
         serde_json::from_str::<Value>(&body).expect("JSON")["stats"].clone()
     }

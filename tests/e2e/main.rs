@@ -10,6 +10,7 @@ mod observability;
 mod packaging;
 mod runtime;
 mod scale;
+mod security;
 mod smoke;
 mod support;
 mod validation;

@@ -9,7 +9,9 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::api::rbac::v1::{
     ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
 };
@@ -311,8 +313,17 @@ async fn run_package(docs: &[Value], targets: &str, flow_ns: &str, unwatched: Op
         targets,
         flow_ns,
         unwatched,
+        metrics_reader(docs),
     )
     .await;
+}
+
+/// The package's ClusterRole for scrapers: the one allowing get on /metrics.
+fn metrics_reader(docs: &[Value]) -> Option<&str> {
+    of_kind(docs, "ClusterRole")
+        .into_iter()
+        .find(|r| r["rules"][0]["nonResourceURLs"] == json!(["/metrics"]))
+        .and_then(|r| r["metadata"]["name"].as_str())
 }
 
 async fn run_container(
@@ -321,6 +332,7 @@ async fn run_container(
     targets: &str,
     flow_ns: &str,
     unwatched: Option<&str>,
+    reader_role: Option<&str>,
 ) {
     let sa = pod["serviceAccountName"]
         .as_str()
@@ -330,12 +342,103 @@ async fn run_container(
     let id = Identity::installed(sa_ns, sa, &cluster).await;
     let op = Operator::start_packaged(&id, container, targets, "0").await;
     core_flow(flow_ns).await;
-    refused(&as_operator(sa_ns, sa).await, flow_ns, unwatched).await;
+    let client = as_operator(sa_ns, sa).await;
+    refused(&client, flow_ns, unwatched).await;
+    let mut elsewhere = vec![flow_ns, "default"];
+    elsewhere.extend(unwatched);
+    leases_only_in(&client, sa_ns, &elsewhere).await;
+    let secure = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|e| e["name"] == "METRICS_SECURE" && e["value"] == "true");
+    if secure {
+        let role = reader_role.expect("a secure package ships a metrics-reader ClusterRole");
+        scrapes_need_a_reader_token(&op, role).await;
+    }
     assert_eq!(
         op.terminate().await,
         Some(0),
         "the packaged operator stops cleanly"
     );
+}
+
+/// The operator may write Leases in its own namespace (leader election) and nowhere else.
+async fn leases_only_in(client: &kube::Client, own: &str, elsewhere: &[&str]) {
+    let lease = || Lease {
+        metadata: ObjectMeta {
+            name: Some(format!("e2e-{}", random(5))),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    for ns in elsewhere.iter().filter(|n| **n != own) {
+        forbidden(
+            &format!("create a Lease in {ns}"),
+            Api::<Lease>::namespaced(client.clone(), ns)
+                .create(&PostParams::default(), &lease())
+                .await,
+        );
+    }
+    Api::<Lease>::namespaced(client.clone(), own)
+        .create(&PostParams::default(), &lease())
+        .await
+        .expect("the operator may create Leases in its own namespace");
+}
+
+/// Binds ClusterRole `role` to ServiceAccount `sa` of `sa_ns`.
+async fn bind_cluster_role(client: &kube::Client, role: &str, sa_ns: &str, sa: &str) {
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(format!("e2e-{sa}-{}", random(5))),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: role.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: sa.into(),
+            namespace: Some(sa_ns.into()),
+            api_group: None,
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create ClusterRoleBinding");
+}
+
+/// Creates a uniquely named copy of the ClusterRole in `path` (an RBAC source); returns its name.
+async fn cluster_role_from(client: &kube::Client, path: &str) -> String {
+    let text = std::fs::read_to_string(repo().join(path)).unwrap();
+    let mut role: ClusterRole = serde_yaml::from_str(&text).unwrap();
+    let name = format!("e2e-{}-{}", role.metadata.name.clone().unwrap(), random(5));
+    role.metadata.name = Some(name.clone());
+    Api::<ClusterRole>::all(client.clone())
+        .create(&PostParams::default(), &role)
+        .await
+        .expect("create ClusterRole");
+    name
+}
+
+/// A scraper bound to `reader_role` gets the metrics over HTTPS; without a token, 401.
+async fn scrapes_need_a_reader_token(op: &Operator, reader_role: &str) {
+    let client = admin().await;
+    let ns = namespace(&client, "scraper").await;
+    let token = service_account(&client, &ns, "prometheus", &[]).await;
+    bind_cluster_role(&client, reader_role, &ns, "prometheus").await;
+    // A refusal seen before the binding reached the authorizer is reused for a few seconds.
+    let body = wait_for("the scraper's token to be allowed", T, || async {
+        let (status, body) = https_get(&op.metrics_addr, "/metrics", Some(&token)).await?;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert!(body.contains("controller_runtime_"), "{body}");
+    let anonymous = https_get(&op.metrics_addr, "/metrics", None).await;
+    assert_eq!(anonymous.map(|r| r.0), Some(401));
 }
 
 // ---------------------------------------------------------------- Helm
@@ -368,6 +471,18 @@ async fn helm_chart_lints_and_rejects_bad_values() {
             "grafanaDashboard.enabled=true",
             "podDisruptionBudget.enabled=true",
         ],
+        vec![
+            "metrics.secure=false",
+            "serviceMonitor.enabled=true",
+            "networkPolicy.enabled=true",
+        ],
+        vec![
+            "metrics.certSecret=metrics-tls",
+            "serviceMonitor.enabled=true",
+            "serviceMonitor.tlsConfig.serverName=s3-operator-metrics",
+            "serviceMonitor.tlsConfig.ca.secret.name=metrics-tls",
+            "serviceMonitor.tlsConfig.ca.secret.key=ca.crt",
+        ],
     ] {
         let mut args = vec![
             "lint",
@@ -386,6 +501,14 @@ async fn helm_chart_lints_and_rejects_bad_values() {
         ("replicaCount=lots", "replicaCount"),
         ("noSuchValue=1", "noSuchValue"),
         ("logFormat=xml", "logFormat"),
+        ("networkPolicy.egress.aws.cidrs={10.0.0.0}", "networkPolicy"),
+        ("networkPolicy.ingress.noSuch=1", "noSuch"),
+        ("serviceMonitor.tlsConfig.noSuch=1", "noSuch"),
+        ("podDisruptionBudget.enabled=maybe", "podDisruptionBudget"),
+        (
+            "metrics.secure=false,metrics.certSecret=tls",
+            "metrics.certSecret",
+        ),
     ] {
         let (code, out, err) = try_run(
             "helm",
@@ -452,11 +575,7 @@ async fn helm_chart_installs_namespaced_and_runs() {
     let other = namespace(&client, "helmns-other").await;
     let release = format!("h{}", random(5));
     let rendered = helm_template(&release, &ns, &[&format!("watchNamespaces={{{a},{b}}}")]);
-    assert!(
-        of_kind(&rendered, "ClusterRole").is_empty()
-            && of_kind(&rendered, "ClusterRoleBinding").is_empty(),
-        "namespaced mode grants nothing cluster-wide"
-    );
+    assert_only_metrics_roles_cluster_wide(&rendered);
     let role_namespaces: Vec<&str> = of_kind(&rendered, "Role")
         .iter()
         .filter_map(|r| r["metadata"]["namespace"].as_str())
@@ -469,6 +588,152 @@ async fn helm_chart_installs_namespaced_and_runs() {
     }
     apply(&yaml(&rendered.iter().collect::<Vec<_>>()));
     run_package(&rendered, "", &b, Some(&other)).await;
+}
+
+/// Namespace-scoped packages grant nothing cluster-wide but the secure metrics' roles: create
+/// TokenReviews and SubjectAccessReviews (bound) and get /metrics (for scrapers, unbound).
+fn assert_only_metrics_roles_cluster_wide(rendered: &[Value]) {
+    let allowed = [
+        json!({"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}),
+        json!({"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}),
+        json!({"nonResourceURLs": ["/metrics"], "verbs": ["get"]}),
+    ];
+    for role in of_kind(rendered, "ClusterRole") {
+        for rule in role["rules"].as_array().unwrap() {
+            assert!(
+                allowed.contains(rule),
+                "{} grants {rule} cluster-wide",
+                role["metadata"]["name"]
+            );
+        }
+    }
+    let reader = metrics_reader(rendered);
+    for binding in of_kind(rendered, "ClusterRoleBinding") {
+        assert_ne!(
+            binding["roleRef"]["name"].as_str(),
+            reader,
+            "the scrapers' role is not bound to the operator"
+        );
+    }
+}
+
+#[tokio::test]
+async fn helm_chart_renders_a_pdb_exactly_for_several_replicas() {
+    let pdbs =
+        |sets: &[&str]| of_kind(&helm_template("p", "pdb", sets), "PodDisruptionBudget").len();
+    assert_eq!(
+        pdbs(&[]),
+        1,
+        "the default (2 replicas) has a PodDisruptionBudget"
+    );
+    assert_eq!(pdbs(&["replicaCount=3"]), 1);
+    assert_eq!(
+        pdbs(&["replicaCount=1"]),
+        0,
+        "one replica: a PDB would block drains"
+    );
+    assert_eq!(
+        pdbs(&["replicaCount=1", "podDisruptionBudget.enabled=true"]),
+        1,
+        "explicitly on"
+    );
+    assert_eq!(
+        pdbs(&["replicaCount=2", "podDisruptionBudget.enabled=false"]),
+        0,
+        "explicitly off"
+    );
+    let rendered = helm_template("p", "pdb", &["replicaCount=2"]);
+    let pdb = of_kind(&rendered, "PodDisruptionBudget")[0];
+    assert_eq!(pdb["spec"]["maxUnavailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        of_kind(&rendered, "Deployment")[0]["spec"]["selector"]["matchLabels"]
+    );
+}
+
+#[tokio::test]
+async fn helm_chart_network_policy_renders_and_applies() {
+    let client = admin().await;
+    let ns = namespace(&client, "netpol").await;
+    let release = format!("n{}", random(5));
+    assert!(
+        of_kind(&helm_template(&release, &ns, &[]), "NetworkPolicy").is_empty(),
+        "off by default"
+    );
+    let rendered = helm_template(
+        &release,
+        &ns,
+        &[
+            "networkPolicy.enabled=true",
+            "networkPolicy.ingress.metricsFrom[0].namespaceSelector.matchLabels.name=monitoring",
+            "networkPolicy.egress.apiServer.cidrs={10.0.0.1/32}",
+            "networkPolicy.egress.aws.cidrs={10.20.0.0/16}",
+            "aws.endpointUrl=http://moto.aws-emulator:5000",
+            "networkPolicy.egress.extra[0].to[0].ipBlock.cidr=169.254.169.254/32",
+            "networkPolicy.egress.extra[0].ports[0].port=80",
+        ],
+    );
+    let policies = of_kind(&rendered, "NetworkPolicy");
+    assert_eq!(policies.len(), 1);
+    let spec = &policies[0]["spec"];
+    assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
+    let deployment = of_kind(&rendered, "Deployment")[0];
+    assert_eq!(
+        spec["podSelector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    // In: the metrics port (from the monitoring namespace only) and the probe port, nothing else.
+    let ingress = spec["ingress"].as_array().unwrap();
+    let ports: Vec<&Value> = ingress.iter().map(|r| &r["ports"][0]["port"]).collect();
+    assert_eq!(ports, [&json!(8080), &json!(8081)]);
+    assert!(
+        ingress
+            .iter()
+            .all(|r| r["ports"].as_array().unwrap().len() == 1)
+    );
+    assert_eq!(
+        ingress[0]["from"][0]["namespaceSelector"]["matchLabels"]["name"],
+        "monitoring"
+    );
+    // Out: DNS, the API server, AWS (with the emulator's port) and the extra rule.
+    let egress = spec["egress"].as_array().unwrap();
+    let ports_of = |r: &Value| -> Vec<(i64, String)> {
+        r["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| {
+                (
+                    p["port"].as_i64().unwrap(),
+                    p["protocol"].as_str().unwrap_or("TCP").into(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(
+        ports_of(&egress[0]),
+        [(53, "UDP".into()), (53, "TCP".into())]
+    );
+    assert_eq!(
+        ports_of(&egress[1]),
+        [(443, "TCP".into()), (6443, "TCP".into())]
+    );
+    assert_eq!(egress[1]["to"][0]["ipBlock"]["cidr"], "10.0.0.1/32");
+    assert_eq!(
+        ports_of(&egress[2]),
+        [(443, "TCP".into()), (5000, "TCP".into())]
+    );
+    assert_eq!(egress[2]["to"][0]["ipBlock"]["cidr"], "10.20.0.0/16");
+    assert_eq!(egress[3]["to"][0]["ipBlock"]["cidr"], "169.254.169.254/32");
+    assert_eq!(egress.len(), 4);
+    // The API server accepts it as rendered (server-side dry run, then for real).
+    apply(&yaml(&policies));
+    let name = policies[0]["metadata"]["name"].as_str().unwrap();
+    let stored = Api::<NetworkPolicy>::namespaced(client, &ns)
+        .get(name)
+        .await
+        .unwrap();
+    assert_eq!(stored.spec.unwrap().egress.unwrap().len(), 4);
 }
 
 // ---------------------------------------------------------------- kustomize
@@ -509,12 +774,12 @@ async fn kustomize_bases_and_overlays_install_and_run() {
         apply(&yaml(&rendered.iter().collect::<Vec<_>>()));
         let other = namespace(&client, "kz-other").await;
         match overlay {
-            "own-namespace" => run_package(&rendered, "", OVERLAY_NS, Some(&other)).await,
+            "own-namespace" => {
+                assert_only_metrics_roles_cluster_wide(&rendered);
+                run_package(&rendered, "", OVERLAY_NS, Some(&other)).await
+            }
             "namespaces" => {
-                assert!(
-                    of_kind(&rendered, "ClusterRoleBinding").is_empty(),
-                    "the namespaces overlay grants nothing cluster-wide"
-                );
+                assert_only_metrics_roles_cluster_wide(&rendered);
                 run_package(&rendered, "", "team-b", Some(&other)).await
             }
             _ => {
@@ -585,17 +850,92 @@ async fn olm_bundle_validates_with_no_warnings() {
     assert_ne!(code, 0, "a CSV without install modes passed:\n{out}{err}");
 }
 
-/// The RBAC OLM creates from the CSV's `permissions` for an OperatorGroup with `targets`
-/// (empty: AllNamespaces, where OLM widens them to a ClusterRole and ClusterRoleBinding).
+/// The bundle's objects of `kind` (bundle/manifests/*.yaml).
+fn bundle_objects(kind: &str) -> Vec<Value> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(repo().join("bundle/manifests")).unwrap() {
+        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
+        out.extend(docs(&text).into_iter().filter(|d| d["kind"] == kind));
+    }
+    out
+}
+
+/// A Role or ClusterRole named `name` with `rules`, and its binding to `subject`, in `ns`
+/// (`None`: cluster-wide).
+async fn grant(
+    client: &kube::Client,
+    ns: Option<&str>,
+    name: &str,
+    rules: &Value,
+    subject: &Subject,
+) {
+    let rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule> =
+        serde_json::from_value(rules.clone()).unwrap();
+    let meta = || ObjectMeta {
+        name: Some(name.into()),
+        ..Default::default()
+    };
+    let role_ref = |kind: &str| RoleRef {
+        api_group: "rbac.authorization.k8s.io".into(),
+        kind: kind.into(),
+        name: name.into(),
+    };
+    let pp = PostParams::default();
+    match ns {
+        None => {
+            let role = ClusterRole {
+                metadata: meta(),
+                rules: Some(rules),
+                ..Default::default()
+            };
+            Api::<ClusterRole>::all(client.clone())
+                .create(&pp, &role)
+                .await
+                .unwrap();
+            let binding = ClusterRoleBinding {
+                metadata: meta(),
+                role_ref: role_ref("ClusterRole"),
+                subjects: Some(vec![subject.clone()]),
+            };
+            Api::<ClusterRoleBinding>::all(client.clone())
+                .create(&pp, &binding)
+                .await
+                .unwrap();
+        }
+        Some(ns) => {
+            let role = Role {
+                metadata: meta(),
+                rules: Some(rules),
+            };
+            Api::<Role>::namespaced(client.clone(), ns)
+                .create(&pp, &role)
+                .await
+                .unwrap();
+            let binding = RoleBinding {
+                metadata: meta(),
+                role_ref: role_ref("Role"),
+                subjects: Some(vec![subject.clone()]),
+            };
+            Api::<RoleBinding>::namespaced(client.clone(), ns)
+                .create(&pp, &binding)
+                .await
+                .unwrap();
+        }
+    }
+}
+
+/// The RBAC OLM creates for an OperatorGroup with `targets` (empty: AllNamespaces):
+/// - from the CSV's `permissions`, a Role and RoleBinding in the operator's namespace, copied
+///   into every other target namespace or, for AllNamespaces, lifted into a ClusterRole and
+///   ClusterRoleBinding (OLM's ensureTenantRBAC and ensureSingletonRBAC);
+/// - from its `clusterPermissions`, a ClusterRole and ClusterRoleBinding;
+/// - the bundle's own RBAC objects as they are, the namespaced ones in the operator's namespace
+///   only (OLM copies and lifts only the Roles it generated from the CSV).
 async fn olm_rbac(client: &kube::Client, op_ns: &str, targets: &[String]) {
     let csv = csv();
-    for p in csv["spec"]["install"]["spec"]["permissions"]
-        .as_array()
-        .unwrap()
-    {
+    let strategy = &csv["spec"]["install"]["spec"];
+    for p in strategy["permissions"].as_array().unwrap() {
         let sa = p["serviceAccountName"].as_str().unwrap();
-        let rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule> =
-            serde_json::from_value(p["rules"].clone()).unwrap();
         let subject = Subject {
             kind: "ServiceAccount".into(),
             name: sa.into(),
@@ -603,70 +943,41 @@ async fn olm_rbac(client: &kube::Client, op_ns: &str, targets: &[String]) {
             api_group: None,
         };
         let name = format!("{op_ns}-{sa}");
+        grant(client, Some(op_ns), &name, &p["rules"], &subject).await;
         if targets.is_empty() {
-            let role = ClusterRole {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                rules: Some(rules.clone()),
-                ..Default::default()
-            };
-            Api::<ClusterRole>::all(client.clone())
-                .create(&PostParams::default(), &role)
-                .await
-                .unwrap();
-            let binding = ClusterRoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
-                    kind: "ClusterRole".into(),
-                    name: name.clone(),
-                },
-                subjects: Some(vec![subject.clone()]),
-            };
-            Api::<ClusterRoleBinding>::all(client.clone())
-                .create(&PostParams::default(), &binding)
-                .await
-                .unwrap();
+            grant(client, None, &name, &p["rules"], &subject).await;
         }
-        // OLM always grants the permissions in the operator's namespace, and copies them into
-        // every target namespace.
-        let mut namespaces = vec![op_ns.to_string()];
-        namespaces.extend(targets.iter().cloned());
-        for ns in namespaces {
-            let role = Role {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                rules: Some(rules.clone()),
-            };
-            Api::<Role>::namespaced(client.clone(), &ns)
-                .create(&PostParams::default(), &role)
-                .await
-                .unwrap();
-            let binding = RoleBinding {
-                metadata: ObjectMeta {
-                    name: Some(name.clone()),
-                    ..Default::default()
-                },
-                role_ref: RoleRef {
-                    api_group: "rbac.authorization.k8s.io".into(),
-                    kind: "Role".into(),
-                    name: name.clone(),
-                },
-                subjects: Some(vec![subject.clone()]),
-            };
-            Api::<RoleBinding>::namespaced(client.clone(), &ns)
-                .create(&PostParams::default(), &binding)
-                .await
-                .unwrap();
+        for ns in targets.iter().filter(|t| *t != op_ns) {
+            grant(client, Some(ns), &name, &p["rules"], &subject).await;
         }
     }
+    for p in strategy["clusterPermissions"].as_array().unwrap() {
+        let sa = p["serviceAccountName"].as_str().unwrap();
+        let subject = Subject {
+            kind: "ServiceAccount".into(),
+            name: sa.into(),
+            namespace: Some(op_ns.into()),
+            api_group: None,
+        };
+        grant(
+            client,
+            None,
+            &format!("{op_ns}-{sa}-cluster"),
+            &p["rules"],
+            &subject,
+        )
+        .await;
+    }
+    let mut objects = Vec::new();
+    for kind in ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"] {
+        for mut o in bundle_objects(kind) {
+            if kind.starts_with("Role") {
+                o["metadata"]["namespace"] = json!(op_ns);
+            }
+            objects.push(o);
+        }
+    }
+    apply(&yaml(&objects.iter().collect::<Vec<_>>()));
 }
 
 async fn olm_install(targets_of: impl Fn(&str) -> Vec<String>, unwatched: bool) {
@@ -685,7 +996,7 @@ async fn olm_install(targets_of: impl Fn(&str) -> Vec<String>, unwatched: bool) 
     csv["metadata"]["namespace"] = json!(op_ns);
     let csv_yaml = serde_yaml::to_string(&csv).unwrap();
     apply(&csv_yaml);
-    // What OLM does on install: the ServiceAccount, then RBAC from the CSV.
+    // What OLM does on install: the ServiceAccount, then RBAC from the CSV and the bundle.
     let pod = csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"].clone();
     let sa = pod["serviceAccountName"].as_str().unwrap();
     service_account(&client, &op_ns, sa, &[]).await;
@@ -695,14 +1006,29 @@ async fn olm_install(targets_of: impl Fn(&str) -> Vec<String>, unwatched: bool) 
         Some(t) => t.clone(),
         None => namespace(&client, "olm-app").await,
     };
+    let readers = bundle_objects("ClusterRole");
     run_container(
         pod,
         &op_ns,
         &targets.join(","),
         &flow,
         unwatched.then_some(other.as_str()),
+        metrics_reader(&readers),
     )
     .await;
+}
+
+// Each install mode checks, beside the flow, that the operator may write Leases in its own
+// namespace and nowhere else (run_container).
+
+#[tokio::test]
+async fn olm_csv_installs_own_namespace_and_runs() {
+    olm_install(|op| vec![op.to_string()], true).await;
+}
+
+#[tokio::test]
+async fn olm_csv_installs_single_namespace_and_runs() {
+    olm_install(|op| vec![format!("{op}-a")], true).await;
 }
 
 #[tokio::test]
@@ -713,6 +1039,69 @@ async fn olm_csv_installs_multi_namespace_and_runs() {
 #[tokio::test]
 async fn olm_csv_installs_all_namespaces_and_runs() {
     olm_install(|_| vec![], false).await;
+}
+
+// ---------------------------------------------------------------- authenticated metrics
+
+/// `--metrics-secure` against the real API server: HTTPS, and each scrape authenticated with a
+/// TokenReview and authorized with a SubjectAccessReview for get on /metrics.
+#[tokio::test]
+async fn metrics_secure_answers_only_tokens_allowed_to_get_metrics() {
+    let client = admin().await;
+    let ns = namespace(&client, "msec").await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        extra_args: vec!["--metrics-secure".into()],
+        ..Default::default()
+    })
+    .await;
+    let reader = service_account(&client, &ns, "scraper", &[]).await;
+    let reader_role = cluster_role_from(&client, "config/rbac/metrics_reader_role.yaml").await;
+    bind_cluster_role(&client, &reader_role, &ns, "scraper").await;
+    let stranger = service_account(&client, &ns, "stranger", &[]).await;
+    let scrape = |token: Option<String>| {
+        let addr = op.metrics_addr.clone();
+        async move { https_get(&addr, "/metrics", token.as_deref()).await }
+    };
+
+    // Without the RBAC packages grant it, the operator cannot review tokens: it says so (500)
+    // rather than guess.
+    assert_eq!(scrape(Some(reader.clone())).await.map(|r| r.0), Some(500));
+    // Granted as every package does: config/rbac/metrics_auth_role.yaml, cluster-wide.
+    let auth_role = cluster_role_from(&client, "config/rbac/metrics_auth_role.yaml").await;
+    bind_cluster_role(&client, &auth_role, &op.operator_ns, "s3-operator").await;
+    let body = wait_for("the reader's scrape", T, || async {
+        let (status, body) = scrape(Some(reader.clone())).await?;
+        (status == 200).then_some(body)
+    })
+    .await;
+    assert!(
+        body.contains("controller_runtime_max_concurrent_reconciles"),
+        "{body}"
+    );
+    let (status, body) = scrape(Some(stranger)).await.expect("an answer");
+    assert_eq!(status, 403, "{body}");
+    assert!(
+        body.contains(&format!("system:serviceaccount:{ns}:stranger")),
+        "{body}"
+    );
+    assert_eq!(scrape(None).await.map(|r| r.0), Some(401), "no token");
+    assert_eq!(
+        scrape(Some("not-a-token".into())).await.map(|r| r.0),
+        Some(401),
+        "a token the API server rejects"
+    );
+    assert_ne!(
+        http_get(&op.metrics_addr, "/metrics").await.map(|r| r.0),
+        Some(200),
+        "no plain HTTP on the metrics port"
+    );
+    assert_eq!(
+        http_get(&op.probe_addr, "/readyz").await.map(|r| r.0),
+        Some(200),
+        "the probes stay plain HTTP for the kubelet"
+    );
+    assert_eq!(op.terminate().await, Some(0));
 }
 
 // ---------------------------------------------------------------- alerts and images

@@ -1,13 +1,16 @@
 //! The production runtime: leader election and handover, probes, namespace scoping.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess};
-use serde_json::json;
+use serde_json::{Value, json};
 
+use crate::access::access;
 use crate::bucket::{bucket, wait_ready};
+use crate::faults::FaultProxy;
 use crate::support::*;
 
 const LEASE: &str = "s3-operator-leader";
@@ -165,6 +168,138 @@ async fn one_leader_acts_and_hands_over_on_sigterm_and_on_crash() {
         Some(1),
         "a leader that lost its lease must exit non-zero"
     );
+}
+
+/// Requests per operation the fault proxy has forwarded or answered.
+fn by_operation(stats: &Value) -> BTreeMap<String, u64> {
+    stats["by_operation"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .map(|(op, n)| (op.clone(), n.as_u64().unwrap_or_default()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An operation (as the fault proxy names it) that may change something: S3 requests but GET
+/// and HEAD, IAM and STS actions but Get* and List*.
+fn aws_write(op: &str) -> bool {
+    match op.split_once(' ') {
+        Some((method, _)) => !matches!(method, "GET" | "HEAD"),
+        None => !(op.starts_with("Get") || op.starts_with("List")),
+    }
+}
+
+/// A leader frozen past its lease (SIGSTOP) wakes up after its standby has taken over. Its
+/// monotonic clock ran on while it was stopped, so its fence has closed: it must not send one
+/// more write, to Kubernetes or AWS, and must exit non-zero. Its writes are counted outside the
+/// process: AWS through a pass-through proxy only it uses, Kubernetes in the API server's audit
+/// log, by the Lease identity in its user agent.
+#[tokio::test]
+async fn a_leader_frozen_past_its_lease_writes_nothing_after_resuming_and_exits() {
+    let client = admin().await;
+    let ns = namespace(&client, "frz").await;
+    let opts = le_opts(vec![ns.clone()]);
+    let id = Identity::new(&opts.namespaces, None).await;
+    let leases = Api::<Lease>::namespaced(client.clone(), &id.operator_ns);
+    let proxy = FaultProxy::start(1).await;
+    let started = jiff::Timestamp::now();
+    let through_proxy = OperatorOpts {
+        aws_endpoint: Some(proxy.url()),
+        ..le_opts(vec![ns.clone()])
+    };
+    let mut a = Operator::start_as(&id, &through_proxy, "a").await;
+    wait_leading(&a, Duration::from_secs(10)).await;
+    let b = Operator::start_as(&id, &opts, "b").await;
+
+    // Slow AWS answers keep the leader's reconciles in flight when it is stopped: once resumed,
+    // each would go straight on to its next write.
+    proxy
+        .set(json!({"latency": 1.0, "latency_ms": [300, 600]}))
+        .await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    let names: Vec<String> = (0..6).map(|i| format!("f{i}")).collect();
+    for name in &names {
+        let b = bucket(name, json!({"deletionPolicy": "Delete"}));
+        buckets.create(&PostParams::default(), &b).await.unwrap();
+        let spec = json!({"bucketRef": {"name": name}, "permission": "ReadWrite"});
+        let x = access(name, spec);
+        accesses.create(&PostParams::default(), &x).await.unwrap();
+    }
+    wait_for(
+        "the leader to write to AWS",
+        Duration::from_secs(60),
+        || async { (a.aws_writes().await > 0.0).then_some(()) },
+    )
+    .await;
+    // Both counters see its writes: a broken one would pass the test below.
+    let a_agent = format!("({}-a)", id.cluster);
+    wait_for(
+        "its writes in the audit log",
+        Duration::from_secs(10),
+        || async { (!audited_writes(&a_agent, started).is_empty()).then_some(()) },
+    )
+    .await;
+    let proxied = by_operation(&proxy.stats().await);
+    assert!(proxied.keys().any(|op| aws_write(op)), "{proxied:?}");
+    a.signal("STOP");
+    let stopped = Instant::now();
+
+    // The standby takes the lease once it has expired, and acts.
+    let b_id = format!("{}-b", id.cluster);
+    wait_for(
+        "the standby to take the lease",
+        Duration::from_secs(30),
+        || async { (holder(&leases).await.as_deref() == Some(b_id.as_str())).then_some(()) },
+    )
+    .await;
+    let takeover = stopped.elapsed();
+    buckets
+        .create(
+            &PostParams::default(),
+            &bucket("after", json!({"deletionPolicy": "Delete"})),
+        )
+        .await
+        .unwrap();
+    wait_ready(&buckets, "after").await;
+    assert!(leading(&b).await);
+
+    let before = by_operation(&proxy.stats().await);
+    let resumed = jiff::Timestamp::now();
+    let frozen = stopped.elapsed();
+    a.signal("CONT");
+    let code = a.wait_exit(Duration::from_secs(20)).await;
+    // Let the proxy and the audit log catch up with anything it sent before exiting.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let after = by_operation(&proxy.stats().await);
+    let sent: BTreeMap<&String, u64> = after
+        .iter()
+        .map(|(op, n)| (op, n - before.get(op).copied().unwrap_or_default()))
+        .filter(|(_, n)| *n > 0)
+        .collect();
+    let aws_writes: Vec<_> = sent.iter().filter(|(op, _)| aws_write(op)).collect();
+    let kube_writes = audited_writes(&a_agent, resumed);
+    eprintln!(
+        "measured: stopped {frozen:?} (takeover after {takeover:?}); after SIGCONT the old \
+         leader exited with {code:?}, sent AWS {sent:?}, Kubernetes writes {kube_writes:?}"
+    );
+    assert!(
+        aws_writes.is_empty() && kube_writes.is_empty(),
+        "the old leader wrote after resuming: AWS {aws_writes:?}, Kubernetes {kube_writes:?}\n{}",
+        a.log_text()
+    );
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "the old leader must exit non-zero, got {code:?}"
+    );
+
+    // The new leader finishes what the old one left half done.
+    for name in &names {
+        wait_ready(&buckets, name).await;
+        wait_reason(&accesses, name, "Available", Duration::from_secs(90)).await;
+    }
 }
 
 #[tokio::test]

@@ -164,6 +164,8 @@ async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>
     let aws = Aws::from_config(conf, Some(env().aws_endpoint.clone()));
     let region = env().region.clone();
     let path = naming::iam_path(&id.cluster);
+    let prefix = prefix(&id.cluster);
+    let boundary = scope(&id.cluster).boundary_arn();
     let (buckets, accesses) = (
         Arc::new(tokio::sync::Semaphore::new(CONCURRENCY.into())),
         Arc::new(tokio::sync::Semaphore::new(CONCURRENCY.into())),
@@ -173,6 +175,7 @@ async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>
     let start = Instant::now();
     let pair = |i: usize| {
         let (aws, region, path) = (aws.clone(), region.clone(), path.clone());
+        let (prefix, boundary) = (prefix.clone(), boundary.clone());
         let (buckets, accesses) = (buckets.clone(), accesses.clone());
         let owner = Owner {
             cluster: id.cluster.clone(),
@@ -181,12 +184,13 @@ async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>
             uid: format!("00000000-0000-4000-8000-{i:012}"),
         };
         async move {
-            let bucket = naming::bucket_name(PREFIX, &owner.namespace, &owner.name, &owner.uid);
+            let bucket = naming::bucket_name(&prefix, &owner.namespace, &owner.name, &owner.uid);
             {
                 let _slot = buckets.acquire().await.unwrap();
                 assert!(aws.bucket_tags(&region, &bucket).await.unwrap().is_none());
-                aws.create_bucket(&region, &bucket).await.unwrap();
-                aws.put_tags(&region, &bucket, &owner.tags()).await.unwrap();
+                aws.create_bucket(&region, &bucket, &owner.tags())
+                    .await
+                    .unwrap();
                 aws.put_public_access_block(&region, &bucket, &PublicAccessBlock::default())
                     .await
                     .unwrap();
@@ -195,9 +199,13 @@ async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>
                     .unwrap();
             }
             let _slot = accesses.acquire().await.unwrap();
+            // A grant is confirmed against the bucket's ownership tags, never Bucket status.
+            assert!(aws.bucket_tags(&region, &bucket).await.unwrap().is_some());
             let user = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
             assert!(aws.get_user(&user).await.unwrap().is_none());
-            aws.create_user(&user, &path, &owner.tags()).await.unwrap();
+            aws.create_user(&user, &path, &boundary, &owner.tags())
+                .await
+                .unwrap();
             let doc = policy::access_policy(
                 naming::partition(&region),
                 &bucket,

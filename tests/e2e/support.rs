@@ -18,7 +18,50 @@ use s3_operator::api::condition::READY;
 use s3_operator::aws::{naming, policy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+/// What every installation's bucket-name prefix starts with (`s3op-<cluster>-`).
 pub const PREFIX: &str = "s3op-";
+/// moto's account.
+pub const ACCOUNT: &str = "123456789012";
+
+/// The bucket-name prefix of the installation for `cluster` (the operator's default).
+pub fn prefix(cluster: &str) -> String {
+    naming::default_bucket_prefix(cluster)
+}
+
+/// Where the installation for `cluster` may act.
+pub fn scope(cluster: &str) -> policy::Scope {
+    policy::Scope {
+        partition: "aws".into(),
+        account: ACCOUNT.into(),
+        bucket_prefix: prefix(cluster),
+        iam_path: naming::iam_path(cluster),
+    }
+}
+
+/// The operator policy shipped for `cluster`, as `s3-operator iam-policy` renders it.
+pub fn operator_policy(cluster: &str) -> serde_json::Value {
+    policy::operator_policy(&scope(cluster))
+}
+
+/// Creates the permissions boundary of the installation for `cluster`, as an administrator
+/// does before installing (`s3-operator iam-policy --boundary`); returns its ARN.
+pub async fn create_boundary(cluster: &str) -> String {
+    let scope = scope(cluster);
+    let created = admin_iam()
+        .create_policy()
+        .policy_name(policy::BOUNDARY_NAME)
+        .path(&scope.iam_path)
+        .policy_document(policy::boundary_policy(&scope).to_string())
+        .send()
+        .await;
+    if let Err(e) = created {
+        let exists = e
+            .as_service_error()
+            .is_some_and(|e| e.is_entity_already_exists_exception());
+        assert!(exists, "create the permissions boundary: {e:?}");
+    }
+    scope.boundary_arn()
+}
 
 /// Where `hack/tools.sh` puts the tools it builds ($S3OP_CACHE/bin).
 pub fn tools_bin() -> String {
@@ -41,6 +84,8 @@ pub struct Env {
     pub region: String,
     /// The state directory of `hack/env.sh` (for `hack/env.sh apiserver`).
     pub state_dir: PathBuf,
+    /// The API server's audit log of writes (absent from environments started before it was).
+    pub audit_log: Option<PathBuf>,
     admin_key: (String, String),
 }
 
@@ -76,6 +121,7 @@ pub fn env() -> &'static Env {
             aws_endpoint: get("S3OP_AWS_ENDPOINT"),
             region: get("S3OP_AWS_REGION"),
             state_dir: get("S3OP_ENV_DIR").into(),
+            audit_log: vars.get("S3OP_KUBE_AUDIT_LOG").map(PathBuf::from),
             admin_key: (
                 get("S3OP_AWS_ADMIN_ACCESS_KEY_ID"),
                 get("S3OP_AWS_ADMIN_SECRET_ACCESS_KEY"),
@@ -204,6 +250,36 @@ pub async fn apply_crds(path: &std::path::Path) {
         )
         .await;
     }
+}
+
+/// The writes (create, update, patch, delete) the API server received at or after `since` from
+/// clients whose user agent contains `agent`, from its audit log: `verb resource/name (time)`.
+pub fn audited_writes(agent: &str, since: jiff::Timestamp) -> Vec<String> {
+    let path = env().audit_log.as_ref().expect(
+        "S3OP_KUBE_AUDIT_LOG is missing: restart the environment (hack/env.sh down, then up)",
+    );
+    let text = std::fs::read_to_string(path).expect("audit log");
+    text.lines()
+        .filter(|l| l.contains(agent))
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|e| e["userAgent"].as_str().is_some_and(|a| a.contains(agent)))
+        .filter(|e| {
+            let at = e["requestReceivedTimestamp"].as_str().unwrap_or_default();
+            at.parse::<jiff::Timestamp>().is_ok_and(|t| t >= since)
+        })
+        .map(|e| {
+            let o = &e["objectRef"];
+            let sub = o["subresource"].as_str().map(|s| format!("/{s}"));
+            format!(
+                "{} {}{}/{} ({})",
+                e["verb"].as_str().unwrap_or_default(),
+                o["resource"].as_str().unwrap_or_default(),
+                sub.unwrap_or_default(),
+                o["name"].as_str().unwrap_or_default(),
+                e["requestReceivedTimestamp"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect()
 }
 
 /// Polls `f` every 200ms until it returns `Some`, or panics after `timeout` naming `what`.
@@ -522,8 +598,8 @@ impl Identity {
         let kubeconfig = logs_dir().join(format!("{cluster}.kubeconfig"));
         std::fs::write(&kubeconfig, kubeconfig_yaml(&env().server, token))
             .expect("write kubeconfig");
-        let doc = policy
-            .unwrap_or_else(|| policy::operator_policy("aws", PREFIX, &naming::iam_path(&cluster)));
+        let doc = policy.unwrap_or_else(|| operator_policy(&cluster));
+        create_boundary(&cluster).await;
         let aws_key =
             iam_user_with_policy(&format!("s3-operator-{cluster}"), "/", Some(&doc)).await;
         Identity {
@@ -783,6 +859,16 @@ impl Operator {
         self.child.id().expect("running")
     }
 
+    /// Sends `signal` (a name `kill` knows: STOP, CONT, ...).
+    pub fn signal(&self, signal: &str) {
+        let sent = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(sent, "kill -{signal} {}", self.pid());
+    }
+
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
@@ -876,4 +962,97 @@ pub fn secret_data(s: &Secret) -> BTreeMap<String, String> {
         .into_iter()
         .map(|(k, v)| (k, String::from_utf8_lossy(&v.0).into_owned()))
         .collect()
+}
+
+/// A minimal HTTPS/1.0 GET against a loopback address, with `token` as bearer token:
+/// (status, body). The server's certificate is not verified: the operator's is self-signed, as
+/// the ServiceMonitor's `insecureSkipVerify` assumes.
+pub async fn https_get(addr: &str, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    tokio::time::timeout(Duration::from_secs(5), https_get_inner(addr, path, token))
+        .await
+        .ok()?
+}
+
+async fn https_get_inner(addr: &str, path: &str, token: Option<&str>) -> Option<(u16, String)> {
+    use rustls::pki_types::ServerName;
+    let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .dangerous()
+        .with_custom_certificate_verifier(Arc::new(AnyServerCert(provider)))
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.ok()?;
+    let mut s = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").ok()?, tcp)
+        .await
+        .ok()?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    s.write_all(
+        format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}Connection: close\r\n\r\n")
+            .as_bytes(),
+    )
+    .await
+    .ok()?;
+    let mut buf = Vec::new();
+    // A server may close without TLS close_notify; what arrived before is the answer.
+    let _ = s.read_to_end(&mut buf).await;
+    let text = String::from_utf8_lossy(&buf);
+    let status = text.split_whitespace().nth(1)?.parse().ok()?;
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
+    Some((status, body))
+}
+
+/// Accepts any server certificate, but still checks the handshake's signatures.
+#[derive(Debug)]
+struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
+
+impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
+    fn verify_server_cert(
+        &self,
+        _end_entity: &rustls::pki_types::CertificateDer<'_>,
+        _intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        _server_name: &rustls::pki_types::ServerName<'_>,
+        _ocsp: &[u8],
+        _now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        Ok(rustls::client::danger::ServerCertVerified::assertion())
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.0.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.0.signature_verification_algorithms.supported_schemes()
+    }
 }

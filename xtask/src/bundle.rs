@@ -4,7 +4,10 @@ use std::path::Path;
 
 use serde_yaml::Value;
 
-use crate::{Error, Generated, map, read, read_yaml, rules, shape, to_yaml};
+use crate::{
+    Error, Generated, LEADER_ROLE, LEADER_ROLE_BINDING, MANAGER_ROLE, METRICS_AUTH_ROLE,
+    METRICS_READER_ROLE, map, read, read_yaml, rules, shape, to_yaml,
+};
 
 const PACKAGE: &str = "s3-operator";
 // OLM's channel naming convention: candidate, fast or stable; a pre-1.0 operator ships as candidate.
@@ -68,6 +71,8 @@ pub fn generate(root: &Path, prometheus_rule: &Value) -> Result<Vec<Generated>, 
         }
         out.push(to_yaml(dest, &doc, src)?);
     }
+
+    out.extend(rbac_objects(root)?);
 
     let scorecard = "config/scorecard/config.yaml";
     out.push(to_yaml(
@@ -140,13 +145,6 @@ fn csv(root: &Path) -> Result<Generated, Error> {
     ann.insert("alm-examples".into(), alm_examples(root)?.into());
     ann.insert("containerImage".into(), image.into());
 
-    let mut permissions = rules(root, "config/rbac/role.yaml")?;
-    if let (Value::Sequence(all), Value::Sequence(leader)) = (
-        &mut permissions,
-        rules(root, "config/rbac/leader_election_role.yaml")?,
-    ) {
-        all.extend(leader);
-    }
     let install = map([
         ("strategy", "deployment".into()),
         (
@@ -160,13 +158,23 @@ fn csv(root: &Path) -> Result<Generated, Error> {
                         ("spec", olm_deployment_spec(deployment["spec"].clone())?),
                     ])]),
                 ),
-                // The operator needs nothing cluster-scoped: OLM turns these into Roles in each
-                // target namespace, or into a ClusterRole for an AllNamespaces install.
+                // OLM grants `permissions` in the operator's namespace and copies them into
+                // every target namespace, or lifts them into a ClusterRole for AllNamespaces:
+                // right for the manager rules, wrong for Leases, which therefore come as bundle
+                // objects (rbac_objects). TokenReviews and SubjectAccessReviews are
+                // cluster-scoped, so the metrics authentication rules are `clusterPermissions`.
                 (
                     "permissions",
                     Value::Sequence(vec![map([
+                        ("serviceAccountName", account.clone()),
+                        ("rules", rules(root, MANAGER_ROLE)?),
+                    ])]),
+                ),
+                (
+                    "clusterPermissions",
+                    Value::Sequence(vec![map([
                         ("serviceAccountName", account),
-                        ("rules", permissions),
+                        ("rules", rules(root, METRICS_AUTH_ROLE)?),
                     ])]),
                 ),
             ]),
@@ -198,6 +206,46 @@ fn csv(root: &Path) -> Result<Generated, Error> {
         &csv,
         "config/manifests/bases, config/manager, config/rbac and config/samples",
     )
+}
+
+/// RBAC objects OLM installs as they are, into the operator's namespace only:
+///
+/// - the leader-election Role and RoleBinding. Lease rules in the CSV's `permissions` would be
+///   copied into every target namespace (SingleNamespace, MultiNamespace) or lifted into a
+///   cluster-wide ClusterRole (AllNamespaces): OLM only copies and lifts the Roles it generated
+///   from the CSV (those carrying its olm.owner labels), never bundle objects. The binding's
+///   subject has no namespace, which RBAC reads as the binding's own, because the bundle cannot
+///   know the namespace it is installed into.
+/// - the metrics-reader ClusterRole, for scrapers, as operator-sdk bundles ship it.
+fn rbac_objects(root: &Path) -> Result<Vec<Generated>, Error> {
+    let mut out = Vec::new();
+    let mut binding = read_yaml(root, LEADER_ROLE_BINDING)?;
+    let subjects = binding
+        .get_mut("subjects")
+        .and_then(Value::as_sequence_mut)
+        .ok_or_else(|| shape(LEADER_ROLE_BINDING, "has no subjects"))?;
+    for subject in subjects {
+        if let Some(s) = subject.as_mapping_mut() {
+            s.remove("namespace");
+        }
+    }
+    for (src, doc) in [
+        (LEADER_ROLE, read_yaml(root, LEADER_ROLE)?),
+        (LEADER_ROLE_BINDING, binding),
+        (METRICS_READER_ROLE, read_yaml(root, METRICS_READER_ROLE)?),
+    ] {
+        let name = doc["metadata"]["name"]
+            .as_str()
+            .ok_or_else(|| shape(src, "has no metadata.name"))?;
+        let kind = doc["kind"]
+            .as_str()
+            .ok_or_else(|| shape(src, "has no kind"))?
+            .to_lowercase();
+        // operator-sdk's file naming: <name>_<group>_<version>_<kind>.yaml.
+        let dest = format!("bundle/manifests/{name}_rbac.authorization.k8s.io_v1_{kind}.yaml");
+        out.push(to_yaml(&dest, &doc, src)?);
+    }
+    Ok(out)
 }
 
 /// The one Deployment in config/manager/manager.yaml.

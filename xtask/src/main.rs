@@ -2,7 +2,8 @@
 //! bundle cannot disagree:
 //!
 //! - CRDs come from the Rust types (`s3_operator::api`);
-//! - RBAC rules come from `config/rbac/role.yaml` and `config/rbac/leader_election_role.yaml`;
+//! - RBAC rules come from `config/rbac/role.yaml`, `config/rbac/leader_election_role.yaml`,
+//!   `config/rbac/metrics_auth_role.yaml` and `config/rbac/metrics_reader_role.yaml`;
 //! - alerts come from `config/prometheus/rules.yaml`, the dashboard from `grafana/`;
 //! - the CSV is its hand-written base plus the manager Deployment, the samples and the RBAC rules.
 //!
@@ -37,6 +38,12 @@ pub enum Error {
     #[error("stale generated files (run `cargo xtask generate`): {}", .0.join(", "))]
     Drift(Vec<String>),
 }
+
+pub const MANAGER_ROLE: &str = "config/rbac/role.yaml";
+pub const LEADER_ROLE: &str = "config/rbac/leader_election_role.yaml";
+pub const LEADER_ROLE_BINDING: &str = "config/rbac/leader_election_role_binding.yaml";
+pub const METRICS_AUTH_ROLE: &str = "config/rbac/metrics_auth_role.yaml";
+pub const METRICS_READER_ROLE: &str = "config/rbac/metrics_reader_role.yaml";
 
 /// One generated file: its path relative to the repository root and its full text.
 pub struct Generated {
@@ -131,8 +138,8 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
     }
 
     // RBAC: the namespaced overlays bind a Role with exactly the ClusterRole's rules.
-    let manager = rules(root, "config/rbac/role.yaml")?;
-    let leader = rules(root, "config/rbac/leader_election_role.yaml")?;
+    let manager = rules(root, MANAGER_ROLE)?;
+    let leader = rules(root, LEADER_ROLE)?;
     let role = map([
         ("apiVersion", "rbac.authorization.k8s.io/v1".into()),
         ("kind", "Role".into()),
@@ -144,7 +151,12 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
         &role,
         "config/rbac/role.yaml",
     )?);
-    let chart_rbac = map([("manager", manager), ("leaderElection", leader)]);
+    let chart_rbac = map([
+        ("manager", manager),
+        ("leaderElection", leader),
+        ("metricsAuth", rules(root, METRICS_AUTH_ROLE)?),
+        ("metricsReader", rules(root, METRICS_READER_ROLE)?),
+    ]);
     out.push(to_yaml(
         "charts/s3-operator/files/rbac.yaml",
         &chart_rbac,
@@ -263,27 +275,25 @@ mod tests {
         );
     }
 
-    /// The CSV grants exactly the rules of the RBAC source, and OLM's target namespaces reach
+    /// The CSV grants exactly the rules of the RBAC sources, and OLM's target namespaces reach
     /// the operator as WATCH_NAMESPACE.
     #[test]
     fn csv_permissions_and_watch_namespace_come_from_the_sources() {
         let root = repo();
-        let files = generate(&root).unwrap();
-        let csv = files
-            .iter()
-            .find(|g| g.path.ends_with(".clusterserviceversion.yaml"))
-            .unwrap();
-        let csv: Value = serde_yaml::from_str(&csv.text).unwrap();
-        let spec = &csv["spec"]["install"]["spec"];
-        let mut want = rules(&root, "config/rbac/role.yaml").unwrap();
-        if let (Value::Sequence(w), Value::Sequence(l)) = (
-            &mut want,
-            rules(&root, "config/rbac/leader_election_role.yaml").unwrap(),
-        ) {
-            w.extend(l);
-        }
-        assert_eq!(spec["permissions"][0]["rules"], want);
+        let spec = &csv(&generate(&root).unwrap())["spec"]["install"]["spec"];
+        assert_eq!(
+            spec["permissions"][0]["rules"],
+            rules(&root, MANAGER_ROLE).unwrap()
+        );
         assert_eq!(spec["permissions"][0]["serviceAccountName"], "s3-operator");
+        assert_eq!(
+            spec["clusterPermissions"][0]["rules"],
+            rules(&root, METRICS_AUTH_ROLE).unwrap()
+        );
+        assert_eq!(
+            spec["clusterPermissions"][0]["serviceAccountName"],
+            "s3-operator"
+        );
         let env = &spec["deployments"][0]["spec"]["template"]["spec"]["containers"][0]["env"];
         let watch = env
             .as_sequence()
@@ -294,6 +304,239 @@ mod tests {
         assert_eq!(
             watch["valueFrom"]["fieldRef"]["fieldPath"],
             "metadata.annotations['olm.targetNamespaces']"
+        );
+    }
+
+    fn csv(files: &[Generated]) -> Value {
+        let csv = files
+            .iter()
+            .find(|g| g.path.ends_with(".clusterserviceversion.yaml"))
+            .unwrap();
+        serde_yaml::from_str(&csv.text).unwrap()
+    }
+
+    fn grants_leases(rules: &Value) -> bool {
+        rules.as_sequence().into_iter().flatten().any(|r| {
+            r["apiGroups"]
+                .as_sequence()
+                .into_iter()
+                .flatten()
+                .any(|g| g == "coordination.k8s.io" || g == "*")
+        })
+    }
+
+    /// OLM copies the CSV's `permissions` into every target namespace and lifts them into a
+    /// ClusterRole for AllNamespaces, so no Lease rule may be there (nor in
+    /// `clusterPermissions`): the bundle carries them as a Role and RoleBinding that OLM creates
+    /// in the operator's namespace alone, bound to the ServiceAccount of that namespace.
+    #[test]
+    fn leases_are_granted_only_in_the_operators_namespace() {
+        let root = repo();
+        let files = generate(&root).unwrap();
+        let spec = &csv(&files)["spec"]["install"]["spec"];
+        for key in ["permissions", "clusterPermissions"] {
+            for p in spec[key].as_sequence().unwrap() {
+                assert!(!grants_leases(&p["rules"]), "{key} grants Leases: {p:?}");
+            }
+        }
+        let bundle: Vec<Value> = files
+            .iter()
+            .filter(|g| g.path.starts_with("bundle/manifests/"))
+            .map(|g| serde_yaml::from_str(&g.text).unwrap())
+            .collect();
+        let of_kind =
+            |kind: &str| -> Vec<&Value> { bundle.iter().filter(|d| d["kind"] == kind).collect() };
+        assert!(
+            of_kind("ClusterRole")
+                .iter()
+                .all(|r| !grants_leases(&r["rules"])),
+            "a bundle ClusterRole grants Leases"
+        );
+        let roles = of_kind("Role");
+        assert_eq!(roles.len(), 1, "one Role: leader election");
+        assert_eq!(roles[0]["rules"], rules(&root, LEADER_ROLE).unwrap());
+        let bindings = of_kind("RoleBinding");
+        assert_eq!(bindings.len(), 1);
+        assert_eq!(bindings[0]["roleRef"]["name"], roles[0]["metadata"]["name"]);
+        let subject = &bindings[0]["subjects"][0];
+        assert_eq!(subject["name"], "s3-operator");
+        assert!(
+            subject.get("namespace").is_none(),
+            "the subject must default to the install namespace: {subject:?}"
+        );
+        assert!(of_kind("ClusterRoleBinding").is_empty());
+    }
+
+    /// Every Kubernetes request the operator sends, as (API group, resource, verb, where).
+    /// config/rbac must grant exactly these: a verb granted without a row here (say `update`
+    /// where only patches happen) fails, and so does a row config/rbac does not grant.
+    const CALLS: &[(&str, &str, &str, &str)] = &[
+        (
+            "s3.operator.dev",
+            "buckets",
+            "list",
+            "runtime::shared_watch (watcher)",
+        ),
+        (
+            "s3.operator.dev",
+            "buckets",
+            "watch",
+            "runtime::shared_watch (watcher)",
+        ),
+        (
+            "s3.operator.dev",
+            "buckets",
+            "patch",
+            "reconcile::patch_finalizers",
+        ),
+        (
+            "s3.operator.dev",
+            "bucketaccesses",
+            "list",
+            "runtime::shared_watch (watcher)",
+        ),
+        (
+            "s3.operator.dev",
+            "bucketaccesses",
+            "watch",
+            "runtime::shared_watch (watcher)",
+        ),
+        (
+            "s3.operator.dev",
+            "bucketaccesses",
+            "patch",
+            "reconcile::patch_finalizers",
+        ),
+        (
+            "s3.operator.dev",
+            "buckets/status",
+            "patch",
+            "reconcile::update_status",
+        ),
+        (
+            "s3.operator.dev",
+            "bucketaccesses/status",
+            "patch",
+            "reconcile::update_status",
+        ),
+        // Asked by OwnerReferencesPermissionEnforcement (admission) for the Secret's owner
+        // reference with blockOwnerDeletion, where that plugin is on (OpenShift).
+        (
+            "s3.operator.dev",
+            "bucketaccesses/finalizers",
+            "update",
+            "bucket_access::write_secret",
+        ),
+        ("", "secrets", "get", "bucket_access::read_secret (get_opt)"),
+        ("", "secrets", "list", "runtime::shared_watch (watcher)"),
+        ("", "secrets", "watch", "runtime::shared_watch (watcher)"),
+        // Server-side apply of a Secret that does not exist yet is authorized as a create.
+        (
+            "",
+            "secrets",
+            "create",
+            "bucket_access::write_secret (apply)",
+        ),
+        (
+            "",
+            "secrets",
+            "patch",
+            "bucket_access::write_secret (apply)",
+        ),
+        (
+            "events.k8s.io",
+            "events",
+            "create",
+            "kube::runtime::events::Recorder",
+        ),
+        (
+            "events.k8s.io",
+            "events",
+            "patch",
+            "kube::runtime::events::Recorder (series)",
+        ),
+        (
+            "coordination.k8s.io",
+            "leases",
+            "get",
+            "runtime::leader::claim (get_opt)",
+        ),
+        (
+            "coordination.k8s.io",
+            "leases",
+            "update",
+            "runtime::leader::claim (replace)",
+        ),
+        (
+            "coordination.k8s.io",
+            "leases",
+            "create",
+            "kube-leader-election LeaseLock",
+        ),
+        (
+            "coordination.k8s.io",
+            "leases",
+            "patch",
+            "kube-leader-election LeaseLock",
+        ),
+        (
+            "authentication.k8s.io",
+            "tokenreviews",
+            "create",
+            "runtime::web::Authorizer",
+        ),
+        (
+            "authorization.k8s.io",
+            "subjectaccessreviews",
+            "create",
+            "runtime::web::Authorizer",
+        ),
+    ];
+
+    #[test]
+    fn rbac_grants_exactly_the_verbs_the_code_uses() {
+        use std::collections::BTreeSet;
+        let root = repo();
+        let mut granted = BTreeSet::new();
+        for src in [MANAGER_ROLE, LEADER_ROLE, METRICS_AUTH_ROLE] {
+            for rule in rules(&root, src).unwrap().as_sequence().unwrap() {
+                let list = |k: &str| -> Vec<String> {
+                    rule[k]
+                        .as_sequence()
+                        .unwrap_or_else(|| panic!("{src}: a rule without {k}: {rule:?}"))
+                        .iter()
+                        .map(|v| v.as_str().unwrap().to_string())
+                        .collect()
+                };
+                assert!(rule.get("resourceNames").is_none(), "{src}: {rule:?}");
+                for g in list("apiGroups") {
+                    for r in list("resources") {
+                        for v in list("verbs") {
+                            assert!(
+                                !g.contains('*') && !r.contains('*') && !v.contains('*'),
+                                "{src}: wildcard in {rule:?}"
+                            );
+                            granted.insert((g.clone(), r.clone(), v));
+                        }
+                    }
+                }
+            }
+        }
+        let used: BTreeSet<(String, String, String)> = CALLS
+            .iter()
+            .map(|(g, r, v, _)| (g.to_string(), r.to_string(), v.to_string()))
+            .collect();
+        let unused: Vec<_> = granted.difference(&used).collect();
+        let missing: Vec<_> = used.difference(&granted).collect();
+        assert!(
+            unused.is_empty(),
+            "config/rbac grants what no code uses: {unused:?}"
+        );
+        assert!(missing.is_empty(), "config/rbac lacks: {missing:?}");
+        // The scrapers' role grants reading /metrics and nothing else.
+        assert_eq!(
+            rules(&root, METRICS_READER_ROLE).unwrap(),
+            serde_yaml::from_str::<Value>("[{nonResourceURLs: [/metrics], verbs: [get]}]").unwrap()
         );
     }
 
@@ -312,6 +555,9 @@ mod tests {
         for src in [
             "config/rbac/role.yaml",
             "config/rbac/leader_election_role.yaml",
+            "config/rbac/leader_election_role_binding.yaml",
+            "config/rbac/metrics_auth_role.yaml",
+            "config/rbac/metrics_reader_role.yaml",
             "config/prometheus/rules.yaml",
             "grafana/s3-operator.json",
             "config/manager/manager.yaml",

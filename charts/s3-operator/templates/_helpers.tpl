@@ -85,7 +85,8 @@ Name of the leader-election Lease.
 
 {{/*
 The operator's RBAC rules, from files/rbac.yaml (generated from config/rbac, the single source).
-Returns the map {manager: [...], leaderElection: [...]} as YAML; callers use fromYaml.
+Returns the map {manager, leaderElection, metricsAuth, metricsReader: [rules]} as YAML; callers
+use fromYaml.
 */}}
 {{- define "s3-operator.rbacRules" -}}
 {{- $raw := .Files.Get "files/rbac.yaml" }}
@@ -96,8 +97,8 @@ Returns the map {manager: [...], leaderElection: [...]} as YAML; callers use fro
 {{- if hasKey $rules "Error" }}
 {{- fail (printf "s3-operator: files/rbac.yaml is not valid YAML: %s" $rules.Error) }}
 {{- end }}
-{{- if or (not $rules.manager) (not $rules.leaderElection) }}
-{{- fail "s3-operator: files/rbac.yaml must hold the rule lists `manager` and `leaderElection`" }}
+{{- if or (not $rules.manager) (not $rules.leaderElection) (not $rules.metricsAuth) (not $rules.metricsReader) }}
+{{- fail "s3-operator: files/rbac.yaml must hold the rule lists `manager`, `leaderElection`, `metricsAuth` and `metricsReader`" }}
 {{- end }}
 {{- toYaml $rules }}
 {{- end }}
@@ -122,6 +123,31 @@ Usage: include "s3-operator.durationMs" (list "value.path" $value)
 {{- $total = addf $total (mulf (float64 $number) (index $units $unit)) }}
 {{- end }}
 {{- $total }}
+{{- end }}
+
+{{/*
+Whether the chart renders a PodDisruptionBudget: podDisruptionBudget.enabled when true or false,
+else (null, the default) exactly when there is more than one replica, so a drain can never evict
+the last one.
+*/}}
+{{- define "s3-operator.pdbEnabled" -}}
+{{- $enabled := .Values.podDisruptionBudget.enabled }}
+{{- if kindIs "bool" $enabled }}
+{{- if $enabled }}true{{ end }}
+{{- else if gt (int .Values.replicaCount) 1 }}true
+{{- end }}
+{{- end }}
+
+{{/*
+The port of a URL: the explicit one, else the scheme's default (https 443, http 80).
+*/}}
+{{- define "s3-operator.urlPort" -}}
+{{- $url := urlParse . }}
+{{- $port := regexFind ":[0-9]+$" $url.host | trimPrefix ":" }}
+{{- if $port }}{{ $port }}
+{{- else if eq $url.scheme "http" }}80
+{{- else }}443
+{{- end }}
 {{- end }}
 
 {{/*
@@ -153,7 +179,7 @@ render runs them; each failure names the values involved.
 {{- if and $v.aws.roleArn (not $v.serviceAccount.create) }}
 {{- fail "aws.roleArn is set but serviceAccount.create is false: the chart can only annotate a ServiceAccount it creates. Annotate your ServiceAccount with eks.amazonaws.com/role-arn yourself and leave aws.roleArn empty, or set serviceAccount.create=true." }}
 {{- end }}
-{{- $reserved := list "CLUSTER_NAME" "BUCKET_NAME_PREFIX" "DEFAULT_DELETION_POLICY" "WATCH_NAMESPACE" "RESYNC_PERIOD" "MAX_CONCURRENT_RECONCILES" "METRICS_BIND_ADDRESS" "HEALTH_PROBE_BIND_ADDRESS" "LEADER_ELECT" "LEADER_ELECTION_ID" "LEASE_DURATION" "LEASE_RENEW_PERIOD" "POD_NAMESPACE" "POD_NAME" "LOG_FORMAT" "RUST_LOG" "AWS_REGION" "AWS_ENDPOINT_URL" "OIDC_PROVIDER_ARN" "OTEL_EXPORTER_OTLP_ENDPOINT" "OTEL_EXPORTER_OTLP_PROTOCOL" "OTEL_SERVICE_NAME" "OTEL_RESOURCE_ATTRIBUTES" }}
+{{- $reserved := list "CLUSTER_NAME" "BUCKET_NAME_PREFIX" "DEFAULT_DELETION_POLICY" "WATCH_NAMESPACE" "RESYNC_PERIOD" "MAX_CONCURRENT_RECONCILES" "METRICS_BIND_ADDRESS" "METRICS_SECURE" "METRICS_CERT_DIR" "HEALTH_PROBE_BIND_ADDRESS" "LEADER_ELECT" "LEADER_ELECTION_ID" "LEASE_DURATION" "LEASE_RENEW_PERIOD" "POD_NAMESPACE" "POD_NAME" "LOG_FORMAT" "RUST_LOG" "AWS_REGION" "AWS_ENDPOINT_URL" "OIDC_PROVIDER_ARN" "OTEL_EXPORTER_OTLP_ENDPOINT" "OTEL_EXPORTER_OTLP_PROTOCOL" "OTEL_SERVICE_NAME" "OTEL_RESOURCE_ATTRIBUTES" }}
 {{- $seen := dict }}
 {{- range $i, $e := $v.extraEnv }}
 {{- if has $e.name $reserved }}
@@ -167,7 +193,10 @@ render runs them; each failure names the values involved.
 {{- fail (printf "extraEnv[%d] (%s) sets both value and valueFrom; set one." $i $e.name) }}
 {{- end }}
 {{- end }}
-{{- if $v.podDisruptionBudget.enabled }}
+{{- if and $v.metrics.certSecret (not $v.metrics.secure) }}
+{{- fail "metrics.certSecret is set but metrics.secure is false: the certificate is only used for HTTPS. Set metrics.secure=true or leave metrics.certSecret empty." }}
+{{- end }}
+{{- if include "s3-operator.pdbEnabled" . }}
 {{- $min := $v.podDisruptionBudget.minAvailable }}
 {{- $max := $v.podDisruptionBudget.maxUnavailable }}
 {{- if and (include "s3-operator.isSet" $min) (include "s3-operator.isSet" $max) }}

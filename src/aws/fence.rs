@@ -1,0 +1,29 @@
+//! Refuses every AWS request once the fence closes (see `crate::fence`).
+
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextRef;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
+
+use crate::fence::Fence;
+
+#[derive(Debug)]
+pub(crate) struct FenceCheck(pub(crate) Fence);
+
+impl Intercept for FenceCheck {
+    fn name(&self) -> &'static str {
+        "FenceCheck"
+    }
+
+    // The last hook before the request goes on the wire, run for every attempt, so SDK
+    // retries are checked too. Reads are refused as well: a fenced process only exits.
+    fn read_before_transmit(
+        &self,
+        _: &BeforeTransmitInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        _: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        Ok(self.0.check()?)
+    }
+}

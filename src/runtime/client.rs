@@ -1,0 +1,311 @@
+//! The operator's Kubernetes client. kube-client sets no read timeout, so a request to an API
+//! server that stops answering would hang a reconcile or the lease loop forever; and kube-client
+//! knows nothing of fencing. One layer in front of kube's own stack handles both.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use http::{Method, Request, Response};
+use http_body::{Body, Frame, SizeHint};
+use tower::{BoxError, Layer, Service};
+
+use crate::fence::{self, Fence};
+
+/// Deadline of every request but a watch: headers and body, kube's retries of 429/503/504
+/// included.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A request got no complete answer in time.
+#[derive(thiserror::Error, Debug)]
+#[error("no complete answer from the Kubernetes API within {0:?}")]
+pub struct Error(pub Duration);
+
+/// The client every part of the operator uses. `identity` (the Lease identity) goes into the
+/// user agent, so API server audit logs tell replicas apart.
+pub async fn build(identity: Option<&str>, fence: Fence) -> Result<kube::Client, super::Error> {
+    let mut config = kube::Config::infer().await?;
+    let agent = match identity {
+        Some(id) => format!("s3-operator/{} ({id})", crate::VERSION),
+        None => format!("s3-operator/{}", crate::VERSION),
+    };
+    if let Ok(v) = http::HeaderValue::from_str(&agent) {
+        config.headers.push((http::header::USER_AGENT, v));
+    }
+    let builder = kube::client::ClientBuilder::try_from(config)?;
+    Ok(builder
+        .with_layer(&GuardLayer {
+            fence,
+            timeout: REQUEST_TIMEOUT,
+        })
+        .build())
+}
+
+/// Refuses writes once the fence closes and puts a deadline on every request but a watch.
+// A layer, not kube::Config's read_timeout: that one would also cut quiet watches.
+pub struct GuardLayer {
+    pub fence: Fence,
+    pub timeout: Duration,
+}
+
+#[derive(Clone)]
+pub struct Guard<S> {
+    inner: S,
+    fence: Fence,
+    timeout: Duration,
+}
+
+impl<S> Layer<S> for GuardLayer {
+    type Service = Guard<S>;
+
+    fn layer(&self, inner: S) -> Guard<S> {
+        Guard {
+            inner,
+            fence: self.fence.clone(),
+            timeout: self.timeout,
+        }
+    }
+}
+
+fn is_watch<B>(req: &Request<B>) -> bool {
+    req.uri()
+        .query()
+        .is_some_and(|q| q.split('&').any(|p| p == "watch=true" || p == "watch=1"))
+}
+
+/// GET covers get, list and watch; everything else may change something.
+fn is_write<B>(req: &Request<B>) -> bool {
+    !matches!(*req.method(), Method::GET | Method::HEAD | Method::OPTIONS)
+}
+
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for Guard<S>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>>,
+    S::Error: Into<BoxError>,
+{
+    type Response = Response<Deadline<ResBody>>;
+    type Error = BoxError;
+    type Future = GuardFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
+        let fence = is_write(&req).then(|| self.fence.clone());
+        let deadline = (!is_watch(&req)).then(|| Box::pin(tokio::time::sleep(self.timeout)));
+        // Refused before the inner service sees it: tower services may start work in `call`.
+        if let Some(Err(e)) = fence.as_ref().map(Fence::check) {
+            return GuardFuture::Refused(Some(e));
+        }
+        GuardFuture::Running {
+            inner: Box::pin(self.inner.call(req)),
+            fence,
+            deadline,
+            timeout: self.timeout,
+        }
+    }
+}
+
+type Sleep = Pin<Box<tokio::time::Sleep>>;
+
+pub enum GuardFuture<F> {
+    Refused(Option<fence::Error>),
+    Running {
+        inner: Pin<Box<F>>,
+        /// Writes only: checked on every poll, so neither a request still connecting nor
+        /// kube's retry of a 429/503 goes out once the fence has closed.
+        fence: Option<Fence>,
+        deadline: Option<Sleep>,
+        timeout: Duration,
+    },
+}
+
+impl<F, B, E> Future for GuardFuture<F>
+where
+    F: Future<Output = Result<Response<B>, E>>,
+    E: Into<BoxError>,
+{
+    type Output = Result<Response<Deadline<B>>, BoxError>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        match self.get_mut() {
+            GuardFuture::Refused(e) => Poll::Ready(Err(match e.take() {
+                Some(e) => e.into(),
+                None => "polled after completion".into(),
+            })),
+            GuardFuture::Running {
+                inner,
+                fence,
+                deadline,
+                timeout,
+            } => {
+                if let Some(Err(e)) = fence.as_ref().map(Fence::check) {
+                    return Poll::Ready(Err(e.into()));
+                }
+                if let Some(d) = deadline
+                    && d.as_mut().poll(cx).is_ready()
+                {
+                    return Poll::Ready(Err(Error(*timeout).into()));
+                }
+                match inner.as_mut().poll(cx) {
+                    // The body has what is left of the deadline.
+                    Poll::Ready(Ok(res)) => Poll::Ready(Ok(res.map(|inner| Deadline {
+                        inner,
+                        deadline: deadline.take(),
+                        timeout: *timeout,
+                    }))),
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
+                    Poll::Pending => Poll::Pending,
+                }
+            }
+        }
+    }
+}
+
+/// A response body that fails once the request's deadline has passed.
+#[derive(Debug)]
+pub struct Deadline<B> {
+    inner: B,
+    deadline: Option<Sleep>,
+    timeout: Duration,
+}
+
+impl<B> Body for Deadline<B>
+where
+    B: Body + Unpin,
+    B::Error: Into<BoxError>,
+{
+    type Data = B::Data;
+    type Error = BoxError;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<B::Data>, BoxError>>> {
+        let this = self.get_mut();
+        if let Some(d) = &mut this.deadline
+            && d.as_mut().poll(cx).is_ready()
+        {
+            return Poll::Ready(Some(Err(Error(this.timeout).into())));
+        }
+        Pin::new(&mut this.inner)
+            .poll_frame(cx)
+            .map(|f| f.map(|r| r.map_err(Into::into)))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Instant;
+
+    use super::*;
+
+    /// Answers "ok" after `delay`; counts the requests it was given.
+    #[derive(Clone)]
+    struct Slow {
+        delay: Duration,
+        calls: Arc<AtomicUsize>,
+    }
+
+    impl Service<Request<()>> for Slow {
+        type Response = Response<String>;
+        type Error = BoxError;
+        type Future = Pin<Box<dyn Future<Output = Result<Response<String>, BoxError>> + Send>>;
+
+        fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), BoxError>> {
+            Poll::Ready(Ok(()))
+        }
+
+        fn call(&mut self, _: Request<()>) -> Self::Future {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            let delay = self.delay;
+            Box::pin(async move {
+                tokio::time::sleep(delay).await;
+                Ok(Response::new("ok".to_string()))
+            })
+        }
+    }
+
+    fn guard(delay: Duration, fence: Fence) -> (Guard<Slow>, Arc<AtomicUsize>) {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let layer = GuardLayer {
+            fence,
+            timeout: Duration::from_millis(100),
+        };
+        let slow = Slow {
+            delay,
+            calls: calls.clone(),
+        };
+        (layer.layer(slow), calls)
+    }
+
+    fn req(method: Method, uri: &str) -> Request<()> {
+        Request::builder().method(method).uri(uri).body(()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_closed_fence_stops_writes_before_they_reach_the_client_but_not_reads() {
+        let fence = Fence::leader_elected();
+        fence.extend(Instant::now()).unwrap_err();
+        let (mut g, calls) = guard(Duration::ZERO, fence);
+        for m in [Method::PATCH, Method::PUT, Method::POST, Method::DELETE] {
+            let err = g.call(req(m, "/apis/x")).await.unwrap_err();
+            assert!(err.downcast_ref::<fence::Error>().is_some(), "{err}");
+        }
+        assert_eq!(
+            calls.load(Ordering::SeqCst),
+            0,
+            "a refused write reached kube's stack"
+        );
+        let res = g.call(req(Method::GET, "/apis/x")).await.unwrap();
+        assert_eq!(res.status(), 200);
+        assert_eq!(calls.load(Ordering::SeqCst), 1);
+
+        // Open fence, or no leader election: writes go through.
+        for fence in [Fence::disabled(), Fence::leader_elected()] {
+            let (mut g, _) = guard(Duration::ZERO, fence);
+            g.call(req(Method::PATCH, "/apis/x")).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_in_flight_when_the_fence_closes_is_abandoned() {
+        let fence = Fence::leader_elected();
+        fence
+            .extend(Instant::now() + Duration::from_millis(20))
+            .unwrap();
+        let (mut g, _) = guard(Duration::from_millis(60), fence);
+        let err = g.call(req(Method::PATCH, "/apis/x")).await.unwrap_err();
+        assert!(err.downcast_ref::<fence::Error>().is_some(), "{err}");
+    }
+
+    #[tokio::test]
+    async fn every_request_but_a_watch_has_a_deadline() {
+        let (mut g, _) = guard(Duration::from_millis(300), Fence::disabled());
+        for (m, uri) in [
+            (Method::GET, "/api/v1/namespaces/a/secrets/s"),
+            (Method::GET, "/apis/g/v1/buckets?labelSelector=a&limit=500"),
+            (Method::PATCH, "/apis/g/v1/namespaces/a/buckets/b/status"),
+        ] {
+            let start = Instant::now();
+            let err = g.call(req(m, uri)).await.unwrap_err();
+            assert!(err.downcast_ref::<Error>().is_some(), "{err}");
+            assert!(start.elapsed() < Duration::from_millis(250));
+        }
+        let watch = "/apis/g/v1/buckets?resourceVersion=5&timeoutSeconds=290&watch=true";
+        let res = g.call(req(Method::GET, watch)).await.unwrap();
+        assert_eq!(res.status(), 200);
+    }
+}

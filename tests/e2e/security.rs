@@ -1,0 +1,579 @@
+//! Multi-tenant security, end to end, with the operator under exactly its shipped RBAC and IAM
+//! policy: no escalation through the operator's credentials, no tenant reaching another
+//! tenant's bucket, grants that end with ownership, status that is never an input, and cleanup
+//! that fails closed. Also the emulator extensions these tests rely on.
+
+use std::time::Duration;
+
+use aws_sdk_iam::error::ProvideErrorMetadata;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use s3_operator::api::{Bucket, BucketAccess};
+use serde_json::json;
+
+use crate::access::access;
+use crate::bucket::{bucket, wait_ready};
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+
+/// The AWS error code of a failed call, or "ok".
+fn code<T, E: ProvideErrorMetadata>(r: Result<T, E>) -> String {
+    match r {
+        Ok(_) => "ok".into(),
+        Err(e) => e.code().unwrap_or("no code").to_string(),
+    }
+}
+
+fn admin_policy() -> String {
+    json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]})
+        .to_string()
+}
+
+/// Whoever holds the operator's credentials cannot mint an identity beyond the boundary.
+#[tokio::test]
+async fn operator_credentials_cannot_mint_an_admin() {
+    let id = Identity::new(&[], None).await;
+    let iam = iam_with(&id.aws_key.0, &id.aws_key.1);
+    let s = scope(&id.cluster);
+    let boundary = s.boundary_arn();
+    let path = &s.iam_path;
+
+    // Without the boundary, or with another one, no user or role is created in its own path.
+    let r = iam.create_user().user_name("nb").path(path).send().await;
+    assert_eq!(code(r), "AccessDenied", "a user without the boundary");
+    let r = iam
+        .create_user()
+        .user_name("ob")
+        .path(path)
+        .permissions_boundary("arn:aws:iam::aws:policy/AdministratorAccess")
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "a user with another boundary");
+    let trust = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]});
+    let r = iam
+        .create_role()
+        .role_name("nb")
+        .path(path)
+        .assume_role_policy_document(trust.to_string())
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "a role without the boundary");
+
+    // With the boundary it may, as it must to do its job.
+    iam.create_user()
+        .user_name("wb")
+        .path(path)
+        .permissions_boundary(&boundary)
+        .send()
+        .await
+        .expect("a user with the boundary");
+
+    // The boundary cannot be removed, replaced, nor an admin managed policy attached.
+    let r = iam
+        .delete_user_permissions_boundary()
+        .user_name("wb")
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "delete the boundary");
+    let r = iam
+        .put_user_permissions_boundary()
+        .user_name("wb")
+        .permissions_boundary("arn:aws:iam::aws:policy/AdministratorAccess")
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "replace the boundary");
+    let r = iam
+        .attach_user_policy()
+        .user_name("wb")
+        .policy_arn("arn:aws:iam::aws:policy/AdministratorAccess")
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "attach an admin policy");
+    let r = iam
+        .create_policy_version()
+        .policy_arn(&boundary)
+        .policy_document(admin_policy())
+        .set_as_default(true)
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "rewrite the boundary itself");
+    // No user outside its path, even with the boundary.
+    let r = iam
+        .create_user()
+        .user_name("outside")
+        .path("/")
+        .permissions_boundary(&boundary)
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "a user outside the path");
+
+    // An admin inline policy on a bounded user changes nothing: the boundary caps it.
+    iam.put_user_policy()
+        .user_name("wb")
+        .policy_name("admin")
+        .policy_document(admin_policy())
+        .send()
+        .await
+        .expect("IAM accepts the document");
+    let key = iam
+        .create_access_key()
+        .user_name("wb")
+        .send()
+        .await
+        .unwrap()
+        .access_key
+        .unwrap();
+    let (minted_iam, minted_s3) = (
+        iam_with(&key.access_key_id, &key.secret_access_key),
+        s3_with(&key.access_key_id, &key.secret_access_key),
+    );
+    let r = minted_iam.create_user().user_name("evil").send().await;
+    assert_eq!(code(r), "AccessDenied", "a bounded user cannot use IAM");
+    let outside = format!("elsewhere-{}", random(6));
+    let r = minted_s3.create_bucket().bucket(&outside).send().await;
+    assert_eq!(code(r), "AccessDenied", "nor S3 outside the prefix");
+    let r = minted_s3.list_buckets().send().await;
+    assert_eq!(code(r), "AccessDenied", "nor list the account's buckets");
+}
+
+/// The emulator evaluates what the security tests depend on, the way AWS does.
+#[tokio::test]
+async fn emulator_evaluates_conditions_boundaries_and_key_status() {
+    let cluster = format!("t{}", random(6));
+    let boundary = create_boundary(&cluster).await;
+    let bucket = format!("{}cond-{}", prefix(&cluster), random(6));
+    let doc = json!({"Version": "2012-10-17", "Statement": [
+        // A missing key fails StringEquals: without a boundary, no user is created.
+        {"Effect": "Allow", "Action": "iam:CreateUser", "Resource": "*",
+         "Condition": {"StringEquals": {"iam:PermissionsBoundary": boundary}}},
+        // Listing only under a prefix (s3:prefix from the request).
+        {"Effect": "Allow", "Action": ["s3:ListBucket"], "Resource": format!("arn:aws:s3:::{bucket}"),
+         "Condition": {"StringLike": {"s3:prefix": ["team/*"]}}},
+        {"Effect": "Allow", "Action": ["s3:CreateBucket", "s3:GetBucketTagging"], "Resource": format!("arn:aws:s3:::{bucket}")},
+        // A Deny whose condition does not hold does not apply (stock moto denied).
+        {"Effect": "Deny", "Action": "s3:CreateBucket", "Resource": "*",
+         "Condition": {"Bool": {"aws:SecureTransport": "true"}}},
+    ]});
+    let name = format!("cond-{}", random(6));
+    let (k, s) = iam_user_with_policy(&name, "/", Some(&doc)).await;
+    let (iam, s3) = (iam_with(&k, &s), s3_with(&k, &s));
+    let r = iam.create_user().user_name(format!("{name}-a")).send().await;
+    assert_eq!(code(r), "AccessDenied", "StringEquals on a missing key");
+    iam.create_user()
+        .user_name(format!("{name}-b"))
+        .permissions_boundary(&boundary)
+        .send()
+        .await
+        .expect("StringEquals on a matching key");
+    // CreateBucket without s3:TagResource: tags at creation are refused and nothing is made.
+    let tagged = aws_sdk_s3::types::CreateBucketConfiguration::builder()
+        .tags(
+            aws_sdk_s3::types::Tag::builder()
+                .key("k")
+                .value("v")
+                .build()
+                .unwrap(),
+        )
+        .build();
+    let r = s3
+        .create_bucket()
+        .bucket(&bucket)
+        .create_bucket_configuration(tagged.clone())
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "tags at creation need s3:TagResource");
+    assert!(!bucket_exists(&bucket).await);
+    // The admin creates it with tags in the same call.
+    admin_s3()
+        .create_bucket()
+        .bucket(&bucket)
+        .create_bucket_configuration(tagged)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bucket_tags(&bucket).await.get("k").map(String::as_str), Some("v"));
+    let list = |p: Option<&str>| {
+        s3.list_objects_v2()
+            .bucket(&bucket)
+            .set_prefix(p.map(Into::into))
+            .send()
+    };
+    assert_eq!(code(list(Some("team/x")).await), "ok", "s3:prefix matches");
+    assert_eq!(code(list(Some("other/")).await), "AccessDenied");
+    assert_eq!(code(list(None).await), "AccessDenied", "no prefix, no match");
+
+    // A user's boundary caps it; an inactive key authenticates nothing.
+    let iam_admin = admin_iam();
+    let user = format!("{name}-b");
+    iam_admin
+        .put_user_policy()
+        .user_name(&user)
+        .policy_name("admin")
+        .policy_document(admin_policy())
+        .send()
+        .await
+        .unwrap();
+    let key = iam_admin
+        .create_access_key()
+        .user_name(&user)
+        .send()
+        .await
+        .unwrap()
+        .access_key
+        .unwrap();
+    let bounded = s3_with(&key.access_key_id, &key.secret_access_key);
+    assert_eq!(code(bounded.list_objects_v2().bucket(&bucket).send().await), "ok");
+    let r = iam_with(&key.access_key_id, &key.secret_access_key)
+        .list_users()
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "the boundary allows no IAM");
+    let got = iam_admin.get_user().user_name(&user).send().await.unwrap();
+    let reported = got.user.unwrap().permissions_boundary.unwrap();
+    assert_eq!(reported.permissions_boundary_arn(), Some(boundary.as_str()));
+    iam_admin
+        .update_access_key()
+        .user_name(&user)
+        .access_key_id(&key.access_key_id)
+        .status(aws_sdk_iam::types::StatusType::Inactive)
+        .send()
+        .await
+        .unwrap();
+    let r = bounded.list_objects_v2().bucket(&bucket).send().await;
+    assert_eq!(code(r), "InvalidAccessKeyId", "an inactive key is refused");
+}
+
+/// Every user the operator creates carries the boundary.
+async fn assert_bounded(user_arn: &str, cluster: &str) {
+    let name = user_arn.rsplit('/').next().unwrap();
+    let user = admin_iam().get_user().user_name(name).send().await.unwrap();
+    let b = user.user.unwrap().permissions_boundary.unwrap();
+    assert_eq!(
+        b.permissions_boundary_arn(),
+        Some(scope(cluster).boundary_arn().as_str())
+    );
+}
+
+async fn s3_works(d: &std::collections::BTreeMap<String, String>, bucket: &str) -> String {
+    let s3 = s3_with(&d["AWS_ACCESS_KEY_ID"], &d["AWS_SECRET_ACCESS_KEY"]);
+    code(
+        s3.put_object()
+            .bucket(bucket)
+            .key("probe")
+            .body(b"x".to_vec().into())
+            .send()
+            .await,
+    )
+}
+
+/// A retained bucket goes back only to its namespace, and the grants on it end with the
+/// Bucket: revoked within one pass, restored when the same namespace adopts it back.
+#[tokio::test]
+async fn retained_buckets_stay_with_their_namespace_and_grants_end_with_ownership() {
+    let client = admin().await;
+    let (a, b) = (
+        namespace(&client, "tena").await,
+        namespace(&client, "tenb").await,
+    );
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![a.clone(), b.clone()],
+        resync: "30s",
+        ..Default::default()
+    })
+    .await;
+    let name = format!("{}kept-{}", prefix(&op.cluster), random(6));
+    let (ba, bb) = (
+        Api::<Bucket>::namespaced(client.clone(), &a),
+        Api::<Bucket>::namespaced(client.clone(), &b),
+    );
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &a);
+    let spec = json!({"bucketName": name, "deletionPolicy": "Retain", "adoptExisting": true});
+    ba.create(&PostParams::default(), &bucket("kept", spec.clone()))
+        .await
+        .unwrap();
+    wait_ready(&ba, "kept").await;
+    accesses
+        .create(
+            &PostParams::default(),
+            &access(
+                "app",
+                json!({"bucketRef": {"name": "kept"}, "permission": "ReadWrite"}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_reason(&accesses, "app", "Available", T).await;
+    let st = accesses.get("app").await.unwrap().status.unwrap();
+    assert_bounded(st.user_arn.as_deref().unwrap(), &op.cluster).await;
+    let secret = Api::<Secret>::namespaced(client.clone(), &a)
+        .get("app")
+        .await
+        .unwrap();
+    let creds = secret_data(&secret);
+    assert_eq!(s3_works(&creds, &name).await, "ok");
+
+    // Deleting the Bucket (Retain) revokes the grant and says why; the data stays.
+    ba.delete("kept", &DeleteParams::default()).await.unwrap();
+    let msg = wait_reason(&accesses, "app", "BucketNotFound", T).await;
+    assert!(msg.contains("no access is granted"), "{msg}");
+    wait_for("the key to stop working", T, || async {
+        (s3_works(&creds, &name).await != "ok").then_some(())
+    })
+    .await;
+    assert!(bucket_exists(&name).await, "a retained bucket stays");
+    let tags = bucket_tags(&name).await;
+    assert_eq!(
+        tags.get("s3.operator.dev/released-from-namespace"),
+        Some(&a)
+    );
+    assert!(!tags.contains_key("s3.operator.dev/uid"));
+
+    // Another tenant cannot adopt it, even asking to.
+    bb.create(&PostParams::default(), &bucket("steal", spec.clone()))
+        .await
+        .unwrap();
+    let msg = wait_reason(&bb, "steal", "NameConflict", T).await;
+    assert!(msg.contains(&format!("namespace {a}")), "{msg}");
+    assert!(!bucket_tags(&name).await.contains_key("s3.operator.dev/uid"));
+
+    // Its own namespace adopts it back, and the same Secret works again.
+    ba.create(&PostParams::default(), &bucket("kept", spec))
+        .await
+        .unwrap();
+    wait_ready(&ba, "kept").await;
+    wait_reason(&accesses, "app", "Available", T).await;
+    wait_for("the key to work again", T, || async {
+        (s3_works(&creds, &name).await == "ok").then_some(())
+    })
+    .await;
+    let tags = bucket_tags(&name).await;
+    assert_eq!(tags.get("s3.operator.dev/namespace"), Some(&a));
+    assert!(!tags.contains_key("s3.operator.dev/released-from-namespace"));
+}
+
+/// Status is a report: a tenant who writes status (or names another tenant's bucket) gets no
+/// grant on it and cannot make the operator delete it.
+#[tokio::test]
+async fn status_cannot_redirect_a_grant_or_a_deletion() {
+    let client = admin().await;
+    let (victim_ns, attacker_ns) = (
+        namespace(&client, "vict").await,
+        namespace(&client, "attk").await,
+    );
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![victim_ns.clone(), attacker_ns.clone()],
+        ..Default::default()
+    })
+    .await;
+    let victim = Api::<Bucket>::namespaced(client.clone(), &victim_ns);
+    victim
+        .create(
+            &PostParams::default(),
+            &bucket("data", json!({"deletionPolicy": "Retain"})),
+        )
+        .await
+        .unwrap();
+    let target = wait_ready(&victim, "data").await;
+    admin_s3()
+        .put_object()
+        .bucket(&target)
+        .key("secret.txt")
+        .body(b"victim".to_vec().into())
+        .send()
+        .await
+        .unwrap();
+
+    // The attacker's Bucket names nothing, but its status is forged to name the victim's.
+    let attacker = Api::<Bucket>::namespaced(client.clone(), &attacker_ns);
+    attacker
+        .create(
+            &PostParams::default(),
+            &bucket(
+                "mine",
+                json!({"deletionPolicy": "Delete", "forceDelete": true}),
+            ),
+        )
+        .await
+        .unwrap();
+    let own = wait_ready(&attacker, "mine").await;
+    // The victim's bucket, by explicit name: refused as another owner's.
+    attacker
+        .create(
+            &PostParams::default(),
+            &bucket(
+                "named",
+                json!({"bucketName": target, "deletionPolicy": "Delete", "forceDelete": true}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_reason(&attacker, "named", "NameConflict", T).await;
+    let forged = json!({"status": {"bucketName": target, "conditions": [{"type": "Ready", "status": "True", "reason": "Available", "message": "forged", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    for name in ["mine", "named"] {
+        attacker
+            .patch_status(name, &PatchParams::default(), &Patch::Merge(&forged))
+            .await
+            .unwrap();
+    }
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &attacker_ns);
+    for (name, bucket_ref) in [("via-mine", "mine"), ("via-named", "named")] {
+        accesses
+            .create(
+                &PostParams::default(),
+                &access(
+                    name,
+                    json!({"bucketRef": {"name": bucket_ref}, "permission": "ReadOnly"}),
+                ),
+            )
+            .await
+            .unwrap();
+    }
+    // Through its own Bucket it gets its own bucket, never the one status names.
+    wait_reason(&accesses, "via-mine", "Available", T).await;
+    let secrets = Api::<Secret>::namespaced(client.clone(), &attacker_ns);
+    let d = secret_data(&secrets.get("via-mine").await.unwrap());
+    assert_eq!(d["BUCKET_NAME"], own);
+    let s3 = s3_with(&d["AWS_ACCESS_KEY_ID"], &d["AWS_SECRET_ACCESS_KEY"]);
+    let r = s3.get_object().bucket(&target).key("secret.txt").send().await;
+    assert_eq!(code(r), "AccessDenied");
+    // Through the Bucket that names the victim's bucket: nothing, however often the attacker
+    // forges its status back to Ready (the operator keeps correcting it).
+    let msg = wait_for("via-named to be refused", T, || async {
+        attacker
+            .patch_status("named", &PatchParams::default(), &Patch::Merge(&forged))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let st = accesses.get("via-named").await.unwrap().status;
+        let (_, reason, msg) = ready_of(st.map(|s| serde_json::to_value(s).unwrap()))?;
+        (reason == "BucketNotOwned").then_some(msg)
+    })
+    .await;
+    assert!(msg.contains(&target), "{msg}");
+    assert!(secrets.get_opt("via-named").await.unwrap().is_none());
+
+    // Deleting both attacker Buckets (Delete + forceDelete) leaves the victim's bucket whole.
+    for name in ["mine", "named"] {
+        attacker
+            .delete(name, &DeleteParams::default())
+            .await
+            .unwrap();
+    }
+    wait_for("the attacker's Buckets to go", T, || async {
+        let left = attacker.list(&Default::default()).await.unwrap().items;
+        left.is_empty().then_some(())
+    })
+    .await;
+    assert!(!bucket_exists(&own).await, "its own bucket was deleted");
+    let body = admin_s3()
+        .get_object()
+        .bucket(&target)
+        .key("secret.txt")
+        .send()
+        .await
+        .expect("the victim's object survives");
+    assert_eq!(
+        body.body.collect().await.unwrap().into_bytes().as_ref(),
+        b"victim"
+    );
+    assert_eq!(
+        bucket_tags(&target)
+            .await
+            .get("s3.operator.dev/namespace"),
+        Some(&victim_ns)
+    );
+    drop(op);
+}
+
+/// A refusal during deletion keeps the finalizer and names the refused operation; once the
+/// policy is whole again the deletion finishes and nothing is left behind.
+#[tokio::test]
+async fn cleanup_fails_closed_under_a_narrowed_policy() {
+    let client = admin().await;
+    let ns = namespace(&client, "closed").await;
+    let id = Identity::new(std::slice::from_ref(&ns), None).await;
+    let opts = OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "5s",
+        ..Default::default()
+    };
+    let op = Operator::start_as(&id, &opts, "0").await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    buckets
+        .create(
+            &PostParams::default(),
+            &bucket("b", json!({"deletionPolicy": "Delete"})),
+        )
+        .await
+        .unwrap();
+    let name = wait_ready(&buckets, "b").await;
+    accesses
+        .create(
+            &PostParams::default(),
+            &access(
+                "a",
+                json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly"}),
+            ),
+        )
+        .await
+        .unwrap();
+    wait_reason(&accesses, "a", "Available", T).await;
+    let user_arn = accesses
+        .get("a")
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .user_arn
+        .unwrap();
+    let user = user_arn.rsplit('/').next().unwrap().to_string();
+
+    // Take iam:GetUser and s3:GetBucketTagging away from the operator.
+    let operator_user = format!("s3-operator-{}", id.cluster);
+    let mut narrowed = operator_policy(&id.cluster);
+    for s in narrowed["Statement"].as_array_mut().unwrap() {
+        if let Some(actions) = s["Action"].as_array_mut() {
+            actions.retain(|a| a != "iam:GetUser" && a != "s3:GetBucketTagging");
+        }
+    }
+    let set_policy = |doc: serde_json::Value| {
+        let user = operator_user.clone();
+        async move {
+            admin_iam()
+                .put_user_policy()
+                .user_name(user)
+                .policy_name("p")
+                .policy_document(doc.to_string())
+                .send()
+                .await
+                .unwrap();
+        }
+    };
+    set_policy(narrowed).await;
+    accesses.delete("a", &DeleteParams::default()).await.unwrap();
+    buckets.delete("b", &DeleteParams::default()).await.unwrap();
+    let msg = wait_reason(&accesses, "a", "DeletionBlocked", T).await;
+    assert!(msg.contains("GetUser"), "{msg}");
+    let msg = wait_reason(&buckets, "b", "DeletionBlocked", T).await;
+    assert!(msg.contains("GetBucketTagging"), "{msg}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(accesses.get_opt("a").await.unwrap().is_some(), "finalizer kept");
+    assert!(buckets.get_opt("b").await.unwrap().is_some(), "finalizer kept");
+    let r = admin_iam().get_user().user_name(&user).send().await;
+    assert_eq!(code(r), "ok", "the user was not forgotten");
+
+    // The policy is whole again: both deletions finish, and nothing leaks.
+    set_policy(operator_policy(&id.cluster)).await;
+    wait_for("both objects to go", Duration::from_secs(120), || async {
+        let a = accesses.get_opt("a").await.unwrap();
+        let b = buckets.get_opt("b").await.unwrap();
+        (a.is_none() && b.is_none()).then_some(())
+    })
+    .await;
+    let r = admin_iam().get_user().user_name(&user).send().await;
+    assert_eq!(code(r), "NoSuchEntity", "the user is deleted");
+    assert!(!bucket_exists(&name).await, "the bucket is deleted");
+    drop(op);
+}
