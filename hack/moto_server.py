@@ -19,6 +19,9 @@ parts the operator relies on. Everything else is stock moto.
 - Bulk DeleteObjects is authorized as s3:DeleteObject on the objects; encryption and public
   access block requests are checked against the IAM actions AWS uses.
 - The GetBucketVersioning answer's root element is `VersioningConfiguration`, as S3 names it.
+- IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
+  shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
+  shape), which the AWS SDKs for Rust and Go cannot read, so the code would be lost.
 
 Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 """
@@ -27,6 +30,7 @@ import fnmatch
 import sys
 
 import xmltodict
+from moto.core.exceptions import AccessDeniedError, InvalidClientTokenIdError
 from moto.core.responses import EmptyResult
 from moto.iam import access_control
 from moto.iam.access_control import IAMPolicy, PermissionResult
@@ -225,6 +229,30 @@ def _check_action_permitted(self, resource):
 
 
 access_control.IAMRequestBase.check_action_permitted = _check_action_permitted
+
+# ---------------------------------------------------------------- query-protocol error shape
+
+
+def _query_shaped(error):
+    """The error with AWS's query-protocol body: ErrorResponse/Error, not ErrorResponse/Errors."""
+    body = {"Code": error.error_type, "Message": error.message, "Type": "Sender"}
+    error.description = xmltodict.unparse({"ErrorResponse": {"Error": body}}, full_document=True)
+    return error
+
+
+def _query_access_denied(self):
+    raise _query_shaped(AccessDeniedError(user_arn=self._access_key.arn, action=self._action))
+
+
+def _query_invalid_key(self, reason):
+    if self._service == "ec2":
+        return _stock_invalid_key(self, reason)
+    raise _query_shaped(InvalidClientTokenIdError())
+
+
+_stock_invalid_key = access_control.IAMRequest._raise_invalid_access_key
+access_control.IAMRequest._raise_access_denied = _query_access_denied
+access_control.IAMRequest._raise_invalid_access_key = _query_invalid_key
 
 # ---------------------------------------------------------------- inactive keys
 

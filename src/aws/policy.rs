@@ -157,7 +157,11 @@ impl Scope {
 fn app_actions() -> (Vec<&'static str>, Vec<&'static str>) {
     let mut objects = Vec::new();
     let mut buckets = Vec::new();
-    for p in [Permission::ReadOnly, Permission::ReadWrite, Permission::WriteOnly] {
+    for p in [
+        Permission::ReadOnly,
+        Permission::ReadWrite,
+        Permission::WriteOnly,
+    ] {
         let (o, b) = actions(p);
         objects.extend_from_slice(o);
         buckets.extend_from_slice(b);
@@ -475,7 +479,12 @@ mod tests {
             conditioned["Condition"]["StringEquals"]["iam:PermissionsBoundary"],
             "arn:aws:iam::123456789012:policy/s3-operator/prod/s3-operator-boundary"
         );
-        for action in ["iam:CreateUser", "iam:CreateRole", "iam:PutUserPolicy", "iam:PutRolePolicy"] {
+        for action in [
+            "iam:CreateUser",
+            "iam:CreateRole",
+            "iam:PutUserPolicy",
+            "iam:PutRolePolicy",
+        ] {
             let holders: Vec<&str> = statements
                 .iter()
                 .filter(|s| s["Effect"] == "Allow" && actions_of(s).contains(&action.to_string()))
@@ -499,14 +508,21 @@ mod tests {
     fn boundary_caps_identities_to_the_installations_buckets() {
         let doc = boundary_policy(&scope());
         let allowed = actions(&doc);
-        for p in [Permission::ReadOnly, Permission::ReadWrite, Permission::WriteOnly] {
+        for p in [
+            Permission::ReadOnly,
+            Permission::ReadWrite,
+            Permission::WriteOnly,
+        ] {
             for a in actions(&access_policy("aws", "s3op-prod-b", p, Some("x/"))) {
                 assert!(allowed.contains(&a), "{a}");
             }
         }
         assert!(!allowed.iter().any(|a| a.starts_with("iam:") || a == "s3:*"));
         assert_eq!(doc["Statement"][0]["Resource"], "arn:aws:s3:::s3op-prod-*");
-        assert_eq!(doc["Statement"][1]["Resource"], "arn:aws:s3:::s3op-prod-*/*");
+        assert_eq!(
+            doc["Statement"][1]["Resource"],
+            "arn:aws:s3:::s3op-prod-*/*"
+        );
     }
 
     #[test]

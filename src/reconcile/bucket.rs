@@ -644,9 +644,9 @@ async fn hold(bucket: &Bucket, ctx: &Context, d: &Desired, msg: String) -> Error
         msg.clone(),
     );
     if bucket.status.as_ref() != Some(&status) {
-        ctx.event(bucket, true, "DeletionBlocked", msg.clone()).await;
-        if let Err(e) = update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await
-        {
+        ctx.event(bucket, true, "DeletionBlocked", msg.clone())
+            .await;
+        if let Err(e) = update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await {
             return e;
         }
     }
@@ -734,8 +734,14 @@ mod tests {
         assert!(msg.contains("namespace other"), "{msg}");
         assert!(adoption_refused("b", &other_cluster, &o, true, false).is_some());
         // Only the operator's explicit flag lets another namespace take it.
-        assert_eq!(adoption_refused("b", &released_elsewhere, &o, true, true), None);
-        assert_eq!(adoption_refused("b", &Ownership::Unowned, &o, true, false), None);
+        assert_eq!(
+            adoption_refused("b", &released_elsewhere, &o, true, true),
+            None
+        );
+        assert_eq!(
+            adoption_refused("b", &Ownership::Unowned, &o, true, false),
+            None
+        );
         assert!(adoption_refused("b", &Ownership::Unowned, &o, false, true).is_some());
     }
 

@@ -241,7 +241,7 @@ enum BucketState {
     /// The Bucket is not Ready yet: nothing is created, nothing is revoked.
     NotReady(String),
     /// The bucket this Bucket's spec and UID name, still to be confirmed in AWS.
-    Named(super::bucket::Desired, Owner),
+    Named(Box<super::bucket::Desired>, Owner),
 }
 
 fn bucket_state(
@@ -270,7 +270,7 @@ fn bucket_state(
     }
     let owner = super::bucket::owner(bucket, &settings.cluster_name);
     match super::bucket::desired(bucket, settings, default_region, &owner) {
-        Ok(d) => BucketState::Named(d, owner),
+        Ok(d) => BucketState::Named(Box::new(d), owner),
         Err(msg) => BucketState::Gone(Reason::BucketNotOwned, msg),
     }
 }

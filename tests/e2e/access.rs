@@ -190,6 +190,13 @@ async fn credentials_grant_exactly_their_permission_and_are_cleaned_up() {
             .contains("AccessDenied")
     );
     assert!(get(&wo_s3, &data, "inbox/c.txt").await.is_err());
+    // The trailing '/' is what keeps a sibling out: "inbox/" does not cover "inbox-other/".
+    assert!(
+        put(&wo_s3, &data, "inbox-other/c.txt")
+            .await
+            .unwrap_err()
+            .contains("AccessDenied")
+    );
 
     // Secrets never reach status, events or logs.
     let secret_values = [

@@ -19,8 +19,12 @@ pub struct Inventory {
     pub users: BTreeMap<String, Principal>,
     /// IAM roles under the installation's path.
     pub roles: BTreeMap<String, Principal>,
-    /// Customer-managed policies under the installation's path (the operator uses none).
+    /// Customer-managed policies under the installation's path other than the permissions
+    /// boundary the administrator installs (the operator creates none).
     pub managed_policies: Vec<String>,
+    /// The boundary's default version, when it exists: the operator may never change it, so
+    /// anything but the administrator's first version is a problem.
+    pub boundary_version: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -160,11 +164,14 @@ pub async fn inventory(cluster: &str) -> Inventory {
         .send()
         .await
         .expect("ListPolicies");
-    inv.managed_policies = policies
-        .policies()
-        .iter()
-        .filter_map(|p| p.policy_name().map(String::from))
-        .collect();
+    for p in policies.policies() {
+        let name = p.policy_name().unwrap_or_default();
+        if name == s3_operator::aws::policy::BOUNDARY_NAME {
+            inv.boundary_version = p.default_version_id().map(String::from);
+        } else {
+            inv.managed_policies.push(name.to_string());
+        }
+    }
     inv
 }
 
@@ -256,6 +263,11 @@ pub async fn audit(cluster: &str, namespaces: &[String]) -> Vec<String> {
     }
     for p in &inv.managed_policies {
         problems.push(format!("managed policy {p} under the operator's path"));
+    }
+    if let Some(v) = inv.boundary_version.as_deref().filter(|v| *v != "v1") {
+        problems.push(format!(
+            "the permissions boundary was changed (default version {v})"
+        ));
     }
 
     // Ready objects hold what their status says.

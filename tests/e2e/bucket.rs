@@ -265,9 +265,16 @@ async fn deletion_respects_retain_and_blocks_on_non_empty_buckets() {
     assert!(bucket_exists(&kept).await, "Retain keeps the bucket");
     let tags = bucket_tags(&kept).await;
     assert_eq!(tags.get("app").map(String::as_str), Some("x"));
-    assert!(
-        !tags.keys().any(|k| k.starts_with("s3.operator.dev/")),
-        "ownership released: {tags:?}"
+    // No owner is left, but the bucket remembers where it came from (only that namespace may
+    // adopt it back).
+    for k in ["cluster", "namespace", "name", "uid"] {
+        let key = format!("s3.operator.dev/{k}");
+        assert!(!tags.contains_key(&key), "ownership released: {tags:?}");
+    }
+    assert_eq!(
+        tags.get("s3.operator.dev/released-from-namespace"),
+        Some(&ns),
+        "{tags:?}"
     );
 
     // Delete on a non-empty bucket blocks, reported in status and events, until forceDelete.

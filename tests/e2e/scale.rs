@@ -51,7 +51,7 @@ pub struct Row {
     pub resync_s: f64,
     pub resync_aws_writes: f64,
     pub resync_kube_writes: f64,
-    pub resync_s3_reads_per_bucket: f64,
+    pub resync_s3_reads_per_pair: f64,
     pub resync_iam_reads_per_access: f64,
     pub rss_peak_mib: f64,
     pub rss_settled_mib: f64,
@@ -469,7 +469,7 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
             .map(|(_, v)| v)
             .sum::<f64>()
     };
-    row.resync_s3_reads_per_bucket = sum_reads("s3:") / n as f64;
+    row.resync_s3_reads_per_pair = sum_reads("s3:") / n as f64;
     row.resync_iam_reads_per_access = sum_reads("iam:") / n as f64;
     let (rss, _, cpu) = footprint(op.pid());
     row.cpu_resync_s = cpu;
@@ -582,8 +582,8 @@ pub fn table(rows: &[Row]) -> String {
     line("Resync: API writes", &|r| {
         format!("{}", r.resync_kube_writes.abs())
     });
-    line("Resync: S3 reads per Bucket (≤ 3)", &|r| {
-        format!("{:.2}", r.resync_s3_reads_per_bucket)
+    line("Resync: S3 reads per pair (≤ 4)", &|r| {
+        format!("{:.2}", r.resync_s3_reads_per_pair)
     });
     line("Resync: IAM reads per BucketAccess", &|r| {
         format!("{:.2}", r.resync_iam_reads_per_access)
@@ -667,10 +667,13 @@ async fn benchmark_smoke_converges_matches_the_floor_and_resyncs_quietly() {
     assert_eq!(row.reconcile_errors, 0.0);
     assert_eq!(row.resync_aws_writes, 0.0, "a resync wrote to AWS");
     assert_eq!(row.resync_kube_writes, 0.0, "a resync wrote to Kubernetes");
+    // 3 for the Bucket (tagging, public access block, encryption) and 1 for the BucketAccess,
+    // which confirms from the bucket's tags in AWS, never from status, that its Bucket still
+    // owns the bucket it grants.
     assert!(
-        row.resync_s3_reads_per_bucket <= 3.0,
+        row.resync_s3_reads_per_pair <= 4.0,
         "{}",
-        row.resync_s3_reads_per_bucket
+        row.resync_s3_reads_per_pair
     );
     assert!(row.audit_problems.is_empty(), "{:?}", row.audit_problems);
     assert!(row.rss_peak_mib > 0.0 && row.latency_p50_s > 0.0);

@@ -105,6 +105,18 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
     )
     .await;
     assert!(msg.contains("spec.prefix"), "{msg}");
+    // An IAM policy variable would let the grant's resource follow the caller: refused.
+    for prefix in ["${aws:username}/", "team/${s3:prefix}"] {
+        let msg = refused(
+            &accesses,
+            bka(
+                "a",
+                json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "prefix": prefix}),
+            ),
+        )
+        .await;
+        assert!(msg.contains("spec.prefix") && msg.contains("${"), "{msg}");
+    }
 
     // Immutable fields.
     let b: Bucket =
