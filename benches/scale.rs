@@ -1,4 +1,6 @@
 //! The scale benchmark: `cargo bench --bench scale -- [--pairs 100,1000,5000] [--write]`.
+//! `--churn SECONDS[,BATCH]` instead creates and deletes BATCH pairs (default 50) over and over
+//! for that long and prints the operator's RSS after every cycle (as JSON lines too).
 //!
 //! Each N runs in a child process with its own private control plane and emulator, so every run
 //! starts from the same empty state. The summary table goes to stdout; `--write` also writes
@@ -30,6 +32,24 @@ fn main() {
             .expect("tokio runtime");
         let row = rt.block_on(scale::run(n, 30, false));
         println!("{}", serde_json::to_string(&row).expect("JSON"));
+        return;
+    }
+    if let Some(spec) = arg(&args, "--churn") {
+        let (secs, batch) = spec.split_once(',').unwrap_or((&spec, "50"));
+        let secs: u64 = secs.parse().expect("--churn SECONDS[,BATCH]");
+        let batch: usize = batch.parse().expect("--churn SECONDS[,BATCH]");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let samples = rt.block_on(scale::churn(std::time::Duration::from_secs(secs), batch));
+        println!("| cycle | after (s) | RSS (MiB) |\n|---|---|---|");
+        for s in &samples {
+            println!("| {} | {:.0} | {:.1} |", s.cycle, s.elapsed_s, s.rss_mib);
+        }
+        for s in &samples {
+            println!("{}", serde_json::to_string(s).expect("JSON"));
+        }
         return;
     }
     let pairs: Vec<usize> = arg(&args, "--pairs")

@@ -4,11 +4,17 @@
 # (S3, IAM, STS with IAM enforcement), all on loopback with free ports.
 #
 #   hack/env.sh up   [--state DIR] [--owner-pid PID]   start; prints the env file to source
+#   hack/env.sh up --node [--state DIR] [--owner-pid PID]  the same plus a real node (root only)
 #   hack/env.sh down [--state DIR]                     stop and delete the state
 #   hack/env.sh apiserver PORT [--state DIR]           run one more kube-apiserver (foreground)
 #
 # With --owner-pid the environment tears itself down when that process exits, even if it is
 # killed, so a failing or interrupted test run never leaves servers behind.
+#
+# --node (hack/node.sh says more): the API server and moto are also reached at the node's own
+# bridge address (a relay to loopback), with ServiceAccount admission, the Node authorizer and
+# every default controller; kube-scheduler, kubelet, kube-proxy, containerd and CoreDNS join them. `down` also
+# stops the node and restores the host.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
@@ -18,10 +24,12 @@ port=""
 if [[ $cmd == apiserver ]]; then port=${1:?usage: hack/env.sh apiserver PORT}; shift; fi
 state="${S3OP_STATE:-$here/../.local/env}"
 owner=""
+node=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --state) state=$2; shift 2 ;;
     --owner-pid) owner=$2; shift 2 ;;
+    --node) node=1; shift ;;
     *) die "unknown argument $1" ;;
   esac
 done
@@ -51,6 +59,13 @@ wait_for() {  # wait_for WHAT SECONDS CMD...
 
 certs() {
   local d="$state/pki"; mkdir -p "$d"
+  local san="IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+  if [[ -f $state/node/bridge-ip ]]; then
+    # Pods reach the API server at the bridge address and at the `kubernetes` Service's IP.
+    local ip; ip=$(cat "$state/node/bridge-ip")
+    san+=",IP:$ip,IP:10.96.0.1,DNS:kubernetes.default.svc.cluster.local"
+    grep -qF "IP:$ip," "$d/apiserver.ext" 2>/dev/null || rm -f "$d/admin.crt"  # made without the node
+  fi
   [[ -f $d/admin.crt ]] && return 0
   local o="openssl"
   $o req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=s3op-test-ca" \
@@ -63,8 +78,7 @@ certs() {
     $o x509 -req -in "$d/$1.csr" -CA "$d/ca.crt" -CAkey "$d/ca.key" -CAcreateserial -days 3650 \
       -extfile "$ext" -out "$d/$1.crt" 2>/dev/null
   }
-  sign apiserver "/CN=kube-apiserver" \
-    "IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default,DNS:kubernetes.default.svc"
+  sign apiserver "/CN=kube-apiserver" "$san"
   sign admin "/O=system:masters/CN=s3op-admin"
   $o genrsa -out "$d/sa.key" 2048 2>/dev/null
   $o rsa -in "$d/sa.key" -pubout -out "$d/sa.pub" 2>/dev/null
@@ -73,30 +87,51 @@ certs() {
 # apiserver PORT CERT_DIR AUDIT_LOG: runs a kube-apiserver on the environment's etcd. `up` starts
 # the main one; `hack/env.sh apiserver` starts another (an HA peer the fault tests stop and
 # restart). Every write is audited (hack/audit-policy.yaml) as one JSON line in AUDIT_LOG.
-apiserver() {
-  local pki="$state/pki"
+# ADVERTISE (the node mode's main one): the address the `kubernetes` Service sends Pods to, where
+# a relay forwards to the loopback address every API server listens on.
+apiserver() {  # apiserver PORT CERT_DIR AUDIT_LOG [ADVERTISE]
+  local pki="$state/pki" advertise=${4:-127.0.0.1} authz=RBAC admission=(--disable-admission-plugins ServiceAccount) node_flags=()
+  if [[ -f $state/node/bridge-ip ]]; then
+    # Pods get their ServiceAccount tokens mounted; kubelet acts as a node (Node authorizer,
+    # NodeRestriction); logs and exec reach kubelet at its InternalIP, checked against the CA.
+    authz=Node,RBAC admission=(--enable-admission-plugins NodeRestriction)
+    node_flags=(--kubelet-preferred-address-types InternalIP --kubelet-certificate-authority "$pki/ca.crt"
+      --kubelet-client-certificate "$pki/admin.crt" --kubelet-client-key "$pki/admin.key")
+    # A peer stays out of the `kubernetes` Service: its loopback address would be a Pod's own.
+    if [[ $advertise == 127.0.0.1 ]]; then node_flags+=(--endpoint-reconciler-type none); fi
+  fi
   exec "$S3OP_BIN/kube-apiserver" \
     --etcd-servers "$(cat "$state/etcd.url")" \
-    --bind-address 127.0.0.1 --advertise-address 127.0.0.1 --secure-port "$1" \
+    --bind-address 127.0.0.1 --advertise-address "$advertise" --secure-port "$1" \
     --cert-dir "$2" \
     --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
     --client-ca-file "$pki/ca.crt" \
-    --authorization-mode RBAC \
+    --authorization-mode "$authz" \
     --service-account-issuer "https://kubernetes.default.svc.cluster.local" \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 \
-    --disable-admission-plugins ServiceAccount \
+    "${admission[@]}" "${node_flags[@]}" \
     --audit-policy-file "$here/audit-policy.yaml" --audit-log-path "$3" \
     --profiling=false --v 1
 }
 
 up() {
-  if [[ -f $state/env ]] && source "$state/env" && kubectl_ok && moto_ok; then
+  if [[ -f $state/env ]] && source "$state/env" && kubectl_ok && moto_ok && [[ -z $node || -n ${S3OP_NODE_NAME:-} ]]; then
     log "environment already up: source $state/env"
     echo "$state/env"; return 0
   fi
   down_quiet
   mkdir -p "$state"
+  # Every server listens on loopback, as without a node. With one, Pods reach the API server and
+  # moto at the node's bridge address through a relay (socat) to loopback: each server takes a
+  # single bind address, and a wider one would include the uplink's.
+  local addr=127.0.0.1 node_ip=127.0.0.1
+  if [[ -n $node ]]; then
+    [[ $(id -u) -eq 0 ]] || die "hack/env.sh up --node needs root (containerd, kubelet, iptables, a bridge)"
+    # The watchdog first: the node changes the host from here on.
+    watchdog
+    node_ip=$("$here/node.sh" net-up --state "$state" | tail -n 1)
+  fi
   "$here/tools.sh" etcd kube moto
   certs
   local etcd_port peer_port api_port moto_port
@@ -110,11 +145,12 @@ up() {
     --initial-cluster "s3op=http://127.0.0.1:$peer_port" --unsafe-no-fsync --log-level warn
 
   echo "http://127.0.0.1:$etcd_port" >"$state/etcd.url"
-  log "starting kube-apiserver $KUBE_VERSION on https://127.0.0.1:$api_port"
-  start kube-apiserver apiserver "$api_port" "$state/apiserver-certs" "$state/audit.jsonl"
+  log "starting kube-apiserver $KUBE_VERSION on https://$addr:$api_port"
+  start kube-apiserver apiserver "$api_port" "$state/apiserver-certs" "$state/audit.jsonl" "$node_ip"
+  if [[ -n $node ]]; then relay "$api_port"; fi
 
   local kc="$state/admin.kubeconfig"
-  KUBECONFIG="$kc" "$bin/kubectl" config set-cluster local --server "https://127.0.0.1:$api_port" \
+  KUBECONFIG="$kc" "$bin/kubectl" config set-cluster local --server "https://$addr:$api_port" \
     --certificate-authority "$pki/ca.crt" --embed-certs >/dev/null
   KUBECONFIG="$kc" "$bin/kubectl" config set-credentials admin --client-certificate "$pki/admin.crt" \
     --client-key "$pki/admin.key" --embed-certs >/dev/null
@@ -123,45 +159,74 @@ up() {
   export KUBECONFIG="$kc"
   wait_for kube-apiserver 90 "$bin/kubectl" get --raw /readyz
 
-  log "starting kube-controller-manager (garbage collector, namespaces, ServiceAccounts)"
-  start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kc" \
-    --controllers garbagecollector,namespace,serviceaccount \
-    --leader-elect=false --secure-port 0 --root-ca-file "$pki/ca.crt" --v 1
+  if [[ -n $node ]]; then
+    log "starting kube-controller-manager (every default controller)"
+    start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kc" \
+      --leader-elect=false --secure-port 0 --root-ca-file "$pki/ca.crt" \
+      --service-account-private-key-file "$pki/sa.key" --service-cluster-ip-range 10.96.0.0/16 \
+      --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" --v 1
+  else
+    log "starting kube-controller-manager (garbage collector, namespaces, ServiceAccounts)"
+    start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kc" \
+      --controllers garbagecollector,namespace,serviceaccount \
+      --leader-elect=false --secure-port 0 --root-ca-file "$pki/ca.crt" --v 1
+  fi
 
-  log "starting moto $MOTO_VERSION (S3, IAM, STS; IAM enforced) on http://127.0.0.1:$moto_port"
+  log "starting moto $MOTO_VERSION (S3, IAM, STS; IAM enforced) on http://$addr:$moto_port"
   local venv="$S3OP_CACHE/venv-moto-$MOTO_VERSION"
   start moto env INITIAL_NO_AUTH_ACTION_COUNT=3 MOTO_PORT="$moto_port" \
-    "$venv/bin/python" "$here/moto_server.py" 127.0.0.1 "$moto_port"
-  local endpoint="http://127.0.0.1:$moto_port"
-  wait_for moto 60 python3 -c "import socket; socket.create_connection(('127.0.0.1', $moto_port), 1)"
+    "$venv/bin/python" "$here/moto_server.py" "$addr" "$moto_port"
+  local endpoint="http://$addr:$moto_port"
+  wait_for moto 60 python3 -c "import socket; socket.create_connection(('$addr', $moto_port), 1)"
+  if [[ -n $node ]]; then relay "$moto_port"; fi
+
+  if [[ -n $node ]]; then "$here/node.sh" start --state "$state"; fi
 
   {
     echo "# Source this file to use the local environment (written by hack/env.sh)."
     echo "export S3OP_ENV_DIR=$state"
     echo "export KUBECONFIG=$kc"
-    echo "export S3OP_KUBE_SERVER=https://127.0.0.1:$api_port"
+    echo "export S3OP_KUBE_SERVER=https://$addr:$api_port"
     echo "export S3OP_KUBE_CA=$pki/ca.crt"
     echo "export S3OP_KUBE_AUDIT_LOG=$state/audit.jsonl"
     echo "export S3OP_AWS_ENDPOINT=$endpoint"
     echo "export S3OP_AWS_REGION=us-east-1"
     echo "export PATH=$bin:\$PATH"
     "$venv/bin/python" "$here/aws_bootstrap.py" "$endpoint"
+    if [[ -n $node ]]; then
+      # What Pods use: the API server behind the `kubernetes` Service, moto through its relay.
+      echo "export S3OP_NODE_KUBE_SERVER=https://$node_ip:$api_port"
+      echo "export S3OP_NODE_AWS_ENDPOINT=http://$node_ip:$moto_port"
+      cat "$state/node/env"
+    fi
   } >"$state/env.tmp"
   mv "$state/env.tmp" "$state/env"
 
+  if [[ -z $node ]]; then watchdog; fi
+  log "environment up: source $state/env"
+  echo "$state/env"
+}
+
+# relay PORT: the node's bridge address, same port, forwarded to the server on loopback.
+relay() {
+  start "relay-$1" socat "TCP-LISTEN:$1,bind=$node_ip,reuseaddr,fork" "TCP:127.0.0.1:$1"
+  wait_for "relay-$1" 10 python3 -c "import socket; socket.create_connection(('$node_ip', $1), 1)"
+}
+
+watchdog() {
   if [[ -n $owner ]]; then
     # A detached watchdog: tears the environment down once the owner process is gone.
     setsid bash -c "while kill -0 $owner 2>/dev/null; do sleep 1; done; exec '$here/env.sh' down --state '$state'" \
       >/dev/null 2>&1 </dev/null &
   fi
-  log "environment up: source $state/env"
-  echo "$state/env"
 }
 
 kubectl_ok() { "$S3OP_BIN/kubectl" get --raw /readyz >/dev/null 2>&1; }
 moto_ok() { curl -sf -o /dev/null "$S3OP_AWS_ENDPOINT/moto-api/" ; }
 
 down_quiet() {
+  # The node first (it restores the host), then the control plane.
+  if [[ -d $state/node ]]; then "$here/node.sh" down --state "$state" || true; fi
   if [[ -f $state/pids ]]; then
     # Reverse start order: moto, controller-manager, apiserver, then etcd.
     tac "$state/pids" | while read -r _ pid; do kill "$pid" 2>/dev/null || true; done

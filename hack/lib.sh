@@ -24,3 +24,7 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+
+# The node mode (hack/node.sh): CoreDNS from its Go module; the rest of the node from Debian.
+COREDNS_VERSION="v1.13.2"       # github.com/coredns/coredns
+NODE_PKGS="containerd runc containernetworking-plugins buildah iptables nftables gcc libc6-dev socat"

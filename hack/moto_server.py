@@ -4,7 +4,8 @@ parts the operator relies on. Everything else is stock moto.
 - Real IAM resource ARNs: stock moto authorizes IAM actions against "*" unless a role of that
   name exists, so a policy scoped to an IAM path would deny every user action. AWS evaluates
   `arn:aws:iam::<account>:user/<path>/<name>` (for a missing entity, the ARN without its path);
-  this launcher does the same for users and roles, existing or about to be created.
+  this launcher does the same for users and roles, existing or about to be created, and for
+  managed policies (`PolicyArn`, or the ARN CreatePolicy will give).
 - Conditions: stock moto passes no request context to identity policies and treats a statement
   whose condition fails as an explicit deny. Here a condition is evaluated against the request's
   context keys (`iam:PermissionsBoundary`, `s3:prefix`, `aws:SecureTransport`) with AWS's
@@ -57,6 +58,12 @@ def _determine_resource(self) -> str:
             except Exception:  # not created yet: the ARN it will have
                 path = first("Path") or "/"
                 return f"arn:{self.partition}:iam::{self.current_account}:{kind}{path}{name}"
+    # A managed policy (GetPolicy, CreatePolicyVersion, ...) is the resource of its own actions.
+    if first("PolicyArn"):
+        return first("PolicyArn")
+    if first("PolicyName") and self._get_action() == "CreatePolicy":
+        path = first("Path") or "/"
+        return f"arn:{self.partition}:iam::{self.current_account}:policy{path}{first('PolicyName')}"
     return "*"
 
 

@@ -1,31 +1,40 @@
 #!/usr/bin/env bash
-# Runs the operator locally against a local control plane (etcd, kube-apiserver,
-# kube-controller-manager) and moto, applies the samples and proves the delivered credentials
-# work. Everything stays up afterwards; the end of the output says how to use and stop it.
+# Runs the operator the way users run it, on this machine: a one-node Kubernetes cluster (etcd,
+# kube-apiserver, kubelet, containerd ...) and moto as AWS, the operator image built from the
+# project's Dockerfile and installed with `helm install`, the samples, and an application Pod that
+# writes to its bucket through the BucketAccess's Secret (envFrom, the AWS SDK's default chain).
+# Everything stays up afterwards; the end of the output says how to use and stop it. Root only.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source hack/lib.sh
+[[ $(id -u) -eq 0 ]] || die "hack/run-local.sh needs root: its one-node cluster runs containerd, kubelet and kube-proxy (run it with sudo)"
 
-log "building or reusing the tools (etcd, kube-apiserver, kubectl, moto)"
-hack/tools.sh etcd kube moto
+state="$root/.local/env"
+ns=s3-operator-system
+team=team-a
+
+log "[1/8] building or reusing the tools (Kubernetes, etcd, moto, helm, the node's packages)"
+hack/tools.sh etcd kube moto helm node_pkgs kube_node coredns
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
-log "cargo build (target dir $CARGO_TARGET_DIR)"
-cargo build --locked
-operator_bin="$CARGO_TARGET_DIR/debug/s3-operator"
+log "[2/8] building the operator ($RELEASE_BUILD) and the example application"
+$RELEASE_BUILD
+cargo build --locked --example bucket-app
 
-log "starting the local environment (kept running)"
-envfile="$(hack/env.sh up | tail -n 1)"
+log "[3/8] starting the local cluster and moto in $state (kept running)"
+envfile="$(hack/env.sh up --node --state "$state" | tail -n 1)"
 # shellcheck source=/dev/null
 source "$envfile"
 py="$S3OP_CACHE/venv-moto-$MOTO_VERSION/bin/python"
 
-log "installing the CRDs"
-kubectl apply --server-side -f config/crd/bases/
-kubectl wait --for=condition=Established crd --all --timeout=60s
+log "[4/8] building the images (./Dockerfile on a local base image; the application) and loading them into the node"
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+read -r op_image op_archive < <(hack/images/build.sh operator "$version" | tail -n 1)
+read -r app_image app_archive < <(hack/images/build.sh app | tail -n 1)
+hack/node.sh load "$op_archive" "$app_archive" --state "$state"
 
-log "creating the permissions boundary (config/iam/boundary-policy.json) and the IAM user s3-operator (config/iam/operator-policy.json)"
+log "[5/8] creating the permissions boundary and the operator's IAM user (config/iam/*.json) in moto"
 # Prints "ACCESS_KEY_ID SECRET"; captured, never shown.
 op_creds="$("$py" - "$S3OP_AWS_ENDPOINT" "$S3OP_AWS_REGION" config/iam/operator-policy.json config/iam/boundary-policy.json <<'EOF'
 import json, os, sys
@@ -71,94 +80,76 @@ EOF
 read -r op_key_id op_secret <<<"$op_creds"
 unset op_creds
 log "operator access key id: $op_key_id"
-
-mkdir -p .local
-pidfile=.local/operator.pid
-oplog=.local/operator.log
-if [[ -f $pidfile ]]; then
-  old="$(cat "$pidfile")"
-  if kill -0 "$old" 2>/dev/null && ps -p "$old" -o args= | grep -q s3-operator; then
-    log "stopping the operator of a previous run (pid $old)"
-    kill "$old"
-    for _ in $(seq 100); do kill -0 "$old" 2>/dev/null || break; sleep 0.1; done
-    kill -9 "$old" 2>/dev/null || true
-  fi
-  rm -f "$pidfile"
-fi
-
-log "starting the operator (log: $oplog)"
-# The operator reaches the API server through the admin KUBECONFIG of the env file, so locally it
-# runs with cluster-admin rights; the e2e tests run it under its ServiceAccount and
-# config/rbac/role.yaml instead. AWS access uses only the s3-operator user created above.
-# setsid detaches it from this terminal so it keeps running after the script ends.
-env -u AWS_SESSION_TOKEN -u AWS_PROFILE \
-  AWS_ACCESS_KEY_ID="$op_key_id" AWS_SECRET_ACCESS_KEY="$op_secret" AWS_REGION="$S3OP_AWS_REGION" \
-  setsid "$operator_bin" run \
-  --aws-endpoint-url "$S3OP_AWS_ENDPOINT" \
-  --metrics-bind-address 127.0.0.1:8080 \
-  --health-probe-bind-address 127.0.0.1:8081 \
-  --resync-period 30s \
-  >"$oplog" 2>&1 </dev/null &
-pid=$!
+kubectl create namespace "$ns" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+# The key pair goes in through stdin, never on a command line.
+printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$op_key_id" "$op_secret" |
+  kubectl create secret generic s3-operator-aws -n "$ns" --from-env-file=/dev/stdin \
+    --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 unset op_secret
-echo "$pid" >"$pidfile"
 
-ready=0
-deadline=$((SECONDS + 60))
-while ((SECONDS < deadline)); do
-  if ! kill -0 "$pid" 2>/dev/null; then
-    tail -n 40 "$oplog" >&2 || true
-    die "the operator exited; see $oplog"
-  fi
-  if curl -sf --max-time 2 -o /dev/null http://127.0.0.1:8081/readyz; then ready=1; break; fi
-  sleep 0.2
-done
-if [[ $ready != 1 ]]; then
-  tail -n 40 "$oplog" >&2 || true
-  die "the operator did not become ready in 60s; see $oplog (pid $pid still running)"
+log "[6/8] helm install of charts/s3-operator ($op_image, 2 replicas) into $ns"
+values="$state/helm-values.yaml"
+cat >"$values" <<EOF
+image: {repository: "${op_image%:*}", tag: "${op_image##*:}", pullPolicy: Never}
+replicaCount: 2
+clusterName: default
+# moto as Pods reach it: the node's bridge address, relayed to moto on loopback.
+aws: {endpointUrl: "$S3OP_NODE_AWS_ENDPOINT", region: "$S3OP_AWS_REGION"}
+extraEnv:
+  - {name: AWS_ACCESS_KEY_ID, valueFrom: {secretKeyRef: {name: s3-operator-aws, key: AWS_ACCESS_KEY_ID}}}
+  - {name: AWS_SECRET_ACCESS_KEY, valueFrom: {secretKeyRef: {name: s3-operator-aws, key: AWS_SECRET_ACCESS_KEY}}}
+EOF
+if ! helm upgrade --install s3-operator charts/s3-operator -n "$ns" -f "$values" --wait --timeout 5m; then
+  kubectl get pods -n "$ns" -o wide >&2 || true
+  kubectl get events -n "$ns" --sort-by=.lastTimestamp >&2 || true
+  kubectl logs -n "$ns" -l app.kubernetes.io/name=s3-operator --tail 40 --all-containers >&2 || true
+  die "the operator did not come up"
 fi
-log "operator ready (pid $pid)"
+kubectl get pods -n "$ns" -o wide
+log "leader: $(kubectl get lease s3-operator-leader -n "$ns" -o jsonpath='{.spec.holderIdentity}')"
 
-log "applying config/samples/"
-kubectl apply -k config/samples
-if ! kubectl wait --for=condition=Ready bucket/photos bucketaccess/photos-app --timeout=60s; then
-  kubectl get buckets,bucketaccesses -o wide >&2 || true
-  tail -n 40 "$oplog" >&2 || true
-  die "the samples did not become Ready; see $oplog"
+log "[7/8] applying config/samples/ to namespace $team"
+kubectl create namespace "$team" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
+kubectl apply -k config/samples -n "$team"
+if ! kubectl wait -n "$team" --for=condition=Ready bucket/photos bucketaccess/photos-app --timeout=120s; then
+  kubectl get buckets,bucketaccesses -n "$team" -o wide >&2 || true
+  kubectl logs -n "$ns" -l app.kubernetes.io/name=s3-operator --tail 40 >&2 || true
+  die "the samples did not become Ready"
 fi
-kubectl get buckets,bucketaccesses
+kubectl get buckets,bucketaccesses -n "$team"
 
-log "using Secret photos-credentials (and only it) to write and read hello.txt"
-kubectl get secret photos-credentials -o json | "$py" -c '
-import base64, json, os, sys
-
-import boto3
-from botocore.config import Config
-
-data = {k: base64.b64decode(v).decode() for k, v in json.load(sys.stdin)["data"].items()}
-bucket, key_id = data["BUCKET_NAME"], data["AWS_ACCESS_KEY_ID"]
-print(f"bucket {bucket}, access key id {key_id}", file=sys.stderr)
-s3 = boto3.client(
-    "s3",
-    endpoint_url=data.get("AWS_ENDPOINT_URL_S3") or os.environ["S3OP_AWS_ENDPOINT"],
-    region_name=data["AWS_REGION"],
-    aws_access_key_id=key_id,
-    aws_secret_access_key=data["AWS_SECRET_ACCESS_KEY"],
-    config=Config(s3={"addressing_style": "path"}),
-)
-s3.put_object(Bucket=bucket, Key="hello.txt", Body=b"hello from s3-operator\n")
-body = s3.get_object(Bucket=bucket, Key="hello.txt")["Body"].read().decode()
-print(f"s3://{bucket}/hello.txt: {body}", end="")
-'
+log "[8/8] running the application Pod: envFrom Secret photos-credentials, writes and reads an object"
+kubectl delete pod photos-app -n "$team" --ignore-not-found --wait >/dev/null
+kubectl apply -n "$team" -f - <<EOF
+apiVersion: v1
+kind: Pod
+metadata: {name: photos-app}
+spec:
+  restartPolicy: Never
+  automountServiceAccountToken: false
+  securityContext: {runAsNonRoot: true, runAsUser: 65532, runAsGroup: 65532, seccompProfile: {type: RuntimeDefault}}
+  containers:
+    - name: app
+      image: $app_image
+      imagePullPolicy: Never
+      envFrom: [{secretRef: {name: photos-credentials}}]
+      securityContext: {allowPrivilegeEscalation: false, readOnlyRootFilesystem: true, capabilities: {drop: [ALL]}}
+EOF
+if ! kubectl wait -n "$team" --for=jsonpath='{.status.phase}'=Succeeded pod/photos-app --timeout=120s; then
+  kubectl describe pod photos-app -n "$team" >&2 || true
+  kubectl logs photos-app -n "$team" >&2 || true
+  die "the application Pod did not succeed"
+fi
+kubectl logs photos-app -n "$team"
 
 cat <<EOF
 
-The operator is running (pid $pid, recorded in $root/$pidfile) against the local
-control plane and moto. Its log is $root/$oplog.
-  source $envfile                 # kubectl and the endpoints of this environment
-  kubectl get buckets,bucketaccesses
-  curl -s http://127.0.0.1:8080/metrics
-  tail -f $root/$oplog
-To stop everything:
-  kill $pid && $root/hack/env.sh down
+The operator runs as two Pods (Helm release s3-operator in $ns) on the local one-node
+cluster, against moto. The sample Bucket and BucketAccess are Ready in $team, and the Pod
+photos-app wrote to the bucket with the Secret's credentials.
+  source $envfile        # kubectl and the endpoints of this environment
+  kubectl get buckets,bucketaccesses -A
+  kubectl logs -n $ns -l app.kubernetes.io/name=s3-operator -f
+To stop everything and restore the host:
+  $root/hack/env.sh down --state $state
 EOF

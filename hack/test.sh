@@ -10,8 +10,13 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 source hack/lib.sh
 
+# The cluster tests run the operator as Pods on a real node (containerd, kubelet, iptables, a
+# bridge of its own): that needs root.
+[[ $(id -u) -eq 0 ]] || die "hack/test.sh needs root: its one-node cluster runs containerd, kubelet and kube-proxy (run it with sudo)"
+
 log "building or reusing the test tools"
-hack/tools.sh etcd kube moto prometheus jaeger helm kustomize bundle_validate crds hadolint
+hack/tools.sh etcd kube moto prometheus jaeger helm kustomize bundle_validate crds hadolint \
+  node_pkgs kube_node coredns
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
 log "Rust target dir: $CARGO_TARGET_DIR"
@@ -25,7 +30,8 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 log "cargo build"
 cargo build --locked --workspace --all-targets
 
-# The Dockerfile's build stage runs this same command (a test checks); the benchmark uses it too.
+# The Dockerfile's build stage runs this same command (a test checks); the benchmark uses it too,
+# and the cluster tests put its binary into the operator image.
 log "$RELEASE_BUILD"
 $RELEASE_BUILD
 
@@ -50,8 +56,8 @@ dump_logs() {
   done < <(find "$state" "$e2e_logs" -name '*.log' -type f 2>/dev/null | sort)
 }
 
-log "starting the test environment in $state"
-if ! envfile="$(hack/env.sh up --state "$state" --owner-pid $$ | tail -n 1)"; then
+log "starting the test environment (control plane, moto and a one-node cluster) in $state"
+if ! envfile="$(hack/env.sh up --node --state "$state" --owner-pid $$ | tail -n 1)"; then
   dump_logs
   die "the test environment did not come up"
 fi

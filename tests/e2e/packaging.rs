@@ -82,8 +82,15 @@ fn yaml(docs: &[&Value]) -> String {
         .collect()
 }
 
-/// Server-side dry run, then the real server-side apply.
+/// Server-side dry run, then the real server-side apply, with every Deployment at 0 replicas:
+/// these tests run the package's container as a host process (cluster.rs runs Pods), and the
+/// node would otherwise start Pods of an image that is not there.
 fn apply(manifests: &str) {
+    let mut scaled = docs(manifests);
+    for d in scaled.iter_mut().filter(|d| d["kind"] == "Deployment") {
+        d["spec"]["replicas"] = json!(0);
+    }
+    let scaled = yaml(&scaled.iter().collect::<Vec<_>>());
     let base = [
         "apply",
         "--server-side",
@@ -95,7 +102,7 @@ fn apply(manifests: &str) {
     let mut dry = base.to_vec();
     dry.push("--dry-run=server");
     run("kubectl", &dry, Some(manifests));
-    run("kubectl", &base, Some(manifests));
+    run("kubectl", &base, Some(&scaled));
 }
 
 /// The monitoring CRDs the packages' ServiceMonitor and PrometheusRule need, from the
@@ -386,31 +393,6 @@ async fn leases_only_in(client: &kube::Client, own: &str, elsewhere: &[&str]) {
         .expect("the operator may create Leases in its own namespace");
 }
 
-/// Binds ClusterRole `role` to ServiceAccount `sa` of `sa_ns`.
-async fn bind_cluster_role(client: &kube::Client, role: &str, sa_ns: &str, sa: &str) {
-    let binding = ClusterRoleBinding {
-        metadata: ObjectMeta {
-            name: Some(format!("e2e-{sa}-{}", random(5))),
-            ..Default::default()
-        },
-        role_ref: RoleRef {
-            api_group: "rbac.authorization.k8s.io".into(),
-            kind: "ClusterRole".into(),
-            name: role.into(),
-        },
-        subjects: Some(vec![Subject {
-            kind: "ServiceAccount".into(),
-            name: sa.into(),
-            namespace: Some(sa_ns.into()),
-            api_group: None,
-        }]),
-    };
-    Api::<ClusterRoleBinding>::all(client.clone())
-        .create(&PostParams::default(), &binding)
-        .await
-        .expect("create ClusterRoleBinding");
-}
-
 /// Creates a uniquely named copy of the ClusterRole in `path` (an RBAC source); returns its name.
 async fn cluster_role_from(client: &kube::Client, path: &str) -> String {
     let text = std::fs::read_to_string(repo().join(path)).unwrap();
@@ -429,7 +411,7 @@ async fn scrapes_need_a_reader_token(op: &Operator, reader_role: &str) {
     let client = admin().await;
     let ns = namespace(&client, "scraper").await;
     let token = service_account(&client, &ns, "prometheus", &[]).await;
-    bind_cluster_role(&client, reader_role, &ns, "prometheus").await;
+    bind_cluster_role(&client, None, reader_role, &ns, "prometheus").await;
     // A refusal seen before the binding reached the authorizer is reused for a few seconds.
     let body = wait_for("the scraper's token to be allowed", T, || async {
         let (status, body) = https_get(&op.metrics_addr, "/metrics", Some(&token)).await?;
@@ -742,6 +724,7 @@ const OVERLAY_NS: &str = "s3-operator-system";
 
 #[tokio::test]
 async fn kustomize_bases_and_overlays_install_and_run() {
+    let _names = OVERLAY_NAMES.lock().await;
     install_crds().await;
     install_monitoring_crds().await;
     for base in [
@@ -1057,7 +1040,7 @@ async fn metrics_secure_answers_only_tokens_allowed_to_get_metrics() {
     .await;
     let reader = service_account(&client, &ns, "scraper", &[]).await;
     let reader_role = cluster_role_from(&client, "config/rbac/metrics_reader_role.yaml").await;
-    bind_cluster_role(&client, &reader_role, &ns, "scraper").await;
+    bind_cluster_role(&client, None, &reader_role, &ns, "scraper").await;
     let stranger = service_account(&client, &ns, "stranger", &[]).await;
     let scrape = |token: Option<String>| {
         let addr = op.metrics_addr.clone();
@@ -1069,7 +1052,7 @@ async fn metrics_secure_answers_only_tokens_allowed_to_get_metrics() {
     assert_eq!(scrape(Some(reader.clone())).await.map(|r| r.0), Some(500));
     // Granted as every package does: config/rbac/metrics_auth_role.yaml, cluster-wide.
     let auth_role = cluster_role_from(&client, "config/rbac/metrics_auth_role.yaml").await;
-    bind_cluster_role(&client, &auth_role, &op.operator_ns, "s3-operator").await;
+    bind_cluster_role(&client, None, &auth_role, &op.operator_ns, "s3-operator").await;
     let body = wait_for("the reader's scrape", T, || async {
         let (status, body) = scrape(Some(reader.clone())).await?;
         (status == 200).then_some(body)

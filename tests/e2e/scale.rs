@@ -282,6 +282,111 @@ where
     panic!("watch ended");
 }
 
+/// Creates a Bucket (deletionPolicy Delete) and a ReadWrite BucketAccess on it per name, 32 at a
+/// time.
+async fn create_pairs(
+    buckets: &Api<Bucket>,
+    accesses: &Api<BucketAccess>,
+    names: impl Iterator<Item = String>,
+) {
+    stream::iter(names)
+        .for_each_concurrent(32, |name| async move {
+            buckets
+                .create(
+                    &PostParams::default(),
+                    &bucket(&name, json!({"deletionPolicy": "Delete"})),
+                )
+                .await
+                .unwrap();
+            accesses
+                .create(
+                    &PostParams::default(),
+                    &access(
+                        &name,
+                        json!({"bucketRef": {"name": name}, "permission": "ReadWrite"}),
+                    ),
+                )
+                .await
+                .unwrap();
+        })
+        .await;
+}
+
+/// One create/delete cycle of the churn run: when it ended and the operator's RSS then.
+#[derive(Debug, Serialize)]
+pub struct ChurnSample {
+    pub cycle: usize,
+    pub elapsed_s: f64,
+    pub rss_mib: f64,
+}
+
+/// Creates `batch` pairs, waits for them to be Ready, deletes them and waits until they are
+/// gone, over and over for `duration`; samples the operator's RSS after each cycle. Flat RSS
+/// shows that per-object bookkeeping goes with its object.
+pub async fn churn(duration: Duration, batch: usize) -> Vec<ChurnSample> {
+    let client = admin().await;
+    let ns = namespace(&client, "churn").await;
+    let opts = OperatorOpts {
+        namespaces: vec![ns.clone()],
+        env: vec![("RUST_LOG".into(), "info".into())],
+        ..Default::default()
+    };
+    let op = Operator::start(opts).await;
+    let (buckets, accesses) = (
+        Api::<Bucket>::namespaced(client.clone(), &ns),
+        Api::<BucketAccess>::namespaced(client.clone(), &ns),
+    );
+    let (start, mut samples) = (Instant::now(), Vec::new());
+    for cycle in 0.. {
+        if start.elapsed() >= duration {
+            break;
+        }
+        let names: Vec<String> = (0..batch).map(|i| format!("c{cycle}-{i}")).collect();
+        let ready_b = tokio::spawn(all_ready(buckets.clone(), batch));
+        let ready_a = tokio::spawn(all_ready(accesses.clone(), batch));
+        create_pairs(&buckets, &accesses, names.iter().cloned()).await;
+        ready_b.await.unwrap();
+        ready_a.await.unwrap();
+        for name in &names {
+            accesses
+                .delete(name, &DeleteParams::default())
+                .await
+                .unwrap();
+            buckets
+                .delete(name, &DeleteParams::default())
+                .await
+                .unwrap();
+        }
+        wait_for(
+            "the cycle's objects to go",
+            Duration::from_secs(300),
+            || async {
+                let left = buckets.list(&Default::default()).await.unwrap().items.len()
+                    + accesses
+                        .list(&Default::default())
+                        .await
+                        .unwrap()
+                        .items
+                        .len();
+                (left == 0).then_some(())
+            },
+        )
+        .await;
+        let sample = ChurnSample {
+            cycle,
+            elapsed_s: start.elapsed().as_secs_f64(),
+            rss_mib: footprint(op.pid()).0,
+        };
+        eprintln!("[churn] {sample:?}");
+        samples.push(sample);
+    }
+    let cluster = op.cluster.clone();
+    drop(op);
+    let problems = audit(&cluster, &[ns]).await;
+    assert!(problems.is_empty(), "audit after churn: {problems:?}");
+    samples
+}
+
 /// Samples the operator's footprint every 200 ms until dropped; returns the peak RSS seen.
 struct Sampler {
     peak: Arc<std::sync::Mutex<f64>>,
@@ -366,31 +471,7 @@ pub async fn run(n: usize, samples: usize, clean: bool) -> Row {
     let start = Instant::now();
     let ready_b = tokio::spawn(all_ready(buckets.clone(), n));
     let ready_a = tokio::spawn(all_ready(accesses.clone(), n));
-    stream::iter(0..n)
-        .for_each_concurrent(32, |i| {
-            let (buckets, accesses) = (buckets.clone(), accesses.clone());
-            async move {
-                let name = format!("p{i}");
-                buckets
-                    .create(
-                        &PostParams::default(),
-                        &bucket(&name, json!({"deletionPolicy": "Delete"})),
-                    )
-                    .await
-                    .unwrap();
-                accesses
-                    .create(
-                        &PostParams::default(),
-                        &access(
-                            &name,
-                            json!({"bucketRef": {"name": name}, "permission": "ReadWrite"}),
-                        ),
-                    )
-                    .await
-                    .unwrap();
-            }
-        })
-        .await;
+    create_pairs(&buckets, &accesses, (0..n).map(|i| format!("p{i}"))).await;
     row.apply_s = start.elapsed().as_secs_f64();
     let done = ready_b.await.unwrap().max(ready_a.await.unwrap());
     row.converge_s = done.duration_since(start).as_secs_f64();

@@ -61,6 +61,36 @@ async fn operator_credentials_cannot_mint_an_admin() {
         .await;
     assert_eq!(code(r), "AccessDenied", "a role without the boundary");
 
+    // It may read the boundary (to check at start-up that it exists), and no other policy; nor
+    // create or change a managed policy, the boundary included.
+    iam.get_policy()
+        .policy_arn(&boundary)
+        .send()
+        .await
+        .expect("GetPolicy on the boundary");
+    let r = iam
+        .get_policy()
+        .policy_arn("arn:aws:iam::aws:policy/AdministratorAccess")
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "GetPolicy on another policy");
+    let r = iam
+        .create_policy_version()
+        .policy_arn(&boundary)
+        .policy_document(admin_policy())
+        .set_as_default(true)
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "a new version of the boundary");
+    let r = iam
+        .create_policy()
+        .policy_name("mine")
+        .path(path)
+        .policy_document(admin_policy())
+        .send()
+        .await;
+    assert_eq!(code(r), "AccessDenied", "a managed policy of its own");
+
     // With the boundary it may, as it must to do its job.
     iam.create_user()
         .user_name("wb")

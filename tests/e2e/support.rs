@@ -10,7 +10,9 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Namespace, Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role, RoleBinding, RoleRef, Subject};
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -686,6 +688,16 @@ impl Pass {
     }
 }
 
+/// Held by every test that installs a kustomize overlay: they all use its fixed names
+/// (`s3-operator-system`, `team-a`, `team-b`). Taken before any `Pass`.
+pub static OVERLAY_NAMES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// The exclusive pass of an installation that watches every namespace, or uses fixed names,
+/// outside `Operator` (operators installed as Pods): held, no other operator runs.
+pub async fn cluster_wide() -> Pass {
+    Pass::acquire(true).await
+}
+
 impl Drop for Pass {
     fn drop(&mut self) {
         let mut g = GATE.lock().expect("gate");
@@ -1055,4 +1067,36 @@ impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
     fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
     }
+}
+
+/// Binds ClusterRole `role` to ServiceAccount `sa` of `sa_ns`, as `name` (default: a unique
+/// one).
+pub async fn bind_cluster_role(
+    client: &kube::Client,
+    name: Option<&str>,
+    role: &str,
+    sa_ns: &str,
+    sa: &str,
+) {
+    let binding = ClusterRoleBinding {
+        metadata: ObjectMeta {
+            name: Some(name.map_or_else(|| format!("e2e-{sa}-{}", random(5)), String::from)),
+            ..Default::default()
+        },
+        role_ref: RoleRef {
+            api_group: "rbac.authorization.k8s.io".into(),
+            kind: "ClusterRole".into(),
+            name: role.into(),
+        },
+        subjects: Some(vec![Subject {
+            kind: "ServiceAccount".into(),
+            name: sa.into(),
+            namespace: Some(sa_ns.into()),
+            api_group: None,
+        }]),
+    };
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .create(&PostParams::default(), &binding)
+        .await
+        .expect("create ClusterRoleBinding");
 }
