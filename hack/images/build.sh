@@ -151,7 +151,7 @@ img_bundle() {
   local tag=${1:-v$(version)}
   local ref="localhost/s3op/s3-operator-bundle:$tag" archive="$archives/s3-operator-bundle-$tag.tar"
   log "building image $ref from ./bundle.Dockerfile"
-  bah bud --quiet --pull-never --network none --layers=false --ignorefile "$here/bundle.dockerignore" \
+  bah bud --quiet --pull-never --network none --layers=false --ignorefile "$root/bundle.Dockerfile.dockerignore" \
     -f "$root/bundle.Dockerfile" -t "$ref" "$root" >/dev/null
   bah push --quiet "$ref" "docker-archive:$archive.tmp:$ref" && mv "$archive.tmp" "$archive"
   echo "$ref $archive"
