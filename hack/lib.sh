@@ -28,3 +28,9 @@ die() { log "error: $*"; exit 1; }
 # The node mode (hack/node.sh): CoreDNS from its Go module; the rest of the node from Debian.
 COREDNS_VERSION="v1.13.2"       # github.com/coredns/coredns
 NODE_PKGS="containerd runc containernetworking-plugins buildah iptables nftables gcc libc6-dev socat"
+
+# OLM and prometheus-operator for real (issue 14): the operators themselves, from their Go modules.
+OLM_VERSION="v0.38.0"                 # github.com/operator-framework/operator-lifecycle-manager (no replace directives)
+OPM_VERSION="v1.60.0"                 # github.com/operator-framework/operator-registry (opm; CGO for sqlite)
+PROM_OPERATOR_BUILD_VERSION="v0.93.0" # prometheus-operator binaries: v0.94.0's pkg/client is refused by the proxy
+GRPC_HEALTH_PROBE_VERSION="v0.4.61"   # github.com/grpc-ecosystem/grpc-health-probe (OLM's catalog Pods' exec probe)

@@ -12,7 +12,7 @@ source hack/lib.sh
 
 state="$root/.local/env"
 ns=s3-operator-system
-team=team-a
+team="team-a"
 
 log "[1/8] building or reusing the tools (Kubernetes, etcd, moto, helm, the node's packages)"
 hack/tools.sh etcd kube moto helm node_pkgs kube_node coredns

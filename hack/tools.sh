@@ -16,6 +16,7 @@ upstream_gomod() {
 # Builds PKGs of MODULE@VERSION through a wrapper module. `go install pkg@version` refuses modules
 # whose go.mod has replace directives, so the wrapper copies them; a replace to a local
 # ./staging/src/k8s.io/<x> path (Kubernetes) becomes the published k8s.io/<x> v0.<minor>.<patch>.
+# Static (CGO off) unless S3OP_CGO=1 (opm, for sqlite).
 go_build() {
   local name=$1 module=$2 version=$3 ldflags=$4 tags=$5; shift 5
   # The stamp names the packages and ldflags too, so changing them rebuilds (from the Go build cache).
@@ -42,7 +43,7 @@ for r in json.load(sys.stdin).get("Replace") or []:
         print(lhs + "=" + new["Path"] + "@" + new["Version"])
 ' "$staging" | while read -r rep; do go mod edit -replace="$rep"; done
     for pkg in "$@"; do
-      CGO_ENABLED=0 go build -tags "$tags" -trimpath -ldflags "-s -w $ldflags" -o "$S3OP_BIN/" "$pkg"
+      CGO_ENABLED="${S3OP_CGO:-0}" go build -tags "$tags" -trimpath -ldflags "-s -w $ldflags" -o "$S3OP_BIN/" "$pkg"
     done
   )
   touch "$stamp"
@@ -200,6 +201,45 @@ tool_kube_node() {
 tool_coredns() {
   go_build coredns github.com/coredns/coredns "$COREDNS_VERSION" \
     "-X github.com/coredns/coredns/coremain.GitCommit=$COREDNS_VERSION" "" github.com/coredns/coredns
+}
+
+# OLM's operators as its Makefile and Dockerfile ship them: olm, catalog, copy-content (the catalog
+# operator's init container for catalog Pods) and cpb (copies a bundle image's manifests in the
+# bundle unpack Job), with the version ldflags and the json1 tag its Makefile uses.
+tool_olm() {
+  local m=github.com/operator-framework/operator-lifecycle-manager
+  go_build olm "$m" "$OLM_VERSION" \
+    "-X $m/pkg/version.OLMVersion=${OLM_VERSION#v} -X $m/pkg/version.GitCommit=$OLM_VERSION" json1 \
+    "$m/cmd/olm" "$m/cmd/catalog" "$m/cmd/copy-content" "$m/util/cpb"
+}
+
+# opm: serves the file-based catalog in the catalog image, and extracts bundles in OLM's unpack Job
+# (the catalog operator's --opmImage). mattn/go-sqlite3 (the deprecated sqlite catalogs) needs CGO.
+# The tags are those of operator-registry's Makefile: json1, and containers_image_openpgp (signature
+# checks in Go rather than through gpgme's C library, which CGO would otherwise link). It links
+# glibc dynamically: it runs on the host and on the runtime base image.
+tool_opm() {
+  local m=github.com/operator-framework/operator-registry
+  S3OP_CGO=1 go_build opm "$m" "$OPM_VERSION" \
+    "-X $m/cmd/opm/version.gitCommit=$OPM_VERSION -X $m/cmd/opm/version.opmVersion=$OPM_VERSION" json1,containers_image_openpgp \
+    "$m/cmd/opm"
+}
+
+tool_prom_operator() {
+  local m=github.com/prometheus-operator/prometheus-operator
+  go_build prom-operator "$m" "$PROM_OPERATOR_BUILD_VERSION" \
+    "-X github.com/prometheus/common/version.Version=${PROM_OPERATOR_BUILD_VERSION#v} -X github.com/prometheus/common/version.Revision=$PROM_OPERATOR_BUILD_VERSION" "" \
+    "$m/cmd/operator" "$m/cmd/prometheus-config-reloader"
+  # `go build` names cmd/operator's binary "operator".
+  if [[ -x $S3OP_BIN/operator ]]; then mv "$S3OP_BIN/operator" "$S3OP_BIN/prometheus-operator"; fi
+}
+
+# grpc_health_probe: OLM's catalog Pods run it as their readiness, liveness and startup probes, so
+# the catalog image (on the opm image) carries it, as upstream's opm image does.
+tool_grpc_health_probe() {
+  local m=github.com/grpc-ecosystem/grpc-health-probe
+  go_build grpc-health-probe "$m" "$GRPC_HEALTH_PROBE_VERSION" "-X main.versionTag=$GRPC_HEALTH_PROBE_VERSION" "" "$m"
+  if [[ -x $S3OP_BIN/grpc-health-probe ]]; then mv "$S3OP_BIN/grpc-health-probe" "$S3OP_BIN/grpc_health_probe"; fi
 }
 
 all=(etcd kube moto prometheus helm kustomize jaeger bundle_validate crds hadolint)

@@ -3,6 +3,7 @@
 # and no RUN steps (`buildah run` would set up its own bridge and iptables chains on the host).
 #
 #   hack/images/build.sh pause|runtime|coredns|probe ...  the stand-ins
+#   hack/images/build.sh olm|opm|prom_operator ...         OLM, opm (+grpc_health_probe), prometheus-operator
 #   hack/images/build.sh operator [TAG]    ./Dockerfile on the stand-in runtime base, with the
 #                                          binary of `$RELEASE_BUILD` from $CARGO_TARGET_DIR
 #   hack/images/build.sh bundle [TAG]      ./bundle.Dockerfile (FROM scratch)
@@ -109,6 +110,47 @@ img_app() {
   image "localhost/s3op/bucket-app:1" "$here/app.Containerfile" "$ctx"
 }
 
+# OLM's operators (hack/tools.sh olm) with cp (hack/images/cp.c) for the bundle unpack Job.
+img_olm() {
+  "$here/../tools.sh" olm
+  img_runtime >/dev/null
+  local ctx b; ctx=$(fresh_ctx olm)
+  for b in olm catalog copy-content cpb; do cp "$S3OP_BIN/$b" "$ctx/"; done
+  cc -static -Os -s -o "$ctx/cp" "$here/cp.c"
+  image "localhost/s3op/olm:$OLM_VERSION" "$here/olm.Containerfile" "$ctx"
+}
+
+# opm (hack/tools.sh opm) and grpc_health_probe: OLM's --opmImage and the catalog images' base.
+img_opm() {
+  "$here/../tools.sh" opm grpc_health_probe
+  img_runtime >/dev/null
+  local ctx; ctx=$(fresh_ctx opm)
+  cp "$S3OP_BIN/opm" "$S3OP_BIN/grpc_health_probe" "$ctx/"
+  image "localhost/s3op/opm:$OPM_VERSION" "$here/opm.Containerfile" "$ctx"
+}
+
+img_prom_operator() {
+  "$here/../tools.sh" prom_operator
+  img_runtime >/dev/null
+  local ctx; ctx=$(fresh_ctx prom-operator)
+  cp "$S3OP_BIN/prometheus-operator" "$S3OP_BIN/prometheus-config-reloader" "$ctx/"
+  image "localhost/s3op/prometheus-operator:$PROM_OPERATOR_BUILD_VERSION" "$here/prom-operator.Containerfile" "$ctx"
+}
+
+# img_catalog FBC_DIR [TAG]: a file-based catalog image (catalog.Containerfile) on the opm image.
+# The Containerfile names opm's tag: keep it equal to $OPM_VERSION.
+img_catalog() {
+  local fbc=${1:?usage: hack/images/build.sh catalog FBC_DIR [TAG]} tag=${2:-1}
+  grep -q "opm:$OPM_VERSION\$" "$here/catalog.Containerfile" || die "catalog.Containerfile's base is not opm:$OPM_VERSION"
+  img_opm >/dev/null
+  local ctx; ctx=$(fresh_ctx catalog)
+  cp -r "$fbc" "$ctx/configs"
+  # What `opm generate dockerfile`'s RUN step does, here on the host (no RUN steps): the serve
+  # cache, which `opm serve --cache-dir` checks at start (--cache-enforce-integrity).
+  "$S3OP_BIN/opm" serve "$ctx/configs" --cache-dir "$ctx/cache" --cache-only 2>/dev/null
+  image "localhost/s3op/s3-operator-catalog:$tag" "$here/catalog.Containerfile" "$ctx"
+}
+
 version() { sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n 1; }
 
 # The project's Dockerfile as it is, with its base images passed as build arguments. Its build
@@ -159,6 +201,6 @@ img_bundle() {
 
 [[ $# -gt 0 ]] || die "usage: hack/images/build.sh pause|runtime|coredns|probe ... | operator [TAG] | bundle [TAG] | app [BINARY]"
 case $1 in
-  operator|bundle|app) "img_$1" "${@:2}" ;;
+  operator|bundle|app|catalog) "img_$1" "${@:2}" ;;
   *) for i in "$@"; do declare -F "img_$i" >/dev/null || die "unknown image $i"; "img_$i"; done ;;
 esac
