@@ -227,17 +227,8 @@ moto_ok() { curl -sf -o /dev/null "$S3OP_AWS_ENDPOINT/moto-api/" ; }
 down_quiet() {
   # The node first (it restores the host), then the control plane.
   if [[ -d $state/node ]]; then "$here/node.sh" down --state "$state" || true; fi
-  if [[ -f $state/pids ]]; then
-    # Reverse start order: moto, controller-manager, apiserver, then etcd.
-    tac "$state/pids" | while read -r _ pid; do kill "$pid" 2>/dev/null || true; done
-    for _ in $(seq 50); do
-      local alive=0
-      while read -r _ pid; do kill -0 "$pid" 2>/dev/null && alive=1; done <"$state/pids"
-      [[ $alive == 0 ]] && break
-      sleep 0.1
-    done
-    while read -r _ pid; do kill -9 "$pid" 2>/dev/null || true; done <"$state/pids"
-  fi
+  # Reverse start order: relays, moto, controller-manager, apiserver, then etcd.
+  kill_pids "$state/pids"
   rm -rf "$state/etcd" "$state/pids" "$state/env" "$state/apiserver-certs"* "$state/audit"*.jsonl
 }
 

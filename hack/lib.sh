@@ -25,6 +25,18 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
 
+kill_pids() {  # kill_pids FILE ("NAME PID" lines): TERM in reverse start order, then KILL what is left
+  [[ -f $1 ]] || return 0
+  tac "$1" | while read -r _ pid; do kill "$pid" 2>/dev/null || true; done
+  for _ in $(seq 50); do
+    local alive=0
+    while read -r _ pid; do kill -0 "$pid" 2>/dev/null && alive=1; done <"$1"
+    [[ $alive == 0 ]] && break
+    sleep 0.1
+  done
+  while read -r _ pid; do kill -9 "$pid" 2>/dev/null || true; done <"$1"
+}
+
 # The node mode (hack/node.sh): CoreDNS from its Go module; the rest of the node from Debian.
 COREDNS_VERSION="v1.13.2"       # github.com/coredns/coredns
 NODE_PKGS="containerd runc containernetworking-plugins buildah iptables nftables gcc libc6-dev socat"

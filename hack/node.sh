@@ -477,18 +477,6 @@ EOF
 
 # ---------------------------------------------------------------- teardown
 
-kill_pids() {  # kill_pids FILE: TERM in reverse start order, then KILL what is left
-  [[ -f $1 ]] || return 0
-  tac "$1" | while read -r _ pid; do kill "$pid" 2>/dev/null || true; done
-  for _ in $(seq 50); do
-    local alive=0
-    while read -r _ pid; do kill -0 "$pid" 2>/dev/null && alive=1; done <"$1"
-    [[ $alive == 0 ]] && break
-    sleep 0.1
-  done
-  while read -r _ pid; do kill -9 "$pid" 2>/dev/null || true; done <"$1"
-}
-
 # Restores the iptables table FAMILY (iptables|ip6tables) to its record: the chains of the node
 # (S3OP-, KUBE-, CNI-) that were not there before and every rule that jumps to them go; other
 # rules and chains are not touched.

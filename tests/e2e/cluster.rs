@@ -188,38 +188,6 @@ fn script(target: &Path, path: &str, args: &[&str]) -> String {
 
 // ---------------------------------------------------------------- tools
 
-/// Runs helm, kubectl or kustomize from the tools cache against the environment:
-/// (exit code, stdout, stderr).
-fn try_tool(tool: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    use std::io::Write;
-    let program = Path::new(&tools_bin()).join(tool);
-    let mut child = std::process::Command::new(&program)
-        .args(args)
-        .current_dir(repo())
-        .env("KUBECONFIG", &env().kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{}: {e} (hack/tools.sh builds it)", program.display()));
-    let input = stdin.unwrap_or_default().to_string();
-    let mut pipe = child.stdin.take().expect("stdin");
-    let writer = std::thread::spawn(move || pipe.write_all(input.as_bytes()));
-    let out = child.wait_with_output().expect("wait");
-    let _ = writer.join();
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
-
-fn tool(tool: &str, args: &[&str], stdin: Option<&str>) -> String {
-    let (code, out, err) = try_tool(tool, args, stdin);
-    assert_eq!(code, 0, "{tool} {args:?} failed:\n{out}\n{err}");
-    out
-}
-
 /// The same, off the async runtime (helm --wait and kubectl --wait take a while).
 async fn tool_async(t: &'static str, args: Vec<String>) -> String {
     tokio::task::spawn_blocking(move || {

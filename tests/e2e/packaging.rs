@@ -5,7 +5,6 @@
 //! samples and be refused what it should not have.
 
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
 use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
@@ -26,42 +25,6 @@ const T: Duration = Duration::from_secs(90);
 const KUBE_VERSION: &str = "1.34.4";
 
 // ---------------------------------------------------------------- tools and manifests
-
-/// Runs a tool from the cache (or PATH), feeding `stdin`; panics with its output on failure.
-fn run(tool: &str, args: &[&str], stdin: Option<&str>) -> String {
-    let (code, out, err) = try_run(tool, args, stdin);
-    assert_eq!(code, 0, "{tool} {args:?} failed:\n{out}\n{err}");
-    out
-}
-
-fn try_run(tool: &str, args: &[&str], stdin: Option<&str>) -> (i32, String, String) {
-    use std::io::Write;
-    let cached = Path::new(&tools_bin()).join(tool);
-    let program = if cached.exists() {
-        cached.display().to_string()
-    } else {
-        tool.to_string()
-    };
-    let mut child = std::process::Command::new(&program)
-        .args(args)
-        .current_dir(repo())
-        .env("KUBECONFIG", &env().kubeconfig)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap_or_else(|e| panic!("{program}: {e} (hack/tools.sh builds it)"));
-    let input = stdin.unwrap_or_default().to_string();
-    let mut pipe = child.stdin.take().unwrap();
-    let writer = std::thread::spawn(move || pipe.write_all(input.as_bytes()));
-    let out = child.wait_with_output().expect("wait");
-    writer.join().unwrap().expect("stdin");
-    (
-        out.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&out.stdout).into(),
-        String::from_utf8_lossy(&out.stderr).into(),
-    )
-}
 
 fn docs(yaml: &str) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(yaml)
@@ -101,8 +64,8 @@ fn apply(manifests: &str) {
     ];
     let mut dry = base.to_vec();
     dry.push("--dry-run=server");
-    run("kubectl", &dry, Some(manifests));
-    run("kubectl", &base, Some(&scaled));
+    tool("kubectl", &dry, Some(manifests));
+    tool("kubectl", &base, Some(&scaled));
 }
 
 /// The monitoring CRDs the packages' ServiceMonitor and PrometheusRule need, from the
@@ -439,7 +402,7 @@ fn helm_template(release: &str, ns: &str, sets: &[&str]) -> Vec<Value> {
     for s in sets {
         args.extend(["--set", s]);
     }
-    docs(&run("helm", &args, None))
+    docs(&tool("helm", &args, None))
 }
 
 #[tokio::test]
@@ -476,7 +439,7 @@ async fn helm_chart_lints_and_rejects_bad_values() {
         for s in &sets {
             args.extend(["--set", s]);
         }
-        run("helm", &args, None);
+        tool("helm", &args, None);
     }
     // The schema names the bad value.
     for (set, needle) in [
@@ -492,7 +455,7 @@ async fn helm_chart_lints_and_rejects_bad_values() {
             "metrics.certSecret",
         ),
     ] {
-        let (code, out, err) = try_run(
+        let (code, out, err) = try_tool(
             "helm",
             &["template", "x", "charts/s3-operator", "--set", set],
             None,
@@ -735,13 +698,13 @@ async fn kustomize_bases_and_overlays_install_and_run() {
         "samples",
         "scorecard",
     ] {
-        run("kustomize", &["build", &format!("config/{base}")], None);
+        tool("kustomize", &["build", &format!("config/{base}")], None);
     }
     let client = admin().await;
     // The overlays name fixed namespaces, so they are installed one after the other; each
     // removes its RBAC afterwards so the next one runs with only its own grants.
     for overlay in ["own-namespace", "namespaces", "cluster"] {
-        let rendered = docs(&run(
+        let rendered = docs(&tool(
             "kustomize",
             &["build", &format!("config/overlays/{overlay}")],
             None,
@@ -777,7 +740,7 @@ async fn kustomize_bases_and_overlays_install_and_run() {
                     .contains(&d["kind"].as_str().unwrap_or_default())
             })
             .collect();
-        run(
+        tool(
             "kubectl",
             &["delete", "--wait=false", "-f", "-"],
             Some(&yaml(&rbac)),
@@ -811,7 +774,7 @@ fn csv() -> Value {
 
 #[tokio::test]
 async fn olm_bundle_validates_with_no_warnings() {
-    let out = run(
+    let out = tool(
         "bundle-validate",
         &[
             "./bundle",
@@ -823,13 +786,13 @@ async fn olm_bundle_validates_with_no_warnings() {
     assert!(!out.contains("WARN") && !out.contains("ERROR"), "{out}");
     // A broken copy is refused, so the validator really looks.
     let dir = logs_dir().join(format!("bundle-{}", random(5)));
-    run("cp", &["-r", "bundle", dir.to_str().unwrap()], None);
+    tool("cp", &["-r", "bundle", dir.to_str().unwrap()], None);
     let path = dir.join("manifests/s3-operator.clusterserviceversion.yaml");
     let text = std::fs::read_to_string(&path)
         .unwrap()
         .replace("installModes:", "installModez:");
     std::fs::write(&path, text).unwrap();
-    let (code, out, err) = try_run("bundle-validate", &[dir.to_str().unwrap()], None);
+    let (code, out, err) = try_tool("bundle-validate", &[dir.to_str().unwrap()], None);
     assert_ne!(code, 0, "a CSV without install modes passed:\n{out}{err}");
 }
 
@@ -1091,12 +1054,12 @@ async fn metrics_secure_answers_only_tokens_allowed_to_get_metrics() {
 
 #[test]
 fn alert_rules_pass_promtool() {
-    run(
+    tool(
         "promtool",
         &["check", "rules", "config/prometheus/rules.yaml"],
         None,
     );
-    let out = run(
+    let out = tool(
         "promtool",
         &["test", "rules", "config/prometheus/rules_test.yaml"],
         None,
@@ -1107,7 +1070,7 @@ fn alert_rules_pass_promtool() {
 #[test]
 fn dockerfiles_pass_hadolint_and_build_as_ci_does() {
     for file in ["Dockerfile", "bundle.Dockerfile"] {
-        let out = run("hadolint", &[file], None);
+        let out = tool("hadolint", &[file], None);
         assert!(out.trim().is_empty(), "{file}: {out}");
     }
     // The image's build stage runs the release build CI runs (hack/lib.sh RELEASE_BUILD).
