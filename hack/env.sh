@@ -215,8 +215,9 @@ relay() {
 
 watchdog() {
   if [[ -n $owner ]]; then
-    # A detached watchdog: tears the environment down once the owner process is gone.
-    setsid bash -c "while kill -0 $owner 2>/dev/null; do sleep 1; done; exec '$here/env.sh' down --state '$state'" \
+    # A detached watchdog: tears the environment down once the owner process is gone, and
+    # removes its state (keys and logs of an environment nobody can use any more).
+    setsid bash -c "while kill -0 $owner 2>/dev/null; do sleep 1; done; '$here/env.sh' down --state '$state' && rm -rf '$state'" \
       >/dev/null 2>&1 </dev/null &
   fi
 }

@@ -653,6 +653,9 @@ async fn reader_token(ns: &str, role: &str) -> String {
 #[tokio::test]
 async fn helm_chart_runs_as_pods_on_a_real_node() {
     let node = node();
+    // Release `s3-operator` names its metrics reader `s3-operator-metrics-reader`, as the bundle
+    // and the overlays do, and uninstalling deletes it.
+    let _names = PACKAGE_NAMES.write().await;
     let _turn = cluster_wide().await;
     let started = Instant::now();
     let images = images(&node).await;
@@ -1015,9 +1018,9 @@ async fn pdb_allows_one_eviction(ns: &str, pods: &[Pod], leader: &str) {
 /// namespaces: a Bucket in `watched` becomes Ready, one in each of `unwatched` is never touched.
 async fn overlay_runs(overlay: &str, watched: &[String], unwatched: &[String]) {
     let node = node();
-    // The overlays' fixed names are shared with packaging.rs's kustomize test: first that lock,
-    // then the gate, as that test takes them.
-    let _names = OVERLAY_NAMES.lock().await;
+    // The overlays' fixed names are shared with packaging.rs's kustomize and OLM tests: first
+    // that lock, then the gate, as those tests take them.
+    let _names = PACKAGE_NAMES.write().await;
     let _turn = cluster_wide().await;
     let started = Instant::now();
     let images = images(&node).await;

@@ -687,7 +687,7 @@ const OVERLAY_NS: &str = "s3-operator-system";
 
 #[tokio::test]
 async fn kustomize_bases_and_overlays_install_and_run() {
-    let _names = OVERLAY_NAMES.lock().await;
+    let _names = PACKAGE_NAMES.write().await;
     install_crds().await;
     install_monitoring_crds().await;
     for base in [
@@ -927,6 +927,7 @@ async fn olm_rbac(client: &kube::Client, op_ns: &str, targets: &[String]) {
 }
 
 async fn olm_install(targets_of: impl Fn(&str) -> Vec<String>, unwatched: bool) {
+    let _names = PACKAGE_NAMES.read().await;
     install_crds().await;
     let olm_crd =
         Path::new(&tools_bin()).join("../crds/operators.coreos.com_clusterserviceversions.yaml");

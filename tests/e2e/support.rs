@@ -689,9 +689,11 @@ impl Pass {
     }
 }
 
-/// Held by every test that installs a kustomize overlay: they all use its fixed names
-/// (`s3-operator-system`, `team-a`, `team-b`). Taken before any `Pass`.
-pub static OVERLAY_NAMES: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+/// The fixed names the packages ship: the overlays' `s3-operator-system`, `team-a` and `team-b`,
+/// and the ClusterRole `s3-operator-metrics-reader` of the overlays and the bundle. A test that
+/// installs an overlay (and deletes it afterwards) writes; an OLM test, which only applies the
+/// bundle's ClusterRole, reads. Taken before any `Pass`.
+pub static PACKAGE_NAMES: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
 
 /// The exclusive pass of an installation that watches every namespace, or uses fixed names,
 /// outside `Operator` (operators installed as Pods): held, no other operator runs.
