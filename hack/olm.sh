@@ -11,6 +11,13 @@
 #   hack/olm.sh status          OLM's Pods, Deployments, CatalogSources, Subscriptions, InstallPlans,
 #                               CSVs and recent events (what a failure should print)
 #   hack/olm.sh uninstall       deletes what install applied
+#   hack/olm.sh catalog DIR IMAGE [PREV_VERSION PREV_IMAGE]
+#                               what a release publishes, for the node: the bundle with its
+#                               operator image set to IMAGE, and with PREV_VERSION a previous
+#                               version running PREV_IMAGE that the current one replaces in the
+#                               channel; each built as a bundle image, loaded and pinned; a
+#                               file-based catalog of them (opm render) in DIR/catalog, built as
+#                               the catalog image, loaded and pinned. Prints the catalog's REF.
 #   hack/olm.sh pin REF         for an image already loaded into the node (hack/node.sh load), adds
 #                               the name REPO@DIGEST and prints it. OLM runs catalog images and
 #                               bundle images (the unpack Job) with imagePullPolicy Always unless
@@ -116,11 +123,62 @@ pin() {
   echo "$pinned"
 }
 
+PACKAGE=s3-operator
+CHANNEL=candidate
+
+# bundle_of OUT VERSION IMAGE: a copy of bundle/ as version VERSION running IMAGE.
+bundle_of() {
+  local out=$1 version=$2 image=$3 current csv
+  current=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/../Cargo.toml" | head -n 1)
+  rm -rf "$out"; cp -r "$here/../bundle" "$out"
+  csv="$out/manifests/$PACKAGE.clusterserviceversion.yaml"
+  sed -i -e "s|ghcr.io/s3-operator/s3-operator:$current|$image|" \
+    -e "s|^  name: $PACKAGE.v$current\$|  name: $PACKAGE.v$version|" \
+    -e "s|^  version: $current\$|  version: $version|" "$csv"
+  grep -q "image: $image\$" "$csv" && grep -q "^  name: $PACKAGE.v$version\$" "$csv" ||
+    die "could not set the image and version of $csv"
+}
+
+# pinned_bundle DIR VERSION: builds, loads and pins the bundle image of DIR; prints its ref.
+pinned_bundle() {
+  local ref archive
+  read -r ref archive < <("$here/images/build.sh" bundle "v$2" "$1" | tail -n 1)
+  "$here/node.sh" load "$archive" --state "$S3OP_ENV_DIR" >/dev/null
+  pin "$ref"
+}
+
+catalog() {
+  need_env
+  local dir=$1 image=$2 prev_version=${3:-} prev_image=${4:-}
+  local version; version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/../Cargo.toml" | head -n 1)
+  local fbc="$dir/catalog/$PACKAGE" v img entries="" prev=""
+  rm -rf "$dir/catalog"; mkdir -p "$fbc"
+  printf 'schema: olm.package\nname: %s\ndefaultChannel: %s\n' "$PACKAGE" "$CHANNEL" >"$fbc/package.yaml"
+  for v in ${prev_version:+"$prev_version"} "$version"; do
+    img=$image; [[ $v == "$version" ]] || img=$prev_image
+    bundle_of "$dir/bundle-v$v" "$v" "$img"
+    local ref; ref=$(pinned_bundle "$dir/bundle-v$v" "$v")
+    # opm renders a bundle directory with no image: the catalog names the pinned bundle image.
+    "$S3OP_BIN/opm" render "$dir/bundle-v$v" -o yaml | sed "s|^image: \"\"\$|image: $ref|" >"$fbc/bundle-v$v.yaml"
+    grep -q "^image: $ref\$" "$fbc/bundle-v$v.yaml" || die "opm render of $dir/bundle-v$v has no image to set"
+    entries+="- name: $PACKAGE.v$v"$'\n'
+    [[ -z $prev ]] || entries+="  replaces: $PACKAGE.v$prev"$'\n'
+    prev=$v
+  done
+  printf 'schema: olm.channel\npackage: %s\nname: %s\nentries:\n%s' "$PACKAGE" "$CHANNEL" "$entries" >"$fbc/channel.yaml"
+  "$S3OP_BIN/opm" validate "$dir/catalog" || die "opm validate refused the catalog in $dir/catalog"
+  local ref archive
+  read -r ref archive < <("$here/images/build.sh" catalog "$dir/catalog" "$version" | tail -n 1)
+  "$here/node.sh" load "$archive" --state "$S3OP_ENV_DIR" >/dev/null
+  pin "$ref"
+}
+
 case ${1:-} in
   manifests) manifests "${2:?usage: hack/olm.sh manifests DIR}" ;;
   install) install_olm ;;
   status) status ;;
   uninstall) uninstall ;;
+  catalog) catalog "${2:?usage: hack/olm.sh catalog DIR IMAGE [PREV_VERSION PREV_IMAGE]}" "${3:?IMAGE}" "${@:4}" ;;
   pin) pin "${2:?usage: hack/olm.sh pin REF}" ;;
-  *) die "usage: hack/olm.sh manifests DIR | install | status | uninstall | pin REF" ;;
+  *) die "usage: hack/olm.sh manifests DIR | install | status | uninstall | catalog DIR IMAGE [PREV_VERSION PREV_IMAGE] | pin REF" ;;
 esac

@@ -16,7 +16,7 @@ source hack/lib.sh
 
 log "building or reusing the test tools"
 hack/tools.sh etcd kube moto prometheus jaeger helm kustomize bundle_validate crds hadolint \
-  node_pkgs kube_node coredns
+  node_pkgs kube_node coredns olm opm grpc_health_probe prom_operator prometheus_server
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
 log "Rust target dir: $CARGO_TARGET_DIR"

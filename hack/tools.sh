@@ -133,7 +133,8 @@ tool_bundle_validate() {
 
 tool_crds() {
   # Third-party CRDs the tests install into the test API server, taken from the Go module proxy's
-  # zips of the projects that publish them.
+  # zips of the projects that publish them; prometheus-operator's are those of the version
+  # hack/monitoring.sh runs on the node, so either may apply them over the other.
   local dir="$S3OP_CACHE/crds"
   local stamp="$dir/.stamp-$PROM_OPERATOR_VERSION-$OLM_API_VERSION"
   if [[ -f $stamp && -f $dir/monitoring.coreos.com_servicemonitors.yaml && \
@@ -227,11 +228,27 @@ tool_opm() {
 
 tool_prom_operator() {
   local m=github.com/prometheus-operator/prometheus-operator
-  go_build prom-operator "$m" "$PROM_OPERATOR_BUILD_VERSION" \
-    "-X github.com/prometheus/common/version.Version=${PROM_OPERATOR_BUILD_VERSION#v} -X github.com/prometheus/common/version.Revision=$PROM_OPERATOR_BUILD_VERSION" "" \
+  go_build prom-operator "$m" "$PROM_OPERATOR_VERSION" \
+    "-X github.com/prometheus/common/version.Version=${PROM_OPERATOR_VERSION#v} -X github.com/prometheus/common/version.Revision=$PROM_OPERATOR_VERSION" "" \
     "$m/cmd/operator" "$m/cmd/prometheus-config-reloader"
   # `go build` names cmd/operator's binary "operator".
   if [[ -x $S3OP_BIN/operator ]]; then mv "$S3OP_BIN/operator" "$S3OP_BIN/prometheus-operator"; fi
+}
+
+# Prometheus for prometheus-operator's Prometheus objects (hack/images/build.sh prometheus): with
+# the remove_all_sd tag only the service discoveries enable_<name>_sd names are compiled in, here
+# Kubernetes' (all a ServiceMonitor uses), which keeps the build short. No builtinassets tag: the
+# web UI is left out; the HTTP API the tests query is all there.
+tool_prometheus_server() {
+  local m=github.com/prometheus/prometheus v=${PROMETHEUS_VERSION#v} major minor patch
+  IFS=. read -r major minor patch <<<"$v"
+  local module_version="v0.$(( major == 2 ? minor : major * 100 + minor )).$patch"
+  local c=github.com/prometheus/common/version
+  go_build prometheus-server "$m" "$module_version" \
+    "-X $c.Version=$v -X $c.Revision=$PROMETHEUS_VERSION -X $c.Branch=HEAD -X $c.BuildUser=s3-operator" \
+    remove_all_sd,enable_kubernetes_sd "$m/cmd/prometheus"
+  # Renamed: tests run Debian's `prometheus` from PATH, which $S3OP_BIN may lead.
+  if [[ -x $S3OP_BIN/prometheus ]]; then mv "$S3OP_BIN/prometheus" "$S3OP_BIN/prometheus-server"; fi
 }
 
 # grpc_health_probe: OLM's catalog Pods run it as their readiness, liveness and startup probes, so

@@ -3,10 +3,11 @@
 # and no RUN steps (`buildah run` would set up its own bridge and iptables chains on the host).
 #
 #   hack/images/build.sh pause|runtime|coredns|probe ...  the stand-ins
-#   hack/images/build.sh olm|opm|prom_operator ...         OLM, opm (+grpc_health_probe), prometheus-operator
+#   hack/images/build.sh olm|opm|prom_operator|prometheus ... OLM, opm (+grpc_health_probe),
+#                                          prometheus-operator, Prometheus
 #   hack/images/build.sh operator [TAG]    ./Dockerfile on the stand-in runtime base, with the
 #                                          binary of `$RELEASE_BUILD` from $CARGO_TARGET_DIR
-#   hack/images/build.sh bundle [TAG]      ./bundle.Dockerfile (FROM scratch)
+#   hack/images/build.sh bundle [TAG [DIR]] ./bundle.Dockerfile (FROM scratch) on bundle/ or DIR
 #   hack/images/build.sh app [BINARY]      the e2e workload (examples/bucket-app.rs) on the
 #                                          stand-in runtime base; BINARY defaults to the debug
 #                                          build in $CARGO_TARGET_DIR/debug/examples/bucket-app
@@ -45,14 +46,14 @@ inputs_hash() {  # inputs_hash CONTAINERFILE DIR: content, modes and owners; not
 # exists; prints "REF ARCHIVE".
 image() {
   local ref=$1 file=$2 ctx=$3; shift 3
-  local name=${ref##*/}; name=${name%%:*}
+  local name=${ref##*/}; name=${name/:/-}  # per tag: two tags of one image are kept apart
   local hash; hash=$(inputs_hash "$file" "$ctx")
   local archive="$archives/$name-$hash.tar"
   if [[ ! -f $archive ]] || ! bah inspect --type image "$ref" >/dev/null 2>&1; then
     log "building image $ref"
     bah bud --quiet --pull-never --network none --layers=false \
       -f "$file" -t "$ref" "$@" "$ctx" >/dev/null
-    rm -f "$archives/$name"-*.tar
+    rm -f "$archives/$name"-????????????????.tar  # its older builds (a 16-digit hash)
     bah push --quiet "$ref" "docker-archive:$archive.tmp:$ref" && mv "$archive.tmp" "$archive"
   fi
   rm -rf "$ctx"
@@ -134,7 +135,21 @@ img_prom_operator() {
   img_runtime >/dev/null
   local ctx; ctx=$(fresh_ctx prom-operator)
   cp "$S3OP_BIN/prometheus-operator" "$S3OP_BIN/prometheus-config-reloader" "$ctx/"
-  image "localhost/s3op/prometheus-operator:$PROM_OPERATOR_BUILD_VERSION" "$here/prom-operator.Containerfile" "$ctx"
+  image "localhost/s3op/prometheus-operator:$PROM_OPERATOR_VERSION" "$here/prom-operator.Containerfile" "$ctx"
+}
+
+# Prometheus built from its Go module (hack/tools.sh prometheus_server), the image a Prometheus
+# object of prometheus-operator runs (hack/monitoring.sh), tagged $PROMETHEUS_VERSION, which is what
+# the object's spec.version must say. Not Debian's /usr/bin/prometheus: Debian removed Kubernetes
+# service discovery from it, so it refuses the config prometheus-operator writes for a
+# ServiceMonitor ("field kubernetes_sd_configs not found"). Static, like upstream's.
+img_prometheus() {
+  "$here/../tools.sh" prometheus_server
+  img_runtime >/dev/null
+  local ctx; ctx=$(fresh_ctx prometheus)
+  cp "$S3OP_BIN/prometheus-server" "$ctx/prometheus"
+  mkdir -p "$ctx/prometheus-data"
+  image "localhost/s3op/prometheus:$PROMETHEUS_VERSION" "$here/prometheus.Containerfile" "$ctx"
 }
 
 # img_catalog FBC_DIR [TAG]: a file-based catalog image (catalog.Containerfile) on the opm image.
@@ -187,19 +202,19 @@ img_operator() {
   echo "$ref $archive"
 }
 
-# bundle.Dockerfile copies bundle/, which the repository's .dockerignore (an allowlist for the
-# operator image) leaves out, so the bundle is built with its own ignore file.
+# img_bundle [TAG [DIR]]: bundle.Dockerfile with bundle/ (or the bundle directory DIR, e.g. a copy
+# naming another operator image) as its bundle/. The context holds only that directory, and
+# bundle.Dockerfile's own ignore file is passed as Docker would read it.
 img_bundle() {
-  local tag=${1:-v$(version)}
-  local ref="localhost/s3op/s3-operator-bundle:$tag" archive="$archives/s3-operator-bundle-$tag.tar"
-  log "building image $ref from ./bundle.Dockerfile"
-  bah bud --quiet --pull-never --network none --layers=false --ignorefile "$root/bundle.Dockerfile.dockerignore" \
-    -f "$root/bundle.Dockerfile" -t "$ref" "$root" >/dev/null
-  bah push --quiet "$ref" "docker-archive:$archive.tmp:$ref" && mv "$archive.tmp" "$archive"
-  echo "$ref $archive"
+  local tag=${1:-v$(version)} dir=${2:-$root/bundle}
+  [[ -f $dir/metadata/annotations.yaml ]] || die "$dir is not a bundle directory (no metadata/annotations.yaml)"
+  local ctx; ctx=$(fresh_ctx "bundle-$tag")
+  cp -r "$dir" "$ctx/bundle"
+  image "localhost/s3op/s3-operator-bundle:$tag" "$root/bundle.Dockerfile" "$ctx" \
+    --ignorefile "$root/bundle.Dockerfile.dockerignore"
 }
 
-[[ $# -gt 0 ]] || die "usage: hack/images/build.sh pause|runtime|coredns|probe ... | operator [TAG] | bundle [TAG] | app [BINARY]"
+[[ $# -gt 0 ]] || die "usage: hack/images/build.sh pause|runtime|coredns|probe|olm|opm|prom_operator|prometheus ... | operator [TAG] | bundle [TAG [DIR]] | app [BINARY]"
 case $1 in
   operator|bundle|app|catalog) "img_$1" "${@:2}" ;;
   *) for i in "$@"; do declare -F "img_$i" >/dev/null || die "unknown image $i"; "img_$i"; done ;;

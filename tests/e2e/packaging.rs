@@ -11,9 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
-use k8s_openapi::api::rbac::v1::{
-    ClusterRole, ClusterRoleBinding, Role, RoleBinding, RoleRef, Subject,
-};
+use k8s_openapi::api::rbac::v1::{ClusterRole, Role};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess};
@@ -22,7 +20,7 @@ use serde_json::{Value, json};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(90);
-const KUBE_VERSION: &str = "1.34.4";
+pub(crate) const KUBE_VERSION: &str = "1.34.4";
 
 // ---------------------------------------------------------------- tools and manifests
 
@@ -70,7 +68,7 @@ fn apply(manifests: &str) {
 
 /// The monitoring CRDs the packages' ServiceMonitor and PrometheusRule need, from the
 /// prometheus-operator Go module (`hack/tools.sh crds`).
-async fn install_monitoring_crds() {
+pub(crate) async fn install_monitoring_crds() {
     for kind in ["servicemonitors", "prometheusrules"] {
         apply_crds(
             &Path::new(&tools_bin()).join(format!("../crds/monitoring.coreos.com_{kind}.yaml")),
@@ -82,7 +80,7 @@ async fn install_monitoring_crds() {
 // ---------------------------------------------------------------- what every package must do
 
 /// The package's own samples converge, the credentials work, and deleting them cleans up AWS.
-async fn core_flow(ns: &str) {
+pub(crate) async fn core_flow(ns: &str) {
     let client = admin().await;
     let buckets = Api::<Bucket>::namespaced(client.clone(), ns);
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), ns);
@@ -196,7 +194,7 @@ fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
 
 /// What no package may grant: CRDs, webhooks and RBAC writes; and, when `unwatched` is given,
 /// Secrets in a namespace the operator does not watch.
-async fn refused(client: &kube::Client, watched: &str, unwatched: Option<&str>) {
+pub(crate) async fn refused(client: &kube::Client, watched: &str, unwatched: Option<&str>) {
     let meta = || ObjectMeta {
         name: Some(format!("e2e-{}", random(5))),
         ..Default::default()
@@ -266,7 +264,7 @@ async fn refused(client: &kube::Client, watched: &str, unwatched: Option<&str>) 
 }
 
 /// A client with the token of the package's ServiceAccount.
-async fn as_operator(sa_ns: &str, sa: &str) -> kube::Client {
+pub(crate) async fn as_operator(sa_ns: &str, sa: &str) -> kube::Client {
     let token = service_account(&admin().await, sa_ns, sa, &[]).await;
     client_with_token(&token).await
 }
@@ -334,7 +332,7 @@ async fn run_container(
 }
 
 /// The operator may write Leases in its own namespace (leader election) and nowhere else.
-async fn leases_only_in(client: &kube::Client, own: &str, elsewhere: &[&str]) {
+pub(crate) async fn leases_only_in(client: &kube::Client, own: &str, elsewhere: &[&str]) {
     let lease = || Lease {
         metadata: ObjectMeta {
             name: Some(format!("e2e-{}", random(5))),
@@ -764,14 +762,6 @@ async fn ensure_namespace(client: &kube::Client, name: &str) {
 
 // ---------------------------------------------------------------- OLM
 
-fn csv() -> Value {
-    let text = std::fs::read_to_string(
-        repo().join("bundle/manifests/s3-operator.clusterserviceversion.yaml"),
-    )
-    .unwrap();
-    serde_yaml::from_str(&text).unwrap()
-}
-
 #[tokio::test]
 async fn olm_bundle_validates_with_no_warnings() {
     let out = tool(
@@ -794,198 +784,6 @@ async fn olm_bundle_validates_with_no_warnings() {
     std::fs::write(&path, text).unwrap();
     let (code, out, err) = try_tool("bundle-validate", &[dir.to_str().unwrap()], None);
     assert_ne!(code, 0, "a CSV without install modes passed:\n{out}{err}");
-}
-
-/// The bundle's objects of `kind` (bundle/manifests/*.yaml).
-fn bundle_objects(kind: &str) -> Vec<Value> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir(repo().join("bundle/manifests")).unwrap() {
-        let text = std::fs::read_to_string(e.unwrap().path()).unwrap();
-        out.extend(docs(&text).into_iter().filter(|d| d["kind"] == kind));
-    }
-    out
-}
-
-/// A Role or ClusterRole named `name` with `rules`, and its binding to `subject`, in `ns`
-/// (`None`: cluster-wide).
-async fn grant(
-    client: &kube::Client,
-    ns: Option<&str>,
-    name: &str,
-    rules: &Value,
-    subject: &Subject,
-) {
-    let rules: Vec<k8s_openapi::api::rbac::v1::PolicyRule> =
-        serde_json::from_value(rules.clone()).unwrap();
-    let meta = || ObjectMeta {
-        name: Some(name.into()),
-        ..Default::default()
-    };
-    let role_ref = |kind: &str| RoleRef {
-        api_group: "rbac.authorization.k8s.io".into(),
-        kind: kind.into(),
-        name: name.into(),
-    };
-    let pp = PostParams::default();
-    match ns {
-        None => {
-            let role = ClusterRole {
-                metadata: meta(),
-                rules: Some(rules),
-                ..Default::default()
-            };
-            Api::<ClusterRole>::all(client.clone())
-                .create(&pp, &role)
-                .await
-                .unwrap();
-            let binding = ClusterRoleBinding {
-                metadata: meta(),
-                role_ref: role_ref("ClusterRole"),
-                subjects: Some(vec![subject.clone()]),
-            };
-            Api::<ClusterRoleBinding>::all(client.clone())
-                .create(&pp, &binding)
-                .await
-                .unwrap();
-        }
-        Some(ns) => {
-            let role = Role {
-                metadata: meta(),
-                rules: Some(rules),
-            };
-            Api::<Role>::namespaced(client.clone(), ns)
-                .create(&pp, &role)
-                .await
-                .unwrap();
-            let binding = RoleBinding {
-                metadata: meta(),
-                role_ref: role_ref("Role"),
-                subjects: Some(vec![subject.clone()]),
-            };
-            Api::<RoleBinding>::namespaced(client.clone(), ns)
-                .create(&pp, &binding)
-                .await
-                .unwrap();
-        }
-    }
-}
-
-/// The RBAC OLM creates for an OperatorGroup with `targets` (empty: AllNamespaces):
-/// - from the CSV's `permissions`, a Role and RoleBinding in the operator's namespace, copied
-///   into every other target namespace or, for AllNamespaces, lifted into a ClusterRole and
-///   ClusterRoleBinding (OLM's ensureTenantRBAC and ensureSingletonRBAC);
-/// - from its `clusterPermissions`, a ClusterRole and ClusterRoleBinding;
-/// - the bundle's own RBAC objects as they are, the namespaced ones in the operator's namespace
-///   only (OLM copies and lifts only the Roles it generated from the CSV).
-async fn olm_rbac(client: &kube::Client, op_ns: &str, targets: &[String]) {
-    let csv = csv();
-    let strategy = &csv["spec"]["install"]["spec"];
-    for p in strategy["permissions"].as_array().unwrap() {
-        let sa = p["serviceAccountName"].as_str().unwrap();
-        let subject = Subject {
-            kind: "ServiceAccount".into(),
-            name: sa.into(),
-            namespace: Some(op_ns.into()),
-            api_group: None,
-        };
-        let name = format!("{op_ns}-{sa}");
-        grant(client, Some(op_ns), &name, &p["rules"], &subject).await;
-        if targets.is_empty() {
-            grant(client, None, &name, &p["rules"], &subject).await;
-        }
-        for ns in targets.iter().filter(|t| *t != op_ns) {
-            grant(client, Some(ns), &name, &p["rules"], &subject).await;
-        }
-    }
-    for p in strategy["clusterPermissions"].as_array().unwrap() {
-        let sa = p["serviceAccountName"].as_str().unwrap();
-        let subject = Subject {
-            kind: "ServiceAccount".into(),
-            name: sa.into(),
-            namespace: Some(op_ns.into()),
-            api_group: None,
-        };
-        grant(
-            client,
-            None,
-            &format!("{op_ns}-{sa}-cluster"),
-            &p["rules"],
-            &subject,
-        )
-        .await;
-    }
-    let mut objects = Vec::new();
-    for kind in ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"] {
-        for mut o in bundle_objects(kind) {
-            if kind.starts_with("Role") {
-                o["metadata"]["namespace"] = json!(op_ns);
-            }
-            objects.push(o);
-        }
-    }
-    apply(&yaml(&objects.iter().collect::<Vec<_>>()));
-}
-
-async fn olm_install(targets_of: impl Fn(&str) -> Vec<String>, unwatched: bool) {
-    let _names = PACKAGE_NAMES.read().await;
-    install_crds().await;
-    let olm_crd =
-        Path::new(&tools_bin()).join("../crds/operators.coreos.com_clusterserviceversions.yaml");
-    apply_crds(&olm_crd).await;
-    let client = admin().await;
-    let op_ns = namespace(&client, "olm").await;
-    let targets = targets_of(&op_ns);
-    for t in &targets {
-        ensure_namespace(&client, t).await;
-    }
-    // The CSV itself is accepted by the API server's schema for it.
-    let mut csv = csv();
-    csv["metadata"]["namespace"] = json!(op_ns);
-    let csv_yaml = serde_yaml::to_string(&csv).unwrap();
-    apply(&csv_yaml);
-    // What OLM does on install: the ServiceAccount, then RBAC from the CSV and the bundle.
-    let pod = csv["spec"]["install"]["spec"]["deployments"][0]["spec"]["template"]["spec"].clone();
-    let sa = pod["serviceAccountName"].as_str().unwrap();
-    service_account(&client, &op_ns, sa, &[]).await;
-    olm_rbac(&client, &op_ns, &targets).await;
-    let other = namespace(&client, "olm-other").await;
-    let flow = match targets.last() {
-        Some(t) => t.clone(),
-        None => namespace(&client, "olm-app").await,
-    };
-    let readers = bundle_objects("ClusterRole");
-    run_container(
-        pod,
-        &op_ns,
-        &targets.join(","),
-        &flow,
-        unwatched.then_some(other.as_str()),
-        metrics_reader(&readers),
-    )
-    .await;
-}
-
-// Each install mode checks, beside the flow, that the operator may write Leases in its own
-// namespace and nowhere else (run_container).
-
-#[tokio::test]
-async fn olm_csv_installs_own_namespace_and_runs() {
-    olm_install(|op| vec![op.to_string()], true).await;
-}
-
-#[tokio::test]
-async fn olm_csv_installs_single_namespace_and_runs() {
-    olm_install(|op| vec![format!("{op}-a")], true).await;
-}
-
-#[tokio::test]
-async fn olm_csv_installs_multi_namespace_and_runs() {
-    olm_install(|op| vec![format!("{op}-a"), format!("{op}-b")], true).await;
-}
-
-#[tokio::test]
-async fn olm_csv_installs_all_namespaces_and_runs() {
-    olm_install(|_| vec![], false).await;
 }
 
 // ---------------------------------------------------------------- authenticated metrics

@@ -143,7 +143,7 @@ fn csv(root: &Path) -> Result<Generated, Error> {
         .and_then(Value::as_mapping_mut)
         .ok_or_else(|| shape(CSV_BASE, "no metadata.annotations"))?;
     ann.insert("alm-examples".into(), alm_examples(root)?.into());
-    ann.insert("containerImage".into(), image.into());
+    ann.insert("containerImage".into(), image.clone().into());
 
     let install = map([
         ("strategy", "deployment".into()),
@@ -186,6 +186,14 @@ fn csv(root: &Path) -> Result<Generated, Error> {
         .ok_or_else(|| shape(CSV_BASE, "no spec"))?;
     spec.insert("version".into(), version.into());
     spec.insert("install".into(), install);
+    // Every image the operator runs, for mirroring in disconnected clusters.
+    spec.insert(
+        "relatedImages".into(),
+        Value::Sequence(vec![map([
+            ("name", "manager".into()),
+            ("image", image.clone().into()),
+        ])]),
+    );
 
     // Every CRD the operator serves is owned, with the version the types generate.
     let owned = csv["spec"]["customresourcedefinitions"]["owned"]
@@ -264,13 +272,28 @@ fn manager_deployment(root: &Path) -> Result<Value, Error> {
     Err(shape(MANAGER, "has no Deployment"))
 }
 
+/// The ConfigMap and Secret (both optional, in the operator's namespace) an OLM install reads its
+/// settings and AWS key pair from: `envFrom`, so they are there at the Pods' first start. OLM
+/// injects a Subscription's `config.env` only once the Subscription names the CSV installed, which
+/// is usually after the Deployment exists, and re-checks it only once the Deployment is Available:
+/// an operator waiting for its AWS settings would crash-loop there until OLM's install timeout.
+const OLM_CONFIG_MAP: &str = "s3-operator-config";
+const OLM_AWS_SECRET: &str = "s3-operator-aws";
+/// Settings the ConfigMap chooses, so the CSV does not fix them (`env` would win over `envFrom`).
+const OLM_CONFIGURABLE: [&str; 2] = ["CLUSTER_NAME", "AWS_REGION"];
+
 /// Under OLM the watched namespaces are the OperatorGroup's targets, which OLM writes into the
-/// pod's `olm.targetNamespaces` annotation ("" for AllNamespaces).
+/// pod's `olm.targetNamespaces` annotation ("" for AllNamespaces); the settings come from
+/// `OLM_CONFIG_MAP` and `OLM_AWS_SECRET`.
 fn olm_deployment_spec(mut spec: Value) -> Result<Value, Error> {
-    let env = spec["template"]["spec"]["containers"][0]
+    let container = spec["template"]["spec"]["containers"][0]
+        .as_mapping_mut()
+        .ok_or_else(|| shape(MANAGER, "the Deployment has no manager container"))?;
+    let env = container
         .get_mut("env")
         .and_then(Value::as_sequence_mut)
         .ok_or_else(|| shape(MANAGER, "the manager container has no env"))?;
+    env.retain(|e| !OLM_CONFIGURABLE.iter().any(|n| e["name"] == *n));
     let watch = env
         .iter_mut()
         .find(|e| e["name"] == "WATCH_NAMESPACE")
@@ -288,6 +311,19 @@ fn olm_deployment_spec(mut spec: Value) -> Result<Value, Error> {
             )]),
         ),
     ]);
+    let optional = |kind: &'static str, name: &str| {
+        map([(
+            kind,
+            map([("name", name.into()), ("optional", true.into())]),
+        )])
+    };
+    container.insert(
+        "envFrom".into(),
+        Value::Sequence(vec![
+            optional("configMapRef", OLM_CONFIG_MAP),
+            optional("secretRef", OLM_AWS_SECRET),
+        ]),
+    );
     Ok(spec)
 }
 
