@@ -11,7 +11,8 @@ use s3_operator::runtime::{self, leader, telemetry};
 #[derive(Parser, Debug)]
 #[command(
     name = "s3-operator",
-    version,
+    // `s3-operator 0.1.0 (commit abc1234)`: the commit comes from build.rs.
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("S3OP_GIT_COMMIT"), ")"),
     about = "Self-service S3 buckets and least-privilege IAM access for Kubernetes"
 )]
 struct Cli {

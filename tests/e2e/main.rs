@@ -5,6 +5,7 @@
 mod access;
 mod audit;
 mod bucket;
+mod cli;
 mod cluster;
 mod faults;
 mod observability;
