@@ -468,6 +468,78 @@ async fn helm_chart_lints_and_rejects_bad_values() {
     }
 }
 
+/// One Deployment in every package: the chart with its default values runs the container
+/// config/manager (kustomize, and the OLM CSV through the xtask) describes, with the same pod
+/// security, probes, ports, security context, resources, args and environment. The release is
+/// named s3-operator so the chart's names (the Lease: <fullname>-leader) are the base's.
+#[tokio::test]
+async fn helm_chart_deployment_matches_config_manager() {
+    let chart = helm_template("s3-operator", "s3-operator-system", &[]);
+    let chart = of_kind(&chart, "Deployment")[0]["spec"]["template"].clone();
+    let text = std::fs::read_to_string(repo().join("config/manager/manager.yaml")).unwrap();
+    let base = docs(&text);
+    let base = of_kind(&base, "Deployment")[0]["spec"]["template"].clone();
+
+    for label in ["app.kubernetes.io/name", "app.kubernetes.io/component"] {
+        assert_eq!(
+            chart["metadata"]["labels"][label], base["metadata"]["labels"][label],
+            "pod label {label}"
+        );
+    }
+    for key in [
+        "securityContext",
+        "terminationGracePeriodSeconds",
+        "automountServiceAccountToken",
+        "enableServiceLinks",
+    ] {
+        assert_eq!(chart["spec"][key], base["spec"][key], "pod {key}");
+    }
+    let (chart, base) = (&chart["spec"]["containers"], &base["spec"]["containers"]);
+    assert_eq!(chart.as_array().map(Vec::len), Some(1), "{chart}");
+    assert_eq!(base.as_array().map(Vec::len), Some(1), "{base}");
+    let (chart, base) = (&chart[0], &base[0]);
+    for key in [
+        "name",
+        "imagePullPolicy",
+        "args",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "securityContext",
+        "resources",
+    ] {
+        assert_eq!(chart[key], base[key], "container {key}");
+    }
+    // The same variables in the same order (POD_* first: later values may refer to them), with
+    // the same values; YAML may quote a value in one file and not the other. Only AWS_REGION
+    // differs: the chart leaves the region to the AWS default chain unless aws.region is set,
+    // while the kustomize base names it for the user to edit.
+    let env = |c: &Value| -> Vec<(String, Value)> {
+        c["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .filter(|e| e["name"] != "AWS_REGION")
+            .map(|e| {
+                let value = match &e["value"] {
+                    Value::Null => e["valueFrom"].clone(),
+                    v => json!(v.to_string().trim_matches('"')),
+                };
+                (e["name"].as_str().unwrap().to_string(), value)
+            })
+            .collect()
+    };
+    assert_eq!(env(chart), env(base), "container env");
+    assert!(
+        base["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "AWS_REGION"),
+        "config/manager names AWS_REGION"
+    );
+}
+
 #[tokio::test]
 async fn helm_chart_installs_cluster_wide_and_runs() {
     install_crds().await;
