@@ -51,11 +51,11 @@ fn request(
     let io = |e: std::io::Error| format!("{url}: {e}");
     stream.set_read_timeout(Some(timeout)).map_err(io)?;
     stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    write!(
-        stream,
+    // One write: `write!` on a bare stream would send each formatted piece as its own segment.
+    let head = format!(
         "GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: s3-operator-probe\r\nConnection: close\r\n\r\n"
-    )
-    .map_err(io)?;
+    );
+    stream.write_all(head.as_bytes()).map_err(io)?;
     let mut status_line = String::new();
     BufReader::new(stream)
         .read_line(&mut status_line)
@@ -80,10 +80,16 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         let handle = std::thread::spawn(move || {
             let (mut conn, _) = listener.accept().unwrap();
+            let mut request = Vec::new();
             let mut buf = [0u8; 1024];
-            let n = conn.read(&mut buf).unwrap();
-            write!(conn, "HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n").unwrap();
-            String::from_utf8_lossy(&buf[..n]).into_owned()
+            while !request.ends_with(b"\r\n\r\n") {
+                let n = conn.read(&mut buf).unwrap();
+                assert!(n > 0, "the request ended early");
+                request.extend_from_slice(&buf[..n]);
+            }
+            let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+            conn.write_all(answer.as_bytes()).unwrap();
+            String::from_utf8_lossy(&request).into_owned()
         });
         (addr, handle)
     }
