@@ -10,6 +10,7 @@ mod cluster;
 mod faults;
 mod observability;
 mod packaging;
+mod proxy;
 mod runtime;
 mod scale;
 mod security;
