@@ -1,77 +1,66 @@
 //! `s3-operator probe <url>`: one plain-HTTP GET that succeeds on a 2xx answer. The image is
 //! distroless (no shell, no curl), so the chart's `helm test` Pod runs the operator's own binary
-//! to check `/readyz`. Blocking std I/O: it runs once, before any runtime exists.
+//! to check `/readyz`, with hyper's client (which the Kubernetes client already links).
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
-/// GETs `url` (`http://host[:port][/path]`) and returns the response's status code. `timeout`
-/// bounds the connection and each read and write.
-pub fn get(url: &str, timeout: Duration) -> Result<u16, String> {
-    let rest = url
-        .strip_prefix("http://")
-        .ok_or_else(|| format!("{url}: only http:// URLs are supported"))?;
-    let (authority, path) = match rest.find('/') {
-        Some(i) => (&rest[..i], &rest[i..]),
-        None => (rest, "/"),
-    };
-    if authority.is_empty() {
-        return Err(format!("{url}: no host"));
-    }
-    // A port is present when the text after the last ':' is outside an IPv6 literal's brackets.
-    let has_port = authority
-        .rfind(':')
-        .is_some_and(|i| !authority[i..].contains(']'));
-    let target = if has_port {
-        authority.to_string()
-    } else {
-        format!("{authority}:80")
-    };
-    let addrs = target
-        .to_socket_addrs()
-        .map_err(|e| format!("{url}: cannot resolve {target}: {e}"))?;
-    let mut last = format!("{url}: {target} has no address");
-    for addr in addrs {
-        match TcpStream::connect_timeout(&addr, timeout) {
-            Ok(stream) => return request(stream, authority, path, timeout, url),
-            Err(e) => last = format!("{url}: connect to {addr}: {e}"),
-        }
-    }
-    Err(last)
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+#[derive(thiserror::Error, Debug)]
+pub enum Error {
+    #[error("{url}: only http:// URLs with a host are supported")]
+    Unsupported { url: String },
+    #[error("{url}: {source}")]
+    Url {
+        url: String,
+        source: http::uri::InvalidUri,
+    },
+    #[error("{url}: {source:?}")]
+    Request {
+        url: String,
+        source: hyper_util::client::legacy::Error,
+    },
+    #[error("{url}: no answer within {timeout:?}")]
+    Timeout { url: String, timeout: Duration },
+    #[error("cannot start an I/O runtime: {0}")]
+    Runtime(std::io::Error),
 }
 
-fn request(
-    mut stream: TcpStream,
-    authority: &str,
-    path: &str,
-    timeout: Duration,
-    url: &str,
-) -> Result<u16, String> {
-    let io = |e: std::io::Error| format!("{url}: {e}");
-    stream.set_read_timeout(Some(timeout)).map_err(io)?;
-    stream.set_write_timeout(Some(timeout)).map_err(io)?;
-    // One write: `write!` on a bare stream would send each formatted piece as its own segment.
-    let head = format!(
-        "GET {path} HTTP/1.1\r\nHost: {authority}\r\nUser-Agent: s3-operator-probe\r\nConnection: close\r\n\r\n"
-    );
-    stream.write_all(head.as_bytes()).map_err(io)?;
-    let mut status_line = String::new();
-    BufReader::new(stream)
-        .read_line(&mut status_line)
-        .map_err(io)?;
-    // "HTTP/1.1 200 OK"
-    let mut parts = status_line.split_whitespace();
-    match (parts.next(), parts.next().map(str::parse::<u16>)) {
-        (Some(v), Some(Ok(code))) if v.starts_with("HTTP/") => Ok(code),
-        _ => Err(format!("{url}: not an HTTP response: {status_line:?}")),
+/// GETs `url` (`http://host[:port][/path]`) and returns the response's status code, or fails
+/// when there is none within `timeout`.
+pub fn get(url: &str, timeout: Duration) -> Result<u16, Error> {
+    let uri: http::Uri = url.parse().map_err(|source| Error::Url {
+        url: url.into(),
+        source,
+    })?;
+    if uri.scheme_str() != Some("http") || uri.host().is_none_or(str::is_empty) {
+        return Err(Error::Unsupported { url: url.into() });
     }
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(Error::Runtime)?;
+    runtime.block_on(async {
+        let client = Client::builder(TokioExecutor::new()).build_http::<String>();
+        match tokio::time::timeout(timeout, client.get(uri)).await {
+            Ok(Ok(response)) => Ok(response.status().as_u16()),
+            Ok(Err(source)) => Err(Error::Request {
+                url: url.into(),
+                source,
+            }),
+            Err(_) => Err(Error::Timeout {
+                url: url.into(),
+                timeout,
+            }),
+        }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Read;
+    use std::io::{Read, Write};
     use std::net::TcpListener;
 
     /// A server that answers one request with `status` and hands back what it was sent.
@@ -98,25 +87,27 @@ mod tests {
     fn returns_the_status_of_a_get_for_the_path() {
         let t = Duration::from_secs(5);
         let (addr, server) = serve_once("200 OK");
-        assert_eq!(get(&format!("http://{addr}/readyz"), t), Ok(200));
+        assert_eq!(get(&format!("http://{addr}/readyz"), t).unwrap(), 200);
         let sent = server.join().unwrap();
         assert!(sent.starts_with("GET /readyz HTTP/1.1\r\n"), "{sent}");
-        assert!(sent.contains(&format!("Host: {addr}\r\n")), "{sent}");
+        assert!(
+            sent.to_lowercase().contains(&format!("host: {addr}\r\n")),
+            "{sent}"
+        );
 
         let (addr, server) = serve_once("503 Service Unavailable");
-        assert_eq!(get(&format!("http://{addr}"), t), Ok(503));
+        assert_eq!(get(&format!("http://{addr}"), t).unwrap(), 503);
         assert!(server.join().unwrap().starts_with("GET / HTTP/1.1"));
     }
 
     #[test]
     fn refuses_what_it_cannot_probe() {
         let t = Duration::from_secs(1);
-        assert!(
-            get("https://127.0.0.1:1/readyz", t)
-                .unwrap_err()
-                .contains("http://")
-        );
-        assert!(get("http:///readyz", t).unwrap_err().contains("no host"));
+        assert!(matches!(
+            get("https://127.0.0.1:1/readyz", t),
+            Err(Error::Unsupported { .. })
+        ));
+        assert!(get("http:///readyz", t).is_err());
         // Nothing listens there (a port just freed).
         let port = TcpListener::bind("127.0.0.1:0")
             .unwrap()
@@ -124,6 +115,6 @@ mod tests {
             .unwrap()
             .port();
         let err = get(&format!("http://127.0.0.1:{port}/readyz"), t).unwrap_err();
-        assert!(err.contains("connect"), "{err}");
+        assert!(matches!(err, Error::Request { .. }), "{err}");
     }
 }
