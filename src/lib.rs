@@ -5,11 +5,13 @@
 //! - [`aws`]: every S3 and IAM call, naming, tags and policy documents
 //! - [`runtime`]: leader election, web server, metrics, telemetry, shutdown
 //! - [`fence`]: what stops a leader whose lease may have passed on from sending anything
+//! - [`probe`]: the HTTP check `s3-operator probe` runs (the chart's `helm test`)
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod aws;
 pub mod fence;
+pub mod probe;
 pub mod reconcile;
 pub mod runtime;
 

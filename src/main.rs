@@ -11,7 +11,8 @@ use s3_operator::runtime::{self, leader, telemetry};
 #[derive(Parser, Debug)]
 #[command(
     name = "s3-operator",
-    version,
+    // `s3-operator 0.1.0 (commit abc1234)`: the commit comes from build.rs.
+    version = concat!(env!("CARGO_PKG_VERSION"), " (commit ", env!("S3OP_GIT_COMMIT"), ")"),
     about = "Self-service S3 buckets and least-privilege IAM access for Kubernetes"
 )]
 struct Cli {
@@ -29,6 +30,18 @@ enum Command {
     Crd,
     /// Print the minimal IAM policy the operator needs, as JSON.
     IamPolicy(PolicyArgs),
+    /// GET an http:// URL (such as a replica's /readyz) and exit 0 on a 2xx answer, else 1.
+    /// The image has no shell or curl: the chart's `helm test` Pod runs this.
+    Probe(ProbeArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct ProbeArgs {
+    /// The URL, e.g. http://s3-operator-health:8081/readyz.
+    url: String,
+    /// Deadline of the connection and of each read and write.
+    #[arg(long, default_value = "5s", value_parser = duration)]
+    timeout: std::time::Duration,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -189,6 +202,20 @@ fn main() -> ExitCode {
             println!("{doc:#}");
             ExitCode::SUCCESS
         }
+        Some(Command::Probe(p)) => match s3_operator::probe::get(&p.url, p.timeout) {
+            Ok(code) if (200..300).contains(&code) => {
+                println!("{} answered {code}", p.url);
+                ExitCode::SUCCESS
+            }
+            Ok(code) => {
+                eprintln!("error: {} answered {code}", p.url);
+                ExitCode::FAILURE
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::FAILURE
+            }
+        },
         Some(Command::Run(args)) => run(*args),
         None => run(cli.run),
     }

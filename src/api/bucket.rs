@@ -152,12 +152,17 @@ fn yes() -> bool {
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct PublicAccessBlock {
+    /// Refuse requests that set a public ACL on the bucket or its objects. Default true.
     #[serde(default = "yes")]
     pub block_public_acls: bool,
+    /// Ignore every public ACL on the bucket and its objects. Default true.
     #[serde(default = "yes")]
     pub ignore_public_acls: bool,
+    /// Refuse a bucket policy that grants public access. Default true.
     #[serde(default = "yes")]
     pub block_public_policy: bool,
+    /// Limit a bucket with a public policy to AWS services and the bucket owner's account.
+    /// Default true.
     #[serde(default = "yes")]
     pub restrict_public_buckets: bool,
 }
@@ -214,9 +219,12 @@ pub struct Transition {
     /// Days after object creation.
     #[schemars(range(min = 0, max = 36500))]
     pub days: i32,
+    /// The storage class objects move to: STANDARD_IA, ONEZONE_IA, INTELLIGENT_TIERING, GLACIER,
+    /// GLACIER_IR or DEEP_ARCHIVE.
     pub storage_class: StorageClass,
 }
 
+/// An S3 storage class a lifecycle transition moves objects to.
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 #[allow(non_camel_case_types, clippy::upper_case_acronyms)]
 pub enum StorageClass {

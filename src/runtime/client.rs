@@ -26,6 +26,7 @@ pub struct Error(pub Duration);
 /// user agent, so API server audit logs tell replicas apart.
 pub async fn build(identity: Option<&str>, fence: Fence) -> Result<kube::Client, super::Error> {
     let mut config = kube::Config::infer().await?;
+    config.proxy_url = proxy_url(config.proxy_url.take(), &config.cluster_url);
     let agent = match identity {
         Some(id) => format!("s3-operator/{} ({id})", crate::VERSION),
         None => format!("s3-operator/{}", crate::VERSION),
@@ -40,6 +41,51 @@ pub async fn build(identity: Option<&str>, fence: Fence) -> Result<kube::Client,
             timeout: REQUEST_TIMEOUT,
         })
         .build())
+}
+
+/// The proxy to reach the API server at `dst` through. kube-client reads only a kubeconfig's
+/// `proxy-url` or, for a kubeconfig, `HTTPS_PROXY` (never `NO_PROXY`, nothing in a Pod). The
+/// operator decides from the environment as the AWS SDK's client does (hyper-util's matcher:
+/// `HTTPS_PROXY` or `HTTP_PROXY` by the server's scheme, else `ALL_PROXY`; `NO_PROXY` bypasses),
+/// as client-go does; a kubeconfig's own `proxy-url` still wins.
+fn proxy_url(from_kube: Option<http::Uri>, dst: &http::Uri) -> Option<http::Uri> {
+    let var = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let kube_env = var("HTTPS_PROXY")
+        .or_else(|| var("https_proxy"))
+        .and_then(|v| v.parse::<http::Uri>().ok());
+    match from_kube {
+        Some(url) if Some(&url) != kube_env.as_ref() => Some(url),
+        _ => proxy_for(
+            &hyper_util::client::proxy::matcher::Matcher::from_env(),
+            dst,
+            var,
+        ),
+    }
+}
+
+/// `matcher`'s proxy for `dst`. The matcher keeps a proxy's `user:password` out of its URI (as a
+/// header kube cannot take); kube reads them from the URI, so then the variable's own text is
+/// used (`var` reads one).
+fn proxy_for(
+    matcher: &hyper_util::client::proxy::matcher::Matcher,
+    dst: &http::Uri,
+    var: impl Fn(&str) -> Option<String>,
+) -> Option<http::Uri> {
+    let intercept = matcher.intercept(dst)?;
+    if intercept.basic_auth().is_none() {
+        return Some(intercept.uri().clone());
+    }
+    let names: [&str; 4] = match dst.scheme_str() {
+        Some("http") => ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"],
+        _ => ["HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy"],
+    };
+    let raw = names.into_iter().find_map(var)?;
+    let raw = if raw.contains("://") {
+        raw
+    } else {
+        format!("http://{raw}")
+    };
+    raw.parse().ok()
 }
 
 /// Refuses writes once the fence closes and puts a deadline on every request but a watch.
@@ -289,6 +335,46 @@ mod tests {
         let (mut g, _) = guard(Duration::from_millis(60), fence);
         let err = g.call(req(Method::PATCH, "/apis/x")).await.unwrap_err();
         assert!(err.downcast_ref::<fence::Error>().is_some(), "{err}");
+    }
+
+    #[test]
+    fn the_api_server_proxy_follows_the_proxy_variables() {
+        use hyper_util::client::proxy::matcher::Matcher;
+        let api: http::Uri = "https://10.96.0.1:443".parse().unwrap();
+        let plain: http::Uri = "http://127.0.0.1:8001".parse().unwrap();
+        let none = |_: &str| None;
+        let matcher = Matcher::builder()
+            .https("http://proxy.corp:3128")
+            .http("http://plain.corp:3128")
+            .build();
+        let chosen = proxy_for(&matcher, &api, none).unwrap();
+        assert_eq!(chosen.to_string(), "http://proxy.corp:3128/");
+        let chosen = proxy_for(&matcher, &plain, none).unwrap();
+        assert_eq!(chosen.to_string(), "http://plain.corp:3128/");
+        // NO_PROXY: by address, by CIDR, by domain suffix.
+        for no in ["10.96.0.1", "10.96.0.0/12", "localhost,10.0.0.0/8"] {
+            let m = Matcher::builder()
+                .https("http://proxy.corp:3128")
+                .no(no)
+                .build();
+            assert_eq!(proxy_for(&m, &api, none), None, "{no}");
+        }
+        let m = Matcher::builder()
+            .https("http://proxy.corp:3128")
+            .no(".svc")
+            .build();
+        let svc: http::Uri = "https://kubernetes.default.svc".parse().unwrap();
+        assert_eq!(proxy_for(&m, &svc, none), None);
+        assert!(proxy_for(&m, &api, none).is_some());
+        // Credentials stay in the URI, where kube reads them.
+        let m = Matcher::builder()
+            .https("http://u:p@proxy.corp:3128")
+            .build();
+        let var = |n: &str| (n == "HTTPS_PROXY").then(|| "u:p@proxy.corp:3128".to_string());
+        let chosen = proxy_for(&m, &api, var).unwrap();
+        assert_eq!(chosen.authority().unwrap().as_str(), "u:p@proxy.corp:3128");
+        // No proxy variable: direct.
+        assert_eq!(proxy_for(&Matcher::builder().build(), &api, none), None);
     }
 
     #[tokio::test]

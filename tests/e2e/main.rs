@@ -5,6 +5,7 @@
 mod access;
 mod audit;
 mod bucket;
+mod cli;
 mod cluster;
 mod faults;
 mod monitoring;
@@ -12,6 +13,7 @@ mod node;
 mod observability;
 mod olm;
 mod packaging;
+mod proxy;
 mod runtime;
 mod scale;
 mod security;

@@ -396,6 +396,8 @@ fn helm_template(release: &str, ns: &str, sets: &[&str]) -> Vec<Value> {
         "--kube-version",
         KUBE_VERSION,
         "--include-crds",
+        // What `helm install` creates: the `helm test` hooks only run on `helm test`.
+        "--skip-tests",
     ];
     for s in sets {
         args.extend(["--set", s]);
@@ -464,6 +466,273 @@ async fn helm_chart_lints_and_rejects_bad_values() {
             "{set}: the error does not name it:\n{err}"
         );
     }
+}
+
+/// The `helm test` hook: a Service onto the operator's probe port and a Pod of the operator's
+/// image running `s3-operator probe` on its /readyz. The Pod is outside the operator's selector
+/// (its NetworkPolicy and PDB), and its args work with the binary: run here against a stand-in
+/// server, they exit 0 on a 200 and fail on a 503.
+#[tokio::test]
+async fn helm_chart_test_hook_probes_readyz() {
+    let (release, ns) = ("s3op", "s3op-system");
+    for sets in [
+        vec![],
+        vec![
+            "networkPolicy.enabled=true",
+            "podDisruptionBudget.enabled=true",
+        ],
+    ] {
+        let mut args = vec![
+            "template",
+            release,
+            "charts/s3-operator",
+            "--namespace",
+            ns,
+            "--kube-version",
+            KUBE_VERSION,
+        ];
+        for s in &sets {
+            args.extend(["--set", s]);
+        }
+        let all = docs(&tool("helm", &args, None));
+        args.extend(["--show-only", "templates/tests/readyz.yaml"]);
+        let hooks = docs(&tool("helm", &args, None));
+        assert_eq!(hooks.len(), 2, "{hooks:?}");
+        for h in &hooks {
+            assert_eq!(h["metadata"]["annotations"]["helm.sh/hook"], "test", "{h}");
+        }
+        let deployment = of_kind(&all, "Deployment")[0];
+        let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+        let selects = |selector: &Value, labels: &Value| {
+            selector
+                .as_object()
+                .unwrap()
+                .iter()
+                .all(|(k, v)| &labels[k] == v)
+        };
+        let service = of_kind(&hooks, "Service")[0];
+        assert!(
+            selects(&service["spec"]["selector"], pod_labels),
+            "{service}"
+        );
+        assert_eq!(service["spec"]["ports"][0]["targetPort"], "health");
+        let pod = of_kind(&hooks, "Pod")[0];
+        let test_labels = &pod["metadata"]["labels"];
+        for (kind, path) in [
+            ("Deployment", "/spec/selector/matchLabels"),
+            ("NetworkPolicy", "/spec/podSelector/matchLabels"),
+            ("PodDisruptionBudget", "/spec/selector/matchLabels"),
+        ] {
+            for obj in of_kind(&all, kind) {
+                let selector = obj.pointer(path).expect(path);
+                assert!(
+                    !selects(selector, test_labels),
+                    "{kind} selects the test Pod"
+                );
+            }
+        }
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(
+            container["image"],
+            deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+        );
+        assert_eq!(pod["spec"]["restartPolicy"], "Never");
+        let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap();
+        let authority = format!(
+            "{}.{ns}.svc:{}",
+            service["metadata"]["name"].as_str().unwrap(),
+            service["spec"]["ports"][0]["port"]
+        );
+        assert_eq!(args.len(), 2, "{args:?}");
+        let path = args[1]
+            .strip_prefix(&format!("http://{authority}"))
+            .unwrap_or_else(|| panic!("{args:?} does not probe {authority}"));
+        assert_eq!(path, "/readyz");
+
+        for (status, ok) in [("200 OK", true), ("503 Service Unavailable", false)] {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let local = listener.local_addr().unwrap();
+            let server = std::thread::spawn(move || {
+                use std::io::{Read, Write};
+                let (mut conn, _) = listener.accept().unwrap();
+                let mut request = Vec::new();
+                let mut buf = [0u8; 1024];
+                while !request.ends_with(b"\r\n\r\n") {
+                    let n = conn.read(&mut buf).unwrap();
+                    assert!(n > 0, "the request ended early");
+                    request.extend_from_slice(&buf[..n]);
+                }
+                let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+                conn.write_all(answer.as_bytes()).unwrap();
+                String::from_utf8_lossy(&request).into_owned()
+            });
+            let local_args: Vec<String> = args
+                .iter()
+                .map(|a| a.replace(&authority, &local.to_string()))
+                .collect();
+            let out = std::process::Command::new(env!("CARGO_BIN_EXE_s3-operator"))
+                .args(&local_args)
+                .output()
+                .unwrap();
+            assert_eq!(out.status.success(), ok, "{status}: {out:?}");
+            let request = server.join().unwrap();
+            assert!(request.starts_with("GET /readyz HTTP/1.1\r\n"), "{request}");
+        }
+    }
+}
+
+/// Chart.yaml carries the metadata Artifact Hub shows, taken from the other packages' sources:
+/// the CSV's icon, capabilities and owned CRDs, the samples, the crate's license and the
+/// chart's default image.
+#[test]
+fn helm_chart_metadata_follows_the_sources() {
+    let read = |path: &str| -> Value {
+        let text = std::fs::read_to_string(repo().join(path)).unwrap();
+        serde_yaml::from_str(&text).unwrap()
+    };
+    let annotation = |chart: &Value, key: &str| -> Value {
+        let text = chart["annotations"][key]
+            .as_str()
+            .unwrap_or_else(|| panic!("Chart.yaml has no annotation {key}"));
+        serde_yaml::from_str(text).unwrap()
+    };
+    let chart = read("charts/s3-operator/Chart.yaml");
+    let csv = read("config/manifests/bases/s3-operator.clusterserviceversion.yaml");
+    for key in ["home", "kubeVersion", "icon"] {
+        assert!(chart[key].as_str().is_some_and(|v| !v.is_empty()), "{key}");
+    }
+    for key in ["sources", "maintainers"] {
+        assert!(
+            chart[key].as_array().is_some_and(|v| !v.is_empty()),
+            "{key}"
+        );
+    }
+    let icon = &csv["spec"]["icon"][0];
+    assert_eq!(
+        chart["icon"].as_str().unwrap(),
+        format!(
+            "data:{};base64,{}",
+            icon["mediatype"].as_str().unwrap(),
+            icon["base64data"].as_str().unwrap()
+        )
+    );
+    let cargo = std::fs::read_to_string(repo().join("Cargo.toml")).unwrap();
+    let license = chart["annotations"]["artifacthub.io/license"]
+        .as_str()
+        .unwrap();
+    assert!(
+        cargo.contains(&format!("license = \"{license}\"")),
+        "{license}"
+    );
+    assert_eq!(chart["annotations"]["artifacthub.io/operator"], "true");
+    assert_eq!(
+        chart["annotations"]["artifacthub.io/operatorCapabilities"],
+        csv["metadata"]["annotations"]["capabilities"]
+    );
+    let owned: Vec<Value> = csv["spec"]["customresourcedefinitions"]["owned"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|o| {
+            json!({"kind": o["kind"], "version": o["version"], "name": o["name"],
+                   "displayName": o["displayName"], "description": o["description"]})
+        })
+        .collect();
+    assert_eq!(annotation(&chart, "artifacthub.io/crds"), json!(owned));
+    let samples: Vec<Value> = ["s3_v1alpha1_bucket.yaml", "s3_v1alpha1_bucketaccess.yaml"]
+        .iter()
+        .map(|f| read(&format!("config/samples/{f}")))
+        .collect();
+    assert_eq!(
+        annotation(&chart, "artifacthub.io/crdsExamples"),
+        json!(samples)
+    );
+    let rendered = helm_template("s3-operator", "s3-operator-system", &[]);
+    let image =
+        &of_kind(&rendered, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["image"];
+    assert_eq!(
+        annotation(&chart, "artifacthub.io/images")[0]["image"],
+        *image
+    );
+    let home = chart["home"].as_str().unwrap();
+    for link in annotation(&chart, "artifacthub.io/links")
+        .as_array()
+        .unwrap()
+    {
+        assert!(link["url"].as_str().unwrap().starts_with(home), "{link}");
+    }
+}
+
+/// One Deployment in every package: the chart with its default values runs the container
+/// config/manager (kustomize, and the OLM CSV through the xtask) describes, with the same pod
+/// security, probes, ports, security context, resources, args and environment. The release is
+/// named s3-operator so the chart's names (the Lease: <fullname>-leader) are the base's.
+#[tokio::test]
+async fn helm_chart_deployment_matches_config_manager() {
+    let chart = helm_template("s3-operator", "s3-operator-system", &[]);
+    let chart = of_kind(&chart, "Deployment")[0]["spec"]["template"].clone();
+    let text = std::fs::read_to_string(repo().join("config/manager/manager.yaml")).unwrap();
+    let base = docs(&text);
+    let base = of_kind(&base, "Deployment")[0]["spec"]["template"].clone();
+
+    for label in ["app.kubernetes.io/name", "app.kubernetes.io/component"] {
+        assert_eq!(
+            chart["metadata"]["labels"][label], base["metadata"]["labels"][label],
+            "pod label {label}"
+        );
+    }
+    for key in [
+        "securityContext",
+        "terminationGracePeriodSeconds",
+        "automountServiceAccountToken",
+        "enableServiceLinks",
+    ] {
+        assert_eq!(chart["spec"][key], base["spec"][key], "pod {key}");
+    }
+    let (chart, base) = (&chart["spec"]["containers"], &base["spec"]["containers"]);
+    assert_eq!(chart.as_array().map(Vec::len), Some(1), "{chart}");
+    assert_eq!(base.as_array().map(Vec::len), Some(1), "{base}");
+    let (chart, base) = (&chart[0], &base[0]);
+    for key in [
+        "name",
+        "imagePullPolicy",
+        "args",
+        "ports",
+        "livenessProbe",
+        "readinessProbe",
+        "securityContext",
+        "resources",
+    ] {
+        assert_eq!(chart[key], base[key], "container {key}");
+    }
+    // The same variables in the same order (POD_* first: later values may refer to them), with
+    // the same values; YAML may quote a value in one file and not the other. Only AWS_REGION
+    // differs: the chart leaves the region to the AWS default chain unless aws.region is set,
+    // while the kustomize base names it for the user to edit.
+    let env = |c: &Value| -> Vec<(String, Value)> {
+        c["env"]
+            .as_array()
+            .expect("env")
+            .iter()
+            .filter(|e| e["name"] != "AWS_REGION")
+            .map(|e| {
+                let value = match &e["value"] {
+                    Value::Null => e["valueFrom"].clone(),
+                    v => json!(v.to_string().trim_matches('"')),
+                };
+                (e["name"].as_str().unwrap().to_string(), value)
+            })
+            .collect()
+    };
+    assert_eq!(env(chart), env(base), "container env");
+    assert!(
+        base["env"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|e| e["name"] == "AWS_REGION"),
+        "config/manager names AWS_REGION"
+    );
 }
 
 #[tokio::test]

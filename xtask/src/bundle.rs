@@ -279,8 +279,21 @@ fn manager_deployment(root: &Path) -> Result<Value, Error> {
 /// an operator waiting for its AWS settings would crash-loop there until OLM's install timeout.
 const OLM_CONFIG_MAP: &str = "s3-operator-config";
 const OLM_AWS_SECRET: &str = "s3-operator-aws";
-/// Settings the ConfigMap chooses, so the CSV does not fix them (`env` would win over `envFrom`).
-const OLM_CONFIGURABLE: [&str; 2] = ["CLUSTER_NAME", "AWS_REGION"];
+/// The settings the CSV fixes: what OLM and the bundle's other objects depend on (the
+/// OperatorGroup's namespaces, the Pod's identity, the ports and HTTPS its Service and
+/// ServiceMonitor expect, the Lease its Role names, JSON logs). config/manager's other settings
+/// are left to the ConfigMap, or the binary's defaults, which config/manager spells out: `env`
+/// would win over `envFrom`.
+const OLM_FIXED: [&str; 8] = [
+    "WATCH_NAMESPACE",
+    "POD_NAMESPACE",
+    "POD_NAME",
+    "METRICS_BIND_ADDRESS",
+    "HEALTH_PROBE_BIND_ADDRESS",
+    "METRICS_SECURE",
+    "LEADER_ELECTION_ID",
+    "LOG_FORMAT",
+];
 
 /// Under OLM the watched namespaces are the OperatorGroup's targets, which OLM writes into the
 /// pod's `olm.targetNamespaces` annotation ("" for AllNamespaces); the settings come from
@@ -293,7 +306,7 @@ fn olm_deployment_spec(mut spec: Value) -> Result<Value, Error> {
         .get_mut("env")
         .and_then(Value::as_sequence_mut)
         .ok_or_else(|| shape(MANAGER, "the manager container has no env"))?;
-    env.retain(|e| !OLM_CONFIGURABLE.iter().any(|n| e["name"] == *n));
+    env.retain(|e| OLM_FIXED.iter().any(|n| e["name"] == *n));
     let watch = env
         .iter_mut()
         .find(|e| e["name"] == "WATCH_NAMESPACE")
