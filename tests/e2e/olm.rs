@@ -196,6 +196,19 @@ impl Install {
                 ],
             );
         }
+        // OLM removes the bundle's cluster-scoped objects (the metrics-reader ClusterRole, which
+        // other packages ship too) some time after their CSV: wait, so the next install of the
+        // same names does not meet them.
+        scene.run(
+            "kubectl",
+            &[
+                "wait",
+                "--for=delete",
+                "clusterrole/s3-operator-metrics-reader",
+                "--timeout",
+                "120s",
+            ],
+        );
         let mut gone: Vec<String> = vec!["delete".into(), "namespace".into(), ns.into()];
         gone.extend(
             targets
