@@ -5,11 +5,16 @@
 //! - [`aws`]: every S3 and IAM call, naming, tags and policy documents
 //! - [`runtime`]: leader election, web server, metrics, telemetry, shutdown
 //! - [`fence`]: what stops a leader whose lease may have passed on from sending anything
+//! - [`metrics`]: the Prometheus series; a bottom layer every other module may record into
+//!
+//! Dependencies run one way: `runtime` -> `reconcile` -> `aws` -> `api`, and all of them may use
+//! `fence` and `metrics`, which depend on none of them.
 #![forbid(unsafe_code)]
 
 pub mod api;
 pub mod aws;
 pub mod fence;
+pub mod metrics;
 pub mod reconcile;
 pub mod runtime;
 

@@ -16,7 +16,7 @@ use crate::api::{
 };
 use crate::aws::tags::{Owner, Ownership, released, with_ownership};
 use crate::aws::{ErrorKind, naming};
-use crate::runtime::metrics::METRICS;
+use crate::metrics::METRICS;
 
 /// What the spec asks for, resolved against the operator's settings.
 #[derive(Clone, Debug, PartialEq)]

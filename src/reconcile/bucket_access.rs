@@ -28,7 +28,7 @@ use crate::api::{Bucket, BucketAccess, BucketAccessStatus, CredentialsType};
 use crate::aws::iam::{AccessKey, NewAccessKey};
 use crate::aws::tags::{Owner, Ownership};
 use crate::aws::{ErrorKind, naming, policy};
-use crate::runtime::metrics::METRICS;
+use crate::metrics::METRICS;
 
 /// Name of the inline policy on every user and role.
 pub const POLICY_NAME: &str = "s3-operator-access";

@@ -19,7 +19,7 @@ use serde_json::json;
 
 use crate::api::{DeletionPolicy, FINALIZER};
 use crate::aws::{self, Aws};
-use crate::runtime::metrics::METRICS;
+use crate::metrics::METRICS;
 
 /// Field manager of every write the operator makes.
 pub const MANAGER: &str = "s3-operator";

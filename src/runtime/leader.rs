@@ -17,8 +17,8 @@ use kube::api::PostParams;
 use kube_leader_election::{LeaseLock, LeaseLockParams, LeaseLockResult};
 use tokio::sync::watch;
 
-use super::metrics::METRICS;
 use crate::fence::{self, Fence};
+use crate::metrics::METRICS;
 
 #[derive(Clone, Debug)]
 pub struct Settings {

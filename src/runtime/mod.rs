@@ -3,7 +3,7 @@
 
 pub mod client;
 pub mod leader;
-pub mod metrics;
+
 pub mod telemetry;
 mod web;
 
@@ -28,8 +28,8 @@ use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
 use crate::aws::Aws;
 use crate::fence::Fence;
+use crate::metrics::{self, METRICS};
 use crate::reconcile::{self, Backoff, Context, Settled, bucket_access, object_key};
-use metrics::METRICS;
 
 /// Longest a reconcile may run; then it fails and is retried with backoff. Cancelling one is
 /// like a crash at that point, which every reconcile is written to survive.

@@ -1,5 +1,8 @@
 //! Prometheus metrics: controller-runtime's names, labels and buckets (so existing dashboards and
 //! alerts work) plus `s3_operator_*` series. No label ever carries a per-object value.
+//!
+//! It sits at the bottom of the crate (it depends on nothing here) so that `aws` and `reconcile`
+//! can record into it without depending on `runtime`.
 
 use std::sync::LazyLock;
 
