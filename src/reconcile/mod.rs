@@ -17,8 +17,13 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::controller::Action;
+
+use crate::api::condition::{Reason, is_ready};
 use crate::api::{DeletionPolicy, FINALIZER};
-use crate::aws::{self, Aws};
+use crate::aws::tags::Owner;
+use crate::aws::{self, Aws, ErrorKind};
 use crate::metrics::METRICS;
 
 /// Field manager of every write the operator makes.
@@ -77,9 +82,127 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("object has no namespace")]
     NoNamespace,
-    /// Deletion must wait (bucket not empty, or cleanup still running); the finalizer stays.
+    /// The pass stops until someone acts; the reconciler turns this into the Ready condition, so
+    /// it never reaches the controller.
+    #[error(transparent)]
+    Blocked(#[from] Blocked),
+    /// Deletion must wait (bucket not empty, or cleanup refused); the finalizer stays and the
+    /// object is retried with backoff. A state reported in status, not a failed reconcile.
     #[error("deletion blocked: {0}")]
     DeletionBlocked(String),
+}
+
+impl Error {
+    /// A deletion that waits for someone to act: retried with backoff, but not counted or
+    /// logged as a failed reconcile.
+    pub fn is_deletion_blocked(&self) -> bool {
+        matches!(self, Error::DeletionBlocked(_))
+    }
+}
+
+/// Why a pass cannot go on until a person (or another object) acts: reported in the Ready
+/// condition (and an event), re-checked at the next resync; not a failed reconcile.
+#[derive(thiserror::Error, Clone, Debug, PartialEq, Eq)]
+#[error("{message}")]
+pub struct Blocked {
+    pub reason: Reason,
+    pub message: String,
+}
+
+impl Blocked {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        Blocked {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// A person must fix it (counted as a terminal error); waiting on a Bucket is not that.
+    fn is_terminal(&self) -> bool {
+        !matches!(
+            self.reason,
+            Reason::BucketNotReady | Reason::BucketNotFound | Reason::BucketNotOwned
+        )
+    }
+}
+
+/// The Blocked an AWS refusal that a person must fix amounts to; `None` for transient errors
+/// (retried with backoff). `conflict`: the reason a conflict reads as for this kind (else it is
+/// an invalid spec); `denied_also`: what else an AccessDenied may mean.
+pub fn refusal(e: &aws::Error, conflict: Option<Reason>, denied_also: &str) -> Option<Blocked> {
+    let (service, op, code, msg) = (&e.service, &e.operation, &e.code, &e.message);
+    match (e.kind, conflict) {
+        (ErrorKind::AccessDenied, _) => Some(Blocked::new(
+            Reason::AccessDenied,
+            format!(
+                "AWS denied {service} {op}: {denied_also}the operator's IAM policy does not allow it ({msg})"
+            ),
+        )),
+        (ErrorKind::Conflict, Some(reason)) => Some(Blocked::new(
+            reason,
+            format!("{service} {op}: {code}: {msg}"),
+        )),
+        (ErrorKind::Invalid | ErrorKind::Conflict, _) => Some(Blocked::new(
+            Reason::InvalidSpec,
+            format!("AWS rejected {op}: {code}: {msg}"),
+        )),
+        (ErrorKind::NotFound | ErrorKind::Transient, _) => None,
+    }
+}
+
+/// The Kubernetes object that owns what the operator creates in AWS for `obj`.
+pub fn owner<K: Resource>(obj: &K, cluster: &str) -> Owner {
+    Owner {
+        cluster: cluster.to_string(),
+        namespace: obj.namespace().unwrap_or_default(),
+        name: obj.name_any(),
+        uid: obj.uid().unwrap_or_default(),
+    }
+}
+
+/// Does `obj` carry the operator's finalizer (so its clean-up has yet to run)?
+pub fn has_finalizer<K: Resource>(obj: &K) -> bool {
+    obj.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// Was the current spec (`generation`) already served, Ready? Then a change found in AWS or in
+/// the Secret was made outside the operator: drift.
+pub fn served(generation: Option<i64>, observed: Option<i64>, conditions: &[Condition]) -> bool {
+    observed == generation && is_ready(conditions)
+}
+
+/// Reports `why` as the Ready condition, `status` (status and event, each only when the status
+/// changes; a Bucket not yet Ready is no news) and waits for a change or the periodic resync,
+/// in case the cause goes away outside Kubernetes.
+pub async fn report_blocked<K, S>(
+    ctx: &Context,
+    obj: &K,
+    current: Option<&S>,
+    status: &S,
+    why: &Blocked,
+) -> Result<Action, Error>
+where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+    S: Serialize + PartialEq,
+{
+    if current != Some(status) {
+        if why.reason != Reason::BucketNotReady {
+            ctx.event(obj, true, why.reason.as_str(), why.message.clone())
+                .await;
+        }
+        update_status(&ctx.client, obj, current, status).await?;
+    }
+    if why.is_terminal() {
+        let controller = K::kind(&()).to_lowercase();
+        METRICS
+            .terminal_reconcile_errors_total
+            .with_label_values(&[controller.as_str()])
+            .inc();
+    }
+    Ok(ctx.resync())
 }
 
 /// The resourceVersions a successful pass started from and left behind (its own writes), per
@@ -93,14 +216,17 @@ pub struct Settled {
 }
 
 /// Per input object, the versions a pass saw or wrote; and when the next full pass is due.
-type Pass = (Vec<Vec<String>>, Instant);
+struct Pass {
+    seen: Vec<Vec<String>>,
+    due: Instant,
+}
 
 impl Settled {
     /// How long until the next full pass, if every input of `key` is at a version its last
     /// pass saw or wrote.
     pub fn remaining(&self, key: &str, current: &[String]) -> Option<Duration> {
         let passes = self.passes.lock().expect("settled map poisoned");
-        let (seen, due) = passes.get(key)?;
+        let Pass { seen, due } = passes.get(key)?;
         let now = Instant::now();
         let same =
             seen.len() == current.len() && seen.iter().zip(current).all(|(ok, v)| ok.contains(v));
@@ -109,10 +235,13 @@ impl Settled {
 
     /// Records a successful pass: for each input, the versions it saw or wrote.
     pub fn record(&self, key: String, versions: Vec<Vec<String>>, next_pass: Duration) {
-        self.passes
-            .lock()
-            .expect("settled map poisoned")
-            .insert(key, (versions, Instant::now() + next_pass));
+        self.passes.lock().expect("settled map poisoned").insert(
+            key,
+            Pass {
+                seen: versions,
+                due: Instant::now() + next_pass,
+            },
+        );
     }
 
     pub fn forget(&self, key: &str) {
@@ -259,7 +388,7 @@ where
         + DeserializeOwned
         + std::fmt::Debug,
 {
-    if obj.finalizers().iter().any(|f| f == FINALIZER) {
+    if has_finalizer(obj) {
         return Ok(obj.resource_version().unwrap_or_default());
     }
     let mut finalizers = obj.finalizers().to_vec();

@@ -248,6 +248,12 @@ where
             ctx.backoff.reset(&key);
             "success"
         }
+        // A deletion waiting for someone to act is a state, reported in status and events: it
+        // is retried with backoff but is no failed reconcile.
+        Err(Error::Reconcile(e)) if e.is_deletion_blocked() => {
+            span.in_scope(|| tracing::info!(reason = %e, "deletion waits; retrying with backoff"));
+            "requeue"
+        }
         Err(e) => {
             METRICS
                 .reconcile_errors_total
