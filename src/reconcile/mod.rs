@@ -26,6 +26,23 @@ use crate::aws::tags::Owner;
 use crate::aws::{self, Aws, ErrorKind};
 use crate::metrics::METRICS;
 
+/// What the reconcilers read and write: a namespaced kind with a typed body.
+pub trait Object:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
 /// Field manager of every write the operator makes.
 pub const MANAGER: &str = "s3-operator";
 
@@ -182,10 +199,7 @@ pub async fn report_blocked<K, S>(
     why: &Blocked,
 ) -> Result<Action, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: Object,
     S: Serialize + PartialEq,
 {
     if current != Some(status) {
@@ -381,13 +395,7 @@ where
 
 /// Adds the finalizer if missing; the resourceVersion in the patch makes it a compare-and-swap.
 /// Returns the object's resourceVersion afterwards.
-pub async fn ensure_finalizer<K>(client: &kube::Client, obj: &K) -> Result<String, Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
+pub async fn ensure_finalizer<K: Object>(client: &kube::Client, obj: &K) -> Result<String, Error> {
     if has_finalizer(obj) {
         return Ok(obj.resource_version().unwrap_or_default());
     }
@@ -397,13 +405,7 @@ where
 }
 
 /// Removes the finalizer so Kubernetes can delete the object.
-pub async fn remove_finalizer<K>(client: &kube::Client, obj: &K) -> Result<(), Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
+pub async fn remove_finalizer<K: Object>(client: &kube::Client, obj: &K) -> Result<(), Error> {
     let finalizers: Vec<String> = obj
         .finalizers()
         .iter()
@@ -417,17 +419,11 @@ where
     }
 }
 
-async fn patch_finalizers<K>(
+async fn patch_finalizers<K: Object>(
     client: &kube::Client,
     obj: &K,
     finalizers: Vec<String>,
-) -> Result<String, Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
+) -> Result<String, Error> {
     let api = namespaced_api(client, obj)?;
     let patch =
         json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
@@ -455,10 +451,7 @@ pub async fn update_status<K, S>(
     status: &S,
 ) -> Result<Option<String>, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: Object,
     S: Serialize + PartialEq,
 {
     if current == Some(status) {

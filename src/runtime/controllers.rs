@@ -14,7 +14,7 @@ use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
 
 use super::lifecycle::wait_true;
-use super::watches::{Gated, Watches, events, trigger};
+use super::watches::{Gated, Watched, Watches, events, trigger};
 use super::{Config, Error, telemetry};
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
@@ -117,13 +117,7 @@ fn drive<K, F, Fut>(
     ctx: &Arc<Context>,
 ) -> futures::future::BoxFuture<'static, ()>
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Action, reconcile::Error>> + Send + 'static,
 {

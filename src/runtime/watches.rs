@@ -6,15 +6,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
-use kube::{Api, Resource};
 use tokio::sync::watch;
 
 use super::lifecycle::Health;
 use crate::api::{Bucket, BucketAccess};
-use crate::reconcile::bucket_access;
+use crate::reconcile::{Object, bucket_access};
 
 /// The watches of one scope (a namespace, or the whole cluster). They run from start-up on
 /// leader and standby alike, so a replica that becomes leader starts with warm caches.
@@ -28,6 +28,11 @@ pub(super) struct Watches {
     pub access_deletions: Gated<BucketAccess>,
     pub secret_events: Gated<Secret>,
 }
+
+/// A kind that can be watched, cached and handed to a controller.
+pub(super) trait Watched: Object + Send + Sync + 'static {}
+
+impl<K: Object + Send + Sync + 'static> Watched for K {}
 
 /// Objects from a shared watch, handed on only while this replica leads.
 pub(super) type Gated<K> = tokio::sync::mpsc::UnboundedReceiver<Arc<K>>;
@@ -45,10 +50,7 @@ impl Watches {
         sync: &Arc<CacheSync>,
         leading: &watch::Receiver<bool>,
     ) -> Self {
-        fn api<K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>>(
-            c: &kube::Client,
-            ns: Option<&str>,
-        ) -> Api<K> {
+        fn api<K: Watched>(c: &kube::Client, ns: Option<&str>) -> Api<K> {
             ns.map_or_else(|| Api::all(c.clone()), |n| Api::namespaced(c.clone(), n))
         }
         let all = watcher::Config::default;
@@ -155,13 +157,7 @@ fn shared_watch<K>(
     trim: fn(&mut K),
 ) -> (Store<K>, Vec<Gated<K>>)
 where
-    K: Resource<DynamicType = ()>
-        + Clone
-        + serde::de::DeserializeOwned
-        + std::fmt::Debug
-        + Send
-        + Sync
-        + 'static,
+    K: Watched,
 {
     let (reader, writer) = reflector::store();
     let (fanout, receivers) = Fanout::new(hear);

@@ -216,6 +216,17 @@ mod tests {
         grace: Duration::from_secs(10),
     };
 
+    /// The plan for a user with key A, which the Secret vouches for.
+    fn one_key_in_steady_state(policy: RotationPolicy, now: jiff::Timestamp) -> KeyPlan {
+        plan_keys(
+            &[key("A", 0)],
+            Some(&creds("A", None, None)),
+            Some("A"),
+            policy,
+            now,
+        )
+    }
+
     #[test]
     fn first_pass_creates_one_key() {
         let p = plan_keys(&[], None, None, NO_ROTATION, t(0));
@@ -224,13 +235,7 @@ mod tests {
 
     #[test]
     fn steady_state_keeps_the_key() {
-        let p = plan_keys(
-            &[key("A", 0)],
-            Some(&creds("A", None, None)),
-            Some("A"),
-            ROTATION,
-            t(50),
-        );
+        let p = one_key_in_steady_state(ROTATION, t(50));
         assert_eq!(
             p,
             KeyPlan {
@@ -246,13 +251,7 @@ mod tests {
 
     #[test]
     fn rotation_creates_a_key_and_keeps_the_old_one_for_the_grace_period() {
-        let p = plan_keys(
-            &[key("A", 0)],
-            Some(&creds("A", None, None)),
-            Some("A"),
-            ROTATION,
-            t(100),
-        );
+        let p = one_key_in_steady_state(ROTATION, t(100));
         assert!(p.create && p.delete.is_empty());
         assert_eq!(
             p.previous,

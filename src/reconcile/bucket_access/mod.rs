@@ -162,6 +162,17 @@ impl Versions {
             .map(|v| v.last().cloned().unwrap_or_default())
             .collect()
     }
+
+    fn into_inputs(self) -> Vec<Vec<String>> {
+        vec![self.access, self.bucket, self.secret]
+    }
+}
+
+/// What observing found: nothing new since the last pass, or all the plan decides from.
+enum Observation {
+    /// Every input is at a version the last pass saw or wrote: wait this long.
+    Settled(Duration),
+    Seen(Box<Observed>, Versions),
 }
 
 /// Observes, plans and applies; a `Blocked` error stops the pass and is reported by the caller.
@@ -170,6 +181,32 @@ async fn pass(
     ctx: &Context,
     events: &mut PassEvents,
 ) -> Result<Action, Error> {
+    let (observed, mut versions) = match observe(access, ctx).await? {
+        Observation::Settled(wait) => return Ok(Action::requeue(wait)),
+        Observation::Seen(observed, versions) => (*observed, versions),
+    };
+    let plan = plan::plan(access, &ctx.settings, &observed)?;
+    let learned = apply(ctx, &plan, events).await?;
+    let endpoint = ctx.aws.endpoint_url.as_deref();
+    let outcome = plan.outcome(access, &learned, endpoint, observed.now);
+    let current = observed.secret.as_ref();
+    let name = &plan.secret_name;
+    let written = write_secret(access, ctx, name, current, &outcome, events).await?;
+    versions.secret.extend(written);
+    let current = access.status.as_ref();
+    let written = update_status(&ctx.client, access, current, &outcome.status).await?;
+    versions.access.extend(written);
+    if access.spec.credentials.type_ != CredentialsType::AccessKey {
+        return Ok(ctx.resync());
+    }
+    let next = next_pass(ctx, plan.wake_at, observed.now);
+    (ctx.settled).record(object_key(access), versions.into_inputs(), next);
+    Ok(Action::requeue(next))
+}
+
+/// Reads what the plan decides from: the Bucket (cache), the Secret, the bucket's ownership
+/// tags and the IAM identity. A grant whose bucket is gone or no longer owned is withdrawn here.
+async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Error> {
     let start = access.resource_version().unwrap_or_default();
     let version = ensure_finalizer(&ctx.client, access).await?;
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
@@ -180,14 +217,14 @@ async fn pass(
     }
     let (d, bucket_owner) =
         match bucket_state(access, bucket.as_deref(), &ctx.settings, &ctx.aws.region) {
-            BucketState::Gone(why) => return withdraw(access, ctx, why).await,
+            BucketState::Gone(why) => return Err(withdraw(access, ctx, why).await),
             BucketState::NotReady(msg) => {
                 return Err(Blocked::new(Reason::BucketNotReady, msg).into());
             }
             BucketState::Named(d, owner) => (d, owner),
         };
     let secret = read_secret(access, ctx, &ns).await?;
-    let mut versions = Versions {
+    let versions = Versions {
         access: vec![start, version],
         bucket: vec![
             bucket
@@ -195,23 +232,20 @@ async fn pass(
                 .unwrap_or_default(),
         ],
         secret: vec![
-            secret
-                .as_ref()
+            (secret.as_ref())
                 .and_then(|s| s.resource_version())
                 .unwrap_or_default(),
         ],
     };
-    let user = access.spec.credentials.type_ == CredentialsType::AccessKey;
-    // The echo of this operator's own writes costs no AWS reads (see `Settled`).
-    if user
-        && let Some(wait) = ctx
-            .settled
-            .remaining(&object_key(access), &versions.current())
+    // The echo of this operator's own writes costs no AWS reads (see `Settled`); roles are
+    // cheap to re-read and keep no such record.
+    if access.spec.credentials.type_ == CredentialsType::AccessKey
+        && let Some(wait) = (ctx.settled).remaining(&object_key(access), &versions.current())
     {
-        return Ok(Action::requeue(wait));
+        return Ok(Observation::Settled(wait));
     }
     let facts = match confirm(ctx, &d, &bucket_owner, &bucket_ref).await {
-        Err(Error::Blocked(why)) => return withdraw(access, ctx, why).await,
+        Err(Error::Blocked(why)) => return Err(withdraw(access, ctx, why).await),
         other => other?,
     };
     let owner = owner(access, &ctx.settings.cluster_name);
@@ -221,39 +255,7 @@ async fn pass(
         secret,
         now: jiff::Timestamp::now(),
     };
-    let plan = plan::plan(access, &ctx.settings, &observed)?;
-    let learned = apply(ctx, &plan, events).await?;
-    let outcome = plan.outcome(
-        access,
-        &learned,
-        ctx.aws.endpoint_url.as_deref(),
-        observed.now,
-    );
-    let written = write_secret(
-        access,
-        ctx,
-        &plan.secret_name,
-        observed.secret.as_ref(),
-        &outcome,
-        events,
-    )
-    .await?;
-    versions.secret.extend(written);
-    let current = access.status.as_ref();
-    versions
-        .access
-        .extend(update_status(&ctx.client, access, current, &outcome.status).await?);
-    if !user {
-        return Ok(ctx.resync());
-    }
-    let next = next_pass(ctx, plan.wake_at, observed.now);
-    let Versions {
-        access: a,
-        bucket: b,
-        secret: s,
-    } = versions;
-    ctx.settled.record(object_key(access), vec![a, b, s], next);
-    Ok(Action::requeue(next))
+    Ok(Observation::Seen(Box::new(observed), versions))
 }
 
 /// The user or role with this access's name: whether it is ours, and if so what the plan
@@ -331,37 +333,9 @@ async fn apply_step(
         Kind::User => "IAM user",
         Kind::Role { .. } => "IAM role",
     };
-    let exists_outside = || {
-        let msg = format!(
-            "{what} {name} already exists outside the operator's path {}; it will not be modified",
-            plan.path
-        );
-        Error::Blocked(Blocked::new(Reason::OwnershipConflict, msg))
-    };
     match step {
-        Step::CreateUser => {
-            let created = aws.create_user(name, &plan.path, &plan.boundary, &plan.tags);
-            learned.arn = match created.await {
-                Err(e) if e.is("EntityAlreadyExists") => return Err(exists_outside()),
-                other => other?.arn,
-            };
-            events.add(false, "Created", format!("Created IAM user {name}"));
-        }
-        Step::CreateRole(trust) => {
-            let created = aws.create_role(name, &plan.path, &plan.boundary, trust, &plan.tags);
-            learned.arn = match created.await {
-                Err(e) if e.is("EntityAlreadyExists") => return Err(exists_outside()),
-                other => other?.arn,
-            };
-            let sa = match &plan.kind {
-                Kind::Role { service_account } => service_account.as_str(),
-                Kind::User => "",
-            };
-            events.add(
-                false,
-                "Created",
-                format!("Created IAM role {name} for ServiceAccount {sa}"),
-            );
+        Step::CreateUser | Step::CreateRole(_) => {
+            learned.arn = create(ctx, plan, step, events).await?
         }
         Step::PutBoundary { drift } => {
             match plan.kind {
@@ -409,21 +383,58 @@ async fn apply_step(
     Ok(())
 }
 
+/// Creates the user or role of `step`; returns its ARN. One with this name outside the
+/// operator's path is someone else's.
+async fn create(
+    ctx: &Context,
+    plan: &Plan,
+    step: &Step,
+    events: &mut PassEvents,
+) -> Result<String, Error> {
+    let (aws, name, path) = (&ctx.aws, plan.name.as_str(), plan.path.as_str());
+    let (created, what, note) = match (step, &plan.kind) {
+        (Step::CreateRole(trust), Kind::Role { service_account }) => (
+            aws.create_role(name, path, &plan.boundary, trust, &plan.tags)
+                .await,
+            "IAM role",
+            format!("Created IAM role {name} for ServiceAccount {service_account}"),
+        ),
+        _ => (
+            aws.create_user(name, path, &plan.boundary, &plan.tags)
+                .await,
+            "IAM user",
+            format!("Created IAM user {name}"),
+        ),
+    };
+    let entity = match created {
+        Err(e) if e.is("EntityAlreadyExists") => {
+            let msg = format!(
+                "{what} {name} already exists outside the operator's path {path}; it will not be modified"
+            );
+            return Err(Blocked::new(Reason::OwnershipConflict, msg).into());
+        }
+        other => other?,
+    };
+    events.add(false, "Created", note);
+    Ok(entity.arn)
+}
+
 /// Grants never outlive ownership: removes the access policy and deactivates every key of this
-/// access's user (or removes its role's policy), then reports why. Keys stay, inactive, so the
-/// same Secret works again if the grant comes back. Reads only, once nothing is left to revoke.
-async fn withdraw(access: &BucketAccess, ctx: &Context, why: Blocked) -> Result<Action, Error> {
+/// access's user (or removes its role's policy); returns why, for the Ready condition. Keys
+/// stay, inactive, so the same Secret works again if the grant comes back. Reads only, once
+/// nothing is left to revoke.
+async fn withdraw(access: &BucketAccess, ctx: &Context, why: Blocked) -> Error {
     let revoked = match revoke(access, ctx).await {
         Ok(revoked) => revoked,
         Err(e) => {
             let Some(failed) = refusal(&e, None, "") else {
-                return Err(e.into());
+                return e.into();
             };
             let msg = format!(
                 "{}; revoking its credentials failed: {}",
                 why.message, failed.message
             );
-            return Err(Blocked::new(failed.reason, msg).into());
+            return Blocked::new(failed.reason, msg).into();
         }
     };
     if !revoked.is_empty() {
@@ -432,7 +443,7 @@ async fn withdraw(access: &BucketAccess, ctx: &Context, why: Blocked) -> Result<
     }
     // The same message whether or not this pass revoked anything: a steady pass writes nothing.
     let msg = format!("{}; no access is granted", why.message);
-    Err(Blocked::new(why.reason, msg).into())
+    Blocked::new(why.reason, msg).into()
 }
 
 /// Revokes what this access's identity is granted; returns what it did, in words.
