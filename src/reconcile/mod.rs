@@ -359,25 +359,46 @@ impl Context {
 /// rotation costs one event write and reads as one line in `kubectl describe`.
 #[derive(Debug, Default)]
 pub struct PassEvents {
-    items: Vec<(bool, &'static str, String)>,
+    items: Vec<Note>,
+}
+
+/// One change of a pass, or the event that sums a pass up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
 }
 
 impl PassEvents {
     pub fn add(&mut self, warning: bool, reason: &'static str, note: String) {
-        self.items.push((warning, reason, note));
+        self.items.push(Note {
+            warning,
+            reason,
+            note,
+        });
     }
 
-    /// Type, reason and note of the event for this pass: a warning if any change was one (its
-    /// reason leads), else the first change's reason; the notes in the order they happened.
-    fn summary(&self) -> Option<(bool, &'static str, String)> {
-        let warning = self.items.iter().any(|i| i.0);
-        let (_, reason, _) = self.items.iter().find(|i| i.0 == warning)?;
-        let notes: Vec<&str> = self.items.iter().map(|i| i.2.as_str()).collect();
-        Some((warning, reason, notes.join("; ")))
+    /// The event for this pass: a warning if any change was one (its reason leads), else the
+    /// first change's reason; the notes in the order they happened.
+    fn summary(&self) -> Option<Note> {
+        let warning = self.items.iter().any(|i| i.warning);
+        let lead = self.items.iter().find(|i| i.warning == warning)?;
+        let notes: Vec<&str> = self.items.iter().map(|i| i.note.as_str()).collect();
+        Some(Note {
+            warning,
+            reason: lead.reason,
+            note: notes.join("; "),
+        })
     }
 
     pub async fn publish<K: Resource<DynamicType = ()>>(self, ctx: &Context, obj: &K) {
-        if let Some((warning, reason, note)) = self.summary() {
+        if let Some(Note {
+            warning,
+            reason,
+            note,
+        }) = self.summary()
+        {
             ctx.event(obj, warning, reason, note).await;
         }
     }
@@ -501,14 +522,18 @@ mod tests {
         e.add(false, "KeyCreated", "Created access key K".into());
         assert_eq!(
             e.summary(),
-            Some((
-                false,
-                "Created",
-                "Created IAM user u; Created access key K".into()
-            ))
+            Some(Note {
+                warning: false,
+                reason: "Created",
+                note: "Created IAM user u; Created access key K".into()
+            })
         );
         e.add(true, "DriftCorrected", "Recreated Secret s".into());
-        let (warning, reason, note) = e.summary().unwrap();
+        let Note {
+            warning,
+            reason,
+            note,
+        } = e.summary().unwrap();
         assert!(warning);
         assert_eq!(reason, "DriftCorrected");
         assert!(note.ends_with("; Recreated Secret s"), "{note}");
