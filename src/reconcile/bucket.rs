@@ -4,11 +4,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 
 use super::{
-    Blocked, Context, Error, deletion_policy, ensure_finalizer, has_finalizer, object_key, owner,
-    remove_finalizer, report_blocked, served, update_status,
+    Blocked, Context, Error, Requeue, deletion_policy, ensure_finalizer, has_finalizer, object_key,
+    owner, remove_finalizer, report_blocked, served, update_status,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{
@@ -264,14 +263,14 @@ pub fn adoption_refused(
     })
 }
 
-pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     if bucket.metadata.deletion_timestamp.is_some() {
         return cleanup(&bucket, &ctx).await;
     }
     let key = object_key(bucket.as_ref());
     let start = bucket.resource_version().unwrap_or_default();
     if let Some(wait) = ctx.settled.remaining(&key, std::slice::from_ref(&start)) {
-        return Ok(Action::requeue(wait));
+        return Ok(Requeue::Resync(wait));
     }
     let version = ensure_finalizer(&ctx.client, bucket.as_ref()).await?;
     apply(&bucket, &ctx, vec![start, version]).await
@@ -322,7 +321,11 @@ async fn observe(
 }
 
 /// `versions`: the object's resourceVersions this pass has seen or written so far.
-async fn apply(bucket: &Bucket, ctx: &Context, mut versions: Vec<String>) -> Result<Action, Error> {
+async fn apply(
+    bucket: &Bucket,
+    ctx: &Context,
+    mut versions: Vec<String>,
+) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let d = match desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
         Ok(d) => d,
@@ -356,7 +359,7 @@ async fn apply(bucket: &Bucket, ctx: &Context, mut versions: Vec<String>) -> Res
             report(bucket, ctx, &d, &applied, served, adopting).await;
             if e.is("BucketAlreadyOwnedByYou") {
                 // Created meanwhile by someone in this account: the next pass judges its tags.
-                return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+                return Ok(Requeue::After(std::time::Duration::from_secs(1)));
             }
             return match refusal(&e) {
                 Some(why) => blocked(bucket, ctx, Some(&d), &why).await,
@@ -377,7 +380,7 @@ async fn apply(bucket: &Bucket, ctx: &Context, mut versions: Vec<String>) -> Res
     versions.extend(update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?);
     let next = ctx.resync_after();
     ctx.settled.record(object_key(bucket), vec![versions], next);
-    Ok(Action::requeue(next))
+    Ok(Requeue::Resync(next))
 }
 
 /// One event for what a pass changed: created, adopted, updated, or drift corrected (changes
@@ -491,14 +494,14 @@ async fn blocked(
     ctx: &Context,
     d: Option<&Desired>,
     why: &Blocked,
-) -> Result<Action, Error> {
+) -> Result<Requeue, Error> {
     let status = status_for(bucket, ctx, d, false, why.reason, why.message.clone());
     report_blocked(ctx, bucket, bucket.status.as_ref(), &status, why).await
 }
 
-async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Requeue, Error> {
     if !has_finalizer(bucket) {
-        return Ok(Action::await_change());
+        return Ok(Requeue::OnChange);
     }
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let policy = deletion_policy(bucket.spec.deletion_policy, &ctx.settings);
@@ -507,7 +510,7 @@ async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
         match release_or_delete(bucket, ctx, &d, &owner, policy).await {
             Ok(true) => {}
             // Emptying goes on in the next pass: each pass stays short.
-            Ok(false) => return Ok(Action::requeue(std::time::Duration::from_secs(1))),
+            Ok(false) => return Ok(Requeue::After(std::time::Duration::from_secs(1))),
             // Cleanup fails closed: a refusal keeps the finalizer and says what was refused.
             Err(Error::Aws(e)) if refusal(&e).is_some() => {
                 let why = refusal(&e).map(|r| r.message).unwrap_or_default();
@@ -518,7 +521,7 @@ async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
         }
     }
     remove_finalizer(&ctx.client, bucket).await?;
-    Ok(Action::await_change())
+    Ok(Requeue::OnChange)
 }
 
 /// Object versions deleted per pass at most when emptying a bucket (`forceDelete`).

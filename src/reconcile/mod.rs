@@ -117,6 +117,27 @@ impl Error {
     }
 }
 
+/// When a successful pass wants to run again if nothing changes before (its `Action`, typed so
+/// the runtime can tell a periodic resync from an early requeue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// Only on a change (an object whose clean-up is done).
+    OnChange,
+    /// At the periodic resync, or what is left of it.
+    Resync(Duration),
+    /// Sooner than the resync: a key rotation, a grace period, the next step of a long job.
+    After(Duration),
+}
+
+impl Requeue {
+    pub fn action(self) -> Action {
+        match self {
+            Requeue::OnChange => Action::await_change(),
+            Requeue::Resync(d) | Requeue::After(d) => Action::requeue(d),
+        }
+    }
+}
+
 /// Why a pass cannot go on until a person (or another object) acts: reported in the Ready
 /// condition (and an event), re-checked at the next resync; not a failed reconcile.
 #[derive(thiserror::Error, Clone, Debug, PartialEq, Eq)]
@@ -197,7 +218,7 @@ pub async fn report_blocked<K, S>(
     current: Option<&S>,
     status: &S,
     why: &Blocked,
-) -> Result<Action, Error>
+) -> Result<Requeue, Error>
 where
     K: Object,
     S: Serialize + PartialEq,
@@ -311,8 +332,8 @@ pub fn jitter(d: Duration, fraction: f64) -> Duration {
 }
 
 impl Context {
-    pub fn resync(&self) -> kube::runtime::controller::Action {
-        kube::runtime::controller::Action::requeue(self.resync_after())
+    pub fn resync(&self) -> Requeue {
+        Requeue::Resync(self.resync_after())
     }
 
     /// The (jittered) time until the next periodic pass.

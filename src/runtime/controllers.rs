@@ -1,6 +1,7 @@
 //! Controller wiring: one controller per kind and scope, worker slots, the root span and metrics
 //! around every reconcile, error policy and the bookkeeping of deleted objects.
 
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -10,7 +11,8 @@ use kube::api::DynamicObject;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
-use tokio::sync::{Semaphore, watch};
+use prometheus::IntGauge;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tracing::Instrument;
 
 use super::lifecycle::wait_true;
@@ -19,7 +21,7 @@ use super::{Config, Error, telemetry};
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
 use crate::metrics::{self, METRICS};
-use crate::reconcile::{self, Backoff, Context, Settled, object_key};
+use crate::reconcile::{self, Backoff, Context, Requeue, Settled, object_key};
 
 /// Longest a reconcile may run; then it fails and is retried with backoff. Cancelling one is
 /// like a crash at that point, which every reconcile is written to survive.
@@ -119,7 +121,7 @@ fn drive<K, F, Fut>(
 where
     K: Watched,
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Clone + Send + Sync + 'static,
-    Fut: Future<Output = Result<Action, reconcile::Error>> + Send + 'static,
+    Fut: Future<Output = Result<Requeue, reconcile::Error>> + Send + 'static,
 {
     let after = ctx.clone();
     controller
@@ -185,13 +187,40 @@ async fn with_slot<K, F, Fut>(
 where
     K: Resource<DynamicType = ()>,
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
-    Fut: Future<Output = Result<Action, reconcile::Error>>,
+    Fut: Future<Output = Result<Requeue, reconcile::Error>>,
 {
-    let _permit = slots
+    let _permit = queued(slots, controller).await;
+    Box::pin(instrumented(controller, obj, ctx, reconcile)).await
+}
+
+/// Waits for a worker slot. This wait is the controller's work queue as far as it can be
+/// seen (kube-runtime's scheduler is not), so it feeds controller-runtime's workqueue metrics.
+async fn queued(slots: Arc<Semaphore>, name: &str) -> OwnedSemaphorePermit {
+    /// Leaves the queue also when the wait is cancelled (at shutdown).
+    struct InQueue(IntGauge);
+    impl Drop for InQueue {
+        fn drop(&mut self) {
+            self.0.dec();
+        }
+    }
+    METRICS
+        .workqueue_adds_total
+        .with_label_values(&[name])
+        .inc();
+    let depth = METRICS.workqueue_depth.with_label_values(&[name]);
+    depth.inc();
+    let in_queue = InQueue(depth);
+    let start = Instant::now();
+    let permit = slots
         .acquire_owned()
         .await
         .expect("worker slots are never closed");
-    Box::pin(instrumented(controller, obj, ctx, reconcile)).await
+    drop(in_queue);
+    METRICS
+        .workqueue_queue_duration_seconds
+        .with_label_values(&[name])
+        .observe(start.elapsed().as_secs_f64());
+    permit
 }
 
 /// One root span, metrics, a deadline and backoff bookkeeping around every reconcile.
@@ -204,7 +233,7 @@ async fn instrumented<K, F, Fut>(
 where
     K: Resource<DynamicType = ()>,
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
-    Fut: Future<Output = Result<Action, reconcile::Error>>,
+    Fut: Future<Output = Result<Requeue, reconcile::Error>>,
 {
     let kind = K::kind(&());
     let span = tracing::info_span!(
@@ -228,25 +257,22 @@ where
     workers.inc();
     let start = Instant::now();
     let run = reconcile(obj, ctx.clone()).instrument(span.clone());
-    let result = match tokio::time::timeout(RECONCILE_TIMEOUT, run).await {
-        Ok(r) => r.map_err(Error::from),
-        Err(_) => Err(Error::ReconcileTimeout(RECONCILE_TIMEOUT)),
-    };
+    let result = guarded(controller, run).await;
     workers.dec();
-    METRICS
-        .reconcile_time_seconds
-        .with_label_values(&[controller])
-        .observe(start.elapsed().as_secs_f64());
-    let outcome = match &result {
-        Ok(_) => {
-            ctx.backoff.reset(&key);
-            "success"
-        }
+    let seconds = start.elapsed().as_secs_f64();
+    for histogram in [
+        &METRICS.reconcile_time_seconds,
+        &METRICS.workqueue_work_duration_seconds,
+    ] {
+        histogram.with_label_values(&[controller]).observe(seconds);
+    }
+    let outcome = result_label(&result);
+    match &result {
+        Ok(_) => ctx.backoff.reset(&key),
         // A deletion waiting for someone to act is a state, reported in status and events: it
         // is retried with backoff but is no failed reconcile.
         Err(Error::Reconcile(e)) if e.is_deletion_blocked() => {
             span.in_scope(|| tracing::info!(reason = %e, "deletion waits; retrying with backoff"));
-            "requeue"
         }
         Err(e) => {
             METRICS
@@ -254,22 +280,49 @@ where
                 .with_label_values(&[controller])
                 .inc();
             span.in_scope(|| tracing::warn!(error = %e, "reconcile failed; retrying with backoff"));
-            "error"
         }
-    };
+    }
     span.record("outcome", outcome);
-    span.in_scope(|| {
-        tracing::debug!(
-            outcome,
-            seconds = start.elapsed().as_secs_f64(),
-            "reconcile finished"
-        )
-    });
+    span.in_scope(|| tracing::debug!(outcome, seconds, "reconcile finished"));
     METRICS
         .reconcile_total
         .with_label_values(&[controller, outcome])
         .inc();
-    result
+    result.map(Requeue::action)
+}
+
+/// Runs a reconcile within its deadline. A panic becomes an error, retried with backoff and
+/// counted, as controller-runtime recovers panics: one bad object cannot stop a controller.
+async fn guarded<Fut>(controller: &str, run: Fut) -> Result<Requeue, Error>
+where
+    Fut: Future<Output = Result<Requeue, reconcile::Error>>,
+{
+    match tokio::time::timeout(RECONCILE_TIMEOUT, AssertUnwindSafe(run).catch_unwind()).await {
+        Ok(Ok(result)) => result.map_err(Error::from),
+        Ok(Err(panic)) => {
+            METRICS
+                .reconcile_panics_total
+                .with_label_values(&[controller])
+                .inc();
+            let what = (panic.downcast_ref::<&str>().map(|s| s.to_string()))
+                .or_else(|| panic.downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            Err(Error::ReconcilePanic(what))
+        }
+        Err(_) => Err(Error::ReconcileTimeout(RECONCILE_TIMEOUT)),
+    }
+}
+
+/// The `result` label of `controller_runtime_reconcile_total`, in controller-runtime's terms:
+/// a requeue sooner than the resync is `requeue_after`; a blocked deletion, retried with
+/// backoff, is `requeue`.
+fn result_label(result: &Result<Requeue, Error>) -> &'static str {
+    match result {
+        Ok(Requeue::OnChange | Requeue::Resync(_)) => "success",
+        Ok(Requeue::After(_)) => "requeue_after",
+        Err(Error::Reconcile(e)) if e.is_deletion_blocked() => "requeue",
+        Err(_) => "error",
+    }
 }
 
 fn error_policy<K: Resource<DynamicType = ()>>(
@@ -277,6 +330,11 @@ fn error_policy<K: Resource<DynamicType = ()>>(
     _e: &Error,
     ctx: Arc<Context>,
 ) -> Action {
+    let controller = K::kind(&()).to_lowercase();
+    METRICS
+        .workqueue_retries_total
+        .with_label_values(&[controller.as_str()])
+        .inc();
     Action::requeue(ctx.backoff.next(&object_key(obj.as_ref())))
 }
 
@@ -399,5 +457,66 @@ mod tests {
         assert_eq!(ref_key(&r), kept_key);
         forget(&settled, &backoff, &ref_key(&r));
         assert_eq!(settled.remaining(&kept_key, &["1".into()]), None);
+    }
+
+    #[test]
+    fn a_requeue_before_the_resync_is_counted_as_requeue_after() {
+        let d = Duration::from_secs(1);
+        assert_eq!(result_label(&Ok(Requeue::Resync(d))), "success");
+        assert_eq!(result_label(&Ok(Requeue::OnChange)), "success");
+        assert_eq!(result_label(&Ok(Requeue::After(d))), "requeue_after");
+        let blocked = reconcile::Error::DeletionBlocked("bucket not empty".into());
+        assert_eq!(result_label(&Err(Error::Reconcile(blocked))), "requeue");
+        assert_eq!(result_label(&Err(Error::ReconcileTimeout(d))), "error");
+        // Every label is one the metric starts with, so dashboards see it from the first scrape.
+        assert!(
+            ["success", "requeue_after", "requeue", "error"]
+                .iter()
+                .all(|l| metrics::RESULTS.contains(l))
+        );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_reconcile_is_counted_and_becomes_an_error() {
+        let panics = || {
+            (METRICS.reconcile_panics_total)
+                .with_label_values(&["panic-test"])
+                .get()
+        };
+        let run = async { panic!("bad object") };
+        let err = guarded("panic-test", run).await.unwrap_err();
+        assert!(
+            matches!(&err, Error::ReconcilePanic(m) if m == "bad object"),
+            "{err}"
+        );
+        assert_eq!(panics(), 1);
+        let ok = guarded("panic-test", async { Ok(Requeue::OnChange) }).await;
+        assert_eq!(ok.unwrap(), Requeue::OnChange);
+        assert_eq!(panics(), 1);
+    }
+
+    #[tokio::test]
+    async fn reconciles_waiting_for_a_slot_are_the_work_queue() {
+        let name = "queue-test";
+        let depth = || METRICS.workqueue_depth.with_label_values(&[name]).get();
+        let slots = Arc::new(Semaphore::new(1));
+        let busy = slots.clone().acquire_owned().await.unwrap();
+        let waiting = tokio::spawn(queued(slots.clone(), name));
+        let cancelled = tokio::spawn(queued(slots.clone(), name));
+        while depth() < 2 {
+            tokio::task::yield_now().await;
+        }
+        cancelled.abort();
+        let _ = cancelled.await;
+        assert_eq!(depth(), 1, "a cancelled wait leaves the queue");
+        drop(busy);
+        drop(waiting.await.unwrap());
+        assert_eq!(depth(), 0);
+        let adds = METRICS.workqueue_adds_total.with_label_values(&[name]);
+        assert_eq!(adds.get(), 2);
+        let waited = METRICS
+            .workqueue_queue_duration_seconds
+            .with_label_values(&[name]);
+        assert_eq!(waited.get_sample_count(), 1);
     }
 }

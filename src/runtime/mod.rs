@@ -47,6 +47,8 @@ pub enum Error {
     Reconcile(#[from] reconcile::Error),
     #[error("reconcile did not finish within {0:?}")]
     ReconcileTimeout(Duration),
+    #[error("reconcile panicked: {0}")]
+    ReconcilePanic(String),
 }
 
 pub async fn run(config: Config) -> Result<(), Error> {

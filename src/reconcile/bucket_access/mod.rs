@@ -15,12 +15,11 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::controller::Action;
 use kube::{Api, Resource, ResourceExt};
 
 use super::{
-    Blocked, Context, Error, MANAGER, PassEvents, ensure_finalizer, has_finalizer, object_key,
-    owner, refusal, remove_finalizer, report_blocked, served, update_status,
+    Blocked, Context, Error, MANAGER, PassEvents, Requeue, ensure_finalizer, has_finalizer,
+    object_key, owner, refusal, remove_finalizer, report_blocked, served, update_status,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketAccess, BucketAccessStatus, CredentialsType};
@@ -128,7 +127,7 @@ async fn confirm(
     )))
 }
 
-pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     if access.metadata.deletion_timestamp.is_some() {
         return cleanup(&access, &ctx).await;
     }
@@ -180,9 +179,9 @@ async fn pass(
     access: &BucketAccess,
     ctx: &Context,
     events: &mut PassEvents,
-) -> Result<Action, Error> {
+) -> Result<Requeue, Error> {
     let (observed, mut versions) = match observe(access, ctx).await? {
-        Observation::Settled(wait) => return Ok(Action::requeue(wait)),
+        Observation::Settled(wait) => return Ok(Requeue::Resync(wait)),
         Observation::Seen(observed, versions) => (*observed, versions),
     };
     let plan = plan::plan(access, &ctx.settings, &observed)?;
@@ -200,8 +199,12 @@ async fn pass(
         return Ok(ctx.resync());
     }
     let next = next_pass(ctx, plan.wake_at, observed.now);
-    (ctx.settled).record(object_key(access), versions.into_inputs(), next);
-    Ok(Action::requeue(next))
+    let wait = match next {
+        Requeue::Resync(d) | Requeue::After(d) => d,
+        Requeue::OnChange => ctx.resync_after(),
+    };
+    (ctx.settled).record(object_key(access), versions.into_inputs(), wait);
+    Ok(next)
 }
 
 /// Reads what the plan decides from: the Bucket (cache), the Secret, the bucket's ownership
@@ -509,20 +512,17 @@ async fn read_secret(
 }
 
 /// The next pass: at the resync period, or sooner when a rotation or grace period is due.
-fn next_pass(ctx: &Context, wake_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Duration {
-    let resync = ctx.resync_after();
-    match wake_at {
-        Some(t) => {
-            let until = Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO);
-            // Wake just after the deadline; never spin on a deadline already passed.
-            let wait = (until + Duration::from_millis(200)).max(Duration::from_millis(500));
-            if wait < ctx.settings.resync_period {
-                wait
-            } else {
-                resync
-            }
-        }
-        None => resync,
+fn next_pass(ctx: &Context, wake_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Requeue {
+    let Some(t) = wake_at else {
+        return ctx.resync();
+    };
+    let until = Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO);
+    // Wake just after the deadline; never spin on a deadline already passed.
+    let wait = (until + Duration::from_millis(200)).max(Duration::from_millis(500));
+    if wait < ctx.settings.resync_period {
+        Requeue::After(wait)
+    } else {
+        ctx.resync()
     }
 }
 
@@ -633,7 +633,7 @@ async fn write_secret(
 }
 
 /// Reports why the access is not Ready and waits for a change (or the periodic resync).
-async fn waiting(access: &BucketAccess, ctx: &Context, why: &Blocked) -> Result<Action, Error> {
+async fn waiting(access: &BucketAccess, ctx: &Context, why: &Blocked) -> Result<Requeue, Error> {
     let status = blocked_status(access, why, jiff::Timestamp::now());
     report_blocked(ctx, access, access.status.as_ref(), &status, why).await
 }
@@ -662,9 +662,9 @@ fn blocked_status(
 /// Deletes what this BucketAccess created in IAM: keys, inline policies, then the user or role.
 /// The Secret goes with the object through its owner reference. Fails closed: only "does not
 /// exist" counts as gone; any refusal keeps the finalizer and names the refused operation.
-async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Action, Error> {
+async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Requeue, Error> {
     if !has_finalizer(access) {
-        return Ok(Action::await_change());
+        return Ok(Requeue::OnChange);
     }
     if let Err(e) = delete_identity(access, ctx).await {
         let Some(refused) = refusal(&e, None, "") else {
@@ -680,7 +680,7 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Action, Error> 
         return Err(Error::DeletionBlocked(msg));
     }
     remove_finalizer(&ctx.client, access).await?;
-    Ok(Action::await_change())
+    Ok(Requeue::OnChange)
 }
 
 async fn delete_identity(access: &BucketAccess, ctx: &Context) -> Result<(), crate::aws::Error> {
