@@ -2,6 +2,7 @@
 //! around every reconcile, error policy and the bookkeeping of deleted objects.
 
 use std::panic::AssertUnwindSafe;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -126,7 +127,12 @@ where
     let after = ctx.clone();
     controller
         .run(
-            move |obj, c| with_slot(slots.clone(), name, obj, c, reconcile.clone()),
+            move |obj, c| {
+                let reconcile = reconcile.clone();
+                with_slot(slots.clone(), name, move || {
+                    Box::pin(instrumented(name, obj, c, reconcile))
+                })
+            },
             error_policy,
             ctx.clone(),
         )
@@ -173,24 +179,20 @@ fn ref_key(r: &ObjectRef<DynamicObject>) -> String {
     format!("{}/{ns}/{}", r.dyntype.kind, r.name)
 }
 
-/// Runs `reconcile` once one of `slots` is free. The reconcile's future is built (and boxed)
+/// Runs a reconcile once one of `slots` is free. Its future is built (and boxed) by `start`
 /// only then: thousands of objects wait at once at startup, and a waiting object should cost
 /// a few bytes, not a whole reconcile's state. The span starts after the wait, so traces and
 /// the duration metric show the work, not the queue.
-async fn with_slot<K, F, Fut>(
+async fn with_slot<F>(
     slots: Arc<Semaphore>,
     controller: &'static str,
-    obj: Arc<K>,
-    ctx: Arc<Context>,
-    reconcile: F,
+    start: F,
 ) -> Result<Action, Error>
 where
-    K: Resource<DynamicType = ()>,
-    F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
-    Fut: Future<Output = Result<Requeue, reconcile::Error>>,
+    F: FnOnce() -> Pin<Box<dyn Future<Output = Result<Action, Error>> + Send>>,
 {
     let _permit = queued(slots, controller).await;
-    Box::pin(instrumented(controller, obj, ctx, reconcile)).await
+    start().await
 }
 
 /// Waits for a worker slot. This wait is the controller's work queue as far as it can be

@@ -72,7 +72,14 @@ pub fn plan_keys(
     rotation: RotationPolicy,
     now: jiff::Timestamp,
 ) -> KeyPlan {
-    let mut plan = plan_key_ids(keys, secret, last_active, rotation, now);
+    let find = |id: &str| keys.iter().find(|k| k.id == id).cloned();
+    let active = secret
+        .filter(|s| s.intact)
+        .and_then(|s| Some((s, find(&s.key_id)?)));
+    let mut plan = match active {
+        Some((secret, active)) => keep_or_rotate(keys, secret, active, rotation, now),
+        None => reissue(keys, last_active.and_then(find), rotation, now),
+    };
     let kept = [
         plan.active.as_ref().map(|k| k.id.as_str()),
         plan.previous.as_ref().map(|p| p.id.as_str()),
@@ -85,46 +92,51 @@ pub fn plan_keys(
     plan
 }
 
-fn plan_key_ids(
+/// The Secret is missing, edited, or names a key AWS no longer has: issue a new key. The key
+/// running pods most likely still use (`last_active`, the one status last reported, else the
+/// newest) keeps working through the grace period; any other key goes first, so at most two
+/// exist.
+fn reissue(
     keys: &[AccessKey],
-    secret: Option<&SecretCreds>,
-    last_active: Option<&str>,
+    last_active: Option<AccessKey>,
     rotation: RotationPolicy,
     now: jiff::Timestamp,
 ) -> KeyPlan {
-    let find = |id: &str| keys.iter().find(|k| k.id == id).cloned();
-    let active = secret.filter(|s| s.intact).and_then(|s| find(&s.key_id));
-    let Some(active) = active else {
-        // The Secret is missing, edited, or names a key AWS no longer has: issue a new key. The
-        // key running pods most likely still use (the last one reported active, else the newest)
-        // keeps working through the grace period; any other key goes first, so at most two exist.
-        let keep = (rotation.grace > Duration::ZERO)
-            .then(|| last_active.and_then(find).or_else(|| keys.last().cloned()))
-            .flatten();
-        return KeyPlan {
-            delete: keys
-                .iter()
-                .filter(|k| Some(&k.id) != keep.as_ref().map(|k| &k.id))
-                .map(|k| k.id.clone())
-                .collect(),
-            create: true,
-            active: None,
-            previous: keep.map(|k| PreviousKey {
-                id: k.id,
-                since: now,
-            }),
-            wake_at: (rotation.grace > Duration::ZERO).then(|| add(now, rotation.grace)),
-            reactivate: Vec::new(),
-        };
-    };
-    let previous = secret.and_then(|s| {
-        let id = s.previous_key_id.as_deref()?;
-        let since = s.rotated_at?;
-        (id != active.id && find(id).is_some() && add(since, rotation.grace) > now).then(|| {
-            PreviousKey {
-                id: id.to_string(),
-                since,
-            }
+    let keep = (rotation.grace > Duration::ZERO)
+        .then(|| last_active.or_else(|| keys.last().cloned()))
+        .flatten();
+    KeyPlan {
+        delete: keys
+            .iter()
+            .filter(|k| Some(&k.id) != keep.as_ref().map(|k| &k.id))
+            .map(|k| k.id.clone())
+            .collect(),
+        create: true,
+        active: None,
+        previous: keep.map(|k| PreviousKey {
+            id: k.id,
+            since: now,
+        }),
+        wake_at: (rotation.grace > Duration::ZERO).then(|| add(now, rotation.grace)),
+        reactivate: Vec::new(),
+    }
+}
+
+/// The Secret's key is in AWS: keep it (and its predecessor through the grace period), or
+/// rotate it once its interval has passed.
+fn keep_or_rotate(
+    keys: &[AccessKey],
+    secret: &SecretCreds,
+    active: AccessKey,
+    rotation: RotationPolicy,
+    now: jiff::Timestamp,
+) -> KeyPlan {
+    let previous = secret.previous_key_id.as_deref().and_then(|id| {
+        let since = secret.rotated_at?;
+        let exists = keys.iter().any(|k| k.id == id);
+        (id != active.id && exists && add(since, rotation.grace) > now).then(|| PreviousKey {
+            id: id.to_string(),
+            since,
         })
     });
     let delete = keys
