@@ -14,6 +14,7 @@ use crate::api::{
     Bucket, BucketStatus, CorsRule, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule,
     PublicAccessBlock, Versioning,
 };
+use crate::aws::s3::Emptied;
 use crate::aws::tags::{Owner, Ownership, released, with_ownership};
 use crate::aws::{ErrorKind, naming};
 use crate::metrics::METRICS;
@@ -576,7 +577,8 @@ async fn release_or_delete(
         }
         DeletionPolicy::Delete => {
             if bucket.spec.force_delete {
-                let (deleted, empty) = aws.empty_bucket(r, n, EMPTY_PAGES_PER_PASS).await?;
+                let Emptied { deleted, empty } =
+                    aws.empty_bucket(r, n, EMPTY_PAGES_PER_PASS).await?;
                 if deleted > 0 {
                     ctx.event(
                         bucket,
