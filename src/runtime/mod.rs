@@ -1,10 +1,10 @@
 //! The process around the reconcilers: configuration, leader election, the web server,
 //! telemetry, the watches, the controllers and one shutdown signal shared by all of them.
 //!
-//! - [`config`]: what `run` is configured with
-//! - [`watches`]: the shared watches and their caches
-//! - [`controllers`]: controller wiring, worker slots, spans, metrics and error policy
-//! - [`lifecycle`]: signals, heartbeat and probe state
+//! - `config`: what `run` is configured with
+//! - `watches`: the shared watches and their caches
+//! - `controllers`: controller wiring, worker slots, spans, metrics and error policy
+//! - `lifecycle`: signals, heartbeat and probe state
 
 pub mod client;
 mod config;
