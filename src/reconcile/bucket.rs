@@ -345,7 +345,7 @@ async fn apply(
         Plan::Apply(changes) => changes,
     };
     // Changes to an object whose spec we already served are drift: someone changed AWS.
-    let served = (bucket.status.as_ref()).is_some_and(|s| {
+    let served = bucket.status.as_ref().is_some_and(|s| {
         served(
             bucket.metadata.generation,
             s.observed_generation,

@@ -306,7 +306,9 @@ where
                 .reconcile_panics_total
                 .with_label_values(&[controller])
                 .inc();
-            let what = (panic.downcast_ref::<&str>().map(|s| s.to_string()))
+            let what = panic
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
                 .or_else(|| panic.downcast_ref::<String>().cloned())
                 .unwrap_or_default();
             Err(Error::ReconcilePanic(what))
@@ -481,7 +483,8 @@ mod tests {
     #[tokio::test]
     async fn a_panicking_reconcile_is_counted_and_becomes_an_error() {
         let panics = || {
-            (METRICS.reconcile_panics_total)
+            METRICS
+                .reconcile_panics_total
                 .with_label_values(&["panic-test"])
                 .get()
         };

@@ -203,7 +203,8 @@ async fn pass(
         Requeue::Resync(d) | Requeue::After(d) => d,
         Requeue::OnChange => ctx.resync_after(),
     };
-    (ctx.settled).record(object_key(access), versions.into_inputs(), wait);
+    ctx.settled
+        .record(object_key(access), versions.into_inputs(), wait);
     Ok(next)
 }
 
@@ -235,7 +236,8 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
                 .unwrap_or_default(),
         ],
         secret: vec![
-            (secret.as_ref())
+            secret
+                .as_ref()
                 .and_then(|s| s.resource_version())
                 .unwrap_or_default(),
         ],
@@ -243,7 +245,9 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
     // The echo of this operator's own writes costs no AWS reads (see `Settled`); roles are
     // cheap to re-read and keep no such record.
     if access.spec.credentials.type_ == CredentialsType::AccessKey
-        && let Some(wait) = (ctx.settled).remaining(&object_key(access), &versions.current())
+        && let Some(wait) = ctx
+            .settled
+            .remaining(&object_key(access), &versions.current())
     {
         return Ok(Observation::Settled(wait));
     }
@@ -526,6 +530,7 @@ fn next_pass(ctx: &Context, wake_at: Option<jiff::Timestamp>, now: jiff::Timesta
     }
 }
 
+/// Was the current spec already served? Then a change found now was made by someone else.
 fn is_served(access: &BucketAccess) -> bool {
     access.status.as_ref().is_some_and(|s| {
         served(

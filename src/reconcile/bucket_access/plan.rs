@@ -12,14 +12,14 @@ use super::keys::{
     ANN_KEY_HASH, ANN_KEY_ID, ANN_PREVIOUS, ANN_ROTATED_AT, KeyPlan, PreviousKey, RotationPolicy,
     add, plan_keys, secret_creds,
 };
-use super::secret_name;
+use super::{is_served, secret_name};
 use crate::api::condition::{self, Reason};
 use crate::api::{BucketAccess, BucketAccessStatus};
 use crate::aws::iam::{AccessKey, Secret as SecretValue};
 use crate::aws::naming::{self, sha256_hex};
 use crate::aws::policy;
 use crate::aws::tags::Owner;
-use crate::reconcile::{Blocked, Settings, owner, served};
+use crate::reconcile::{Blocked, Settings, owner};
 
 /// Facts about the bucket a BucketAccess grants: derived from its Bucket's spec and UID and
 /// confirmed by the bucket's ownership tags in AWS, never taken from status.
@@ -212,13 +212,7 @@ pub fn plan(
         bucket: facts.clone(),
         rotation: rotation_policy(access),
     };
-    let served = access.status.as_ref().is_some_and(|s| {
-        served(
-            access.metadata.generation,
-            s.observed_generation,
-            &s.conditions,
-        )
-    });
+    let served = is_served(access);
     match &observed.identity {
         Identity::User(found) => plan_user(&mut plan, access, found, observed, served)?,
         Identity::Role(found) => plan_role(&mut plan, access, settings, &owner, found, served)?,
@@ -536,7 +530,9 @@ mod tests {
                 ..Default::default()
             },
             data: Some(
-                (outcome.data.iter())
+                outcome
+                    .data
+                    .iter()
                     .map(|(k, v)| (k.clone(), ByteString(v.clone().into_bytes())))
                     .collect(),
             ),
