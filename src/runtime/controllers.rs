@@ -50,40 +50,28 @@ pub(super) async fn run(
         access_stores.push(w.accesses.clone());
         tokio::spawn(forget_deleted(w.bucket_deletions, ctx.clone()));
         tokio::spawn(forget_deleted(w.access_deletions, ctx.clone()));
-        let stop = wait_true(shutdown.clone());
-        let buckets = Controller::for_shared_stream(
-            trigger(w.buckets.state(), w.bucket_events),
-            w.buckets.clone(),
-        )
-        .with_config(controller::Config::default())
-        .graceful_shutdown_on(stop);
-        let slots = Arc::new(Semaphore::new(concurrency.into()));
-        runs.push(drive(
+        let buckets = controller_for(&w.buckets, w.bucket_events, &shutdown);
+        let run = drive(
             buckets,
-            slots,
             "bucket",
             reconcile::bucket::reconcile,
+            concurrency,
             &ctx,
-        ));
-        let store = w.accesses.clone();
-        let stop = wait_true(shutdown.clone());
-        let accesses = Controller::for_shared_stream(
-            trigger(w.accesses.state(), w.access_events),
-            w.accesses.clone(),
-        )
-        .with_config(controller::Config::default())
-        .graceful_shutdown_on(stop)
-        .owns_shared_stream(events(w.secret_events))
-        .watches_shared_stream(
-            events(w.bucket_events_for_accesses),
-            move |b: Arc<Bucket>| accesses_of(&store, &b),
         );
-        let slots = Arc::new(Semaphore::new(concurrency.into()));
+        runs.push(run);
+        let store = w.accesses.clone();
+        let accesses = controller_for(&w.accesses, w.access_events, &shutdown)
+            .owns_shared_stream(events(w.secret_events))
+            .watches_shared_stream(
+                events(w.bucket_events_for_accesses),
+                move |b: Arc<Bucket>| accesses_of(&store, &b),
+            );
+        let reconcile = reconcile::bucket_access::reconcile;
         runs.push(drive(
             accesses,
-            slots,
             "bucketaccess",
-            reconcile::bucket_access::reconcile,
+            reconcile,
+            concurrency,
             &ctx,
         ));
     }
@@ -93,6 +81,17 @@ pub(super) async fn run(
         shutdown,
     ));
     join_all(runs).await;
+}
+
+/// A controller fed by a warm store: everything in it, then every change it hears of.
+fn controller_for<K: Watched>(
+    store: &Store<K>,
+    changes: Gated<K>,
+    shutdown: &watch::Receiver<bool>,
+) -> Controller<K> {
+    Controller::for_shared_stream(trigger(store.state(), changes), store.clone())
+        .with_config(controller::Config::default())
+        .graceful_shutdown_on(wait_true(shutdown.clone()))
 }
 
 /// A Bucket change wakes every BucketAccess that refers to it.
@@ -106,7 +105,7 @@ fn accesses_of(store: &Store<BucketAccess>, b: &Bucket) -> Vec<ObjectRef<BucketA
         .collect()
 }
 
-/// Runs a controller with `reconcile`, each reconcile waiting for one of `slots`.
+/// Runs a controller with `reconcile`, at most `concurrency` reconciles at once.
 ///
 /// kube's own concurrency limit can strand a queued object for good: under load, objects queued
 /// behind a full set of workers were never reconciled (seen in the leader-kill and AWS-fault
@@ -114,9 +113,9 @@ fn accesses_of(store: &Store<BucketAccess>, b: &Bucket) -> Vec<ObjectRef<BucketA
 /// kube still never runs two reconciles of one object at once.
 fn drive<K, F, Fut>(
     controller: Controller<K>,
-    slots: Arc<Semaphore>,
     name: &'static str,
     reconcile: F,
+    concurrency: u16,
     ctx: &Arc<Context>,
 ) -> futures::future::BoxFuture<'static, ()>
 where
@@ -124,6 +123,7 @@ where
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Requeue, reconcile::Error>> + Send + 'static,
 {
+    let slots = Arc::new(Semaphore::new(concurrency.into()));
     let after = ctx.clone();
     controller
         .run(
