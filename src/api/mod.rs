@@ -16,10 +16,20 @@ use kube::core::crd::merge_crds;
 
 /// API group of both kinds.
 pub const GROUP: &str = "s3.operator.dev";
+/// A key under the operator's domain, `s3.operator.dev/<name>`: the one place that spells the
+/// prefix of every label, annotation, tag and finalizer the operator owns (a macro, so the keys
+/// stay `&'static str` constants).
+#[macro_export]
+macro_rules! domain_key {
+    ($name:literal) => {
+        concat!("s3.operator.dev/", $name)
+    };
+}
+
 /// Prefix of every label, annotation, tag and finalizer the operator owns.
-pub const DOMAIN_PREFIX: &str = "s3.operator.dev/";
+pub const DOMAIN_PREFIX: &str = domain_key!("");
 /// Finalizer the operator puts on both kinds so AWS clean-up runs before the object goes.
-pub const FINALIZER: &str = "s3.operator.dev/finalizer";
+pub const FINALIZER: &str = domain_key!("finalizer");
 
 /// Both CRDs as the Rust types generate them (every packaged copy is made from these).
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -24,7 +24,7 @@ use aws_smithy_types::config_bag::ConfigBag;
 use tracing::Instrument;
 
 use crate::fence::Fence;
-use crate::runtime::metrics::METRICS;
+use crate::metrics::METRICS;
 
 /// Where and how to reach AWS.
 #[derive(Clone, Debug)]

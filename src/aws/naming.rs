@@ -3,14 +3,17 @@
 
 use sha2::{Digest, Sha256};
 
-/// First `n` hex digits of SHA-256 of `input`.
-pub fn short_hash(input: &str, n: usize) -> String {
-    let digest = Sha256::digest(input.as_bytes());
-    digest
+/// SHA-256 of `bytes`, as lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes)
         .iter()
         .map(|b| format!("{b:02x}"))
-        .collect::<String>()[..n]
-        .to_string()
+        .collect()
+}
+
+/// First `n` hex digits of SHA-256 of `input`.
+pub fn short_hash(input: &str, n: usize) -> String {
+    sha256_hex(input.as_bytes())[..n].to_string()
 }
 
 /// Lowercase letters, digits and single hyphens only.

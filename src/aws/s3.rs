@@ -352,43 +352,22 @@ impl Aws {
 
     /// Deletes object versions and delete markers (for `forceDelete`), a page of up to 1,000 at
     /// a time and at most `pages` pages: a huge bucket is emptied over several passes, each of
-    /// bounded length. Returns how many were deleted and whether the bucket is now empty.
+    /// bounded length.
     pub async fn empty_bucket(
         &self,
         region: &str,
         bucket: &str,
         pages: usize,
-    ) -> Result<(usize, bool), Error> {
+    ) -> Result<Emptied, Error> {
         let client = self.s3(region);
         let mut deleted = 0;
         for _ in 0..pages {
-            let req = client
-                .list_object_versions()
-                .bucket(bucket)
-                .max_keys(1000)
-                .send();
-            let out = Aws::call(S3, "ListObjectVersions", req).await?;
-            let ids: Vec<s3::ObjectIdentifier> = out
-                .versions
-                .unwrap_or_default()
-                .into_iter()
-                .map(|v| (v.key, v.version_id))
-                .chain(
-                    out.delete_markers
-                        .unwrap_or_default()
-                        .into_iter()
-                        .map(|m| (m.key, m.version_id)),
-                )
-                .filter_map(|(key, version)| {
-                    s3::ObjectIdentifier::builder()
-                        .set_key(key)
-                        .set_version_id(version)
-                        .build()
-                        .ok()
-                })
-                .collect();
+            let ids = version_page(&client, bucket).await?;
             if ids.is_empty() {
-                return Ok((deleted, true));
+                return Ok(Emptied {
+                    deleted,
+                    empty: true,
+                });
             }
             tracing::debug!(
                 bucket,
@@ -396,45 +375,12 @@ impl Aws {
                 "deleting a page of object versions"
             );
             deleted += ids.len();
-            let delete = s3::Delete::builder()
-                .set_objects(Some(ids))
-                .build()
-                .map_err(|e| Error {
-                    service: S3,
-                    operation: "DeleteObjects",
-                    code: "InvalidRequest".into(),
-                    message: e.to_string(),
-                    kind: super::ErrorKind::Invalid,
-                })?;
-            let req = client.delete_objects().bucket(bucket).delete(delete).send();
-            let out = Aws::call(S3, "DeleteObjects", req).await?;
-            // DeleteObjects answers 200 even when every key failed: surface the first failure
-            // instead of listing the same page again forever.
-            if let Some(e) = out.errors.unwrap_or_default().into_iter().next() {
-                let code = e.code.unwrap_or_default();
-                return Err(Error {
-                    service: S3,
-                    operation: "DeleteObjects",
-                    kind: super::classify(&code, None),
-                    message: format!(
-                        "{}: {}",
-                        e.key.unwrap_or_default(),
-                        e.message.unwrap_or_default()
-                    ),
-                    code,
-                });
-            }
-            if out.deleted.unwrap_or_default().is_empty() {
-                return Err(Error {
-                    service: S3,
-                    operation: "DeleteObjects",
-                    kind: super::ErrorKind::Transient,
-                    message: "no object version was deleted".into(),
-                    code: "NoProgress".into(),
-                });
-            }
+            delete_page(&client, bucket, ids).await?;
         }
-        Ok((deleted, false))
+        Ok(Emptied {
+            deleted,
+            empty: false,
+        })
     }
 
     pub async fn delete_bucket(&self, region: &str, bucket: &str) -> Result<(), Error> {
@@ -580,6 +526,88 @@ fn cors_to_aws(r: &CorsRule) -> s3::CorsRule {
         .set_max_age_seconds(r.max_age_seconds)
         .build()
         .expect("methods and origins are set")
+}
+
+/// What one `empty_bucket` pass did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Emptied {
+    /// Object versions and delete markers deleted.
+    pub deleted: usize,
+    /// Nothing is left in the bucket.
+    pub empty: bool,
+}
+
+/// Up to 1,000 object versions and delete markers of `bucket`.
+async fn version_page(
+    client: &aws_sdk_s3::Client,
+    bucket: &str,
+) -> Result<Vec<s3::ObjectIdentifier>, Error> {
+    let req = client
+        .list_object_versions()
+        .bucket(bucket)
+        .max_keys(1000)
+        .send();
+    let out = Aws::call(S3, "ListObjectVersions", req).await?;
+    let versions = out.versions.unwrap_or_default().into_iter();
+    let markers = out.delete_markers.unwrap_or_default().into_iter();
+    Ok(versions
+        .map(|v| (v.key, v.version_id))
+        .chain(markers.map(|m| (m.key, m.version_id)))
+        .filter_map(|(key, version)| {
+            s3::ObjectIdentifier::builder()
+                .set_key(key)
+                .set_version_id(version)
+                .build()
+                .ok()
+        })
+        .collect())
+}
+
+/// Deletes one page of object versions; fails unless at least one went.
+async fn delete_page(
+    client: &aws_sdk_s3::Client,
+    bucket: &str,
+    ids: Vec<s3::ObjectIdentifier>,
+) -> Result<(), Error> {
+    let error = |kind, code: String, message: String| Error {
+        service: S3,
+        operation: "DeleteObjects",
+        code,
+        message,
+        kind,
+    };
+    let delete = s3::Delete::builder()
+        .set_objects(Some(ids))
+        .build()
+        .map_err(|e| {
+            error(
+                super::ErrorKind::Invalid,
+                "InvalidRequest".into(),
+                e.to_string(),
+            )
+        })?;
+    let req = client.delete_objects().bucket(bucket).delete(delete).send();
+    let out = Aws::call(S3, "DeleteObjects", req).await?;
+    // DeleteObjects answers 200 even when every key failed: surface the first failure instead
+    // of listing the same page again forever.
+    if let Some(e) = out.errors.unwrap_or_default().into_iter().next() {
+        let code = e.code.unwrap_or_default();
+        let message = format!(
+            "{}: {}",
+            e.key.unwrap_or_default(),
+            e.message.unwrap_or_default()
+        );
+        return Err(error(super::classify(&code, None), code, message));
+    }
+    if out.deleted.unwrap_or_default().is_empty() {
+        let message = "no object version was deleted".to_string();
+        return Err(error(
+            super::ErrorKind::Transient,
+            "NoProgress".into(),
+            message,
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -3,15 +3,15 @@
 
 use std::collections::BTreeMap;
 
-pub const CLUSTER: &str = "s3.operator.dev/cluster";
-pub const NAMESPACE: &str = "s3.operator.dev/namespace";
-pub const NAME: &str = "s3.operator.dev/name";
-pub const UID: &str = "s3.operator.dev/uid";
+pub const CLUSTER: &str = crate::domain_key!("cluster");
+pub const NAMESPACE: &str = crate::domain_key!("namespace");
+pub const NAME: &str = crate::domain_key!("name");
+pub const UID: &str = crate::domain_key!("uid");
 const KEYS: [&str; 4] = [CLUSTER, NAMESPACE, NAME, UID];
 /// Where a retained bucket came from: only that namespace (of that cluster) may adopt it back,
 /// unless the operator is started with `--allow-cross-namespace-adoption`.
-pub const RELEASED_CLUSTER: &str = "s3.operator.dev/released-from-cluster";
-pub const RELEASED_NAMESPACE: &str = "s3.operator.dev/released-from-namespace";
+pub const RELEASED_CLUSTER: &str = crate::domain_key!("released-from-cluster");
+pub const RELEASED_NAMESPACE: &str = crate::domain_key!("released-from-namespace");
 
 /// The Kubernetes object that owns an AWS resource.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,19 +4,28 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::ResourceExt;
-use kube::runtime::controller::Action;
 
 use super::{
-    Context, Error, deletion_policy, ensure_finalizer, object_key, remove_finalizer, update_status,
+    Blocked, Context, Error, Requeue, deletion_policy, ensure_finalizer, has_finalizer, object_key,
+    owner, remove_finalizer, report_blocked, served, update_status,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{
     Bucket, BucketStatus, CorsRule, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule,
     PublicAccessBlock, Versioning,
 };
+use crate::aws::s3::Emptied;
 use crate::aws::tags::{Owner, Ownership, released, with_ownership};
 use crate::aws::{ErrorKind, naming};
-use crate::runtime::metrics::METRICS;
+use crate::metrics::METRICS;
+
+/// What else an AccessDenied on a bucket may mean.
+const DENIED_ALSO: &str = "the bucket may belong to another account, or ";
+
+/// The Blocked an AWS refusal a person must fix amounts to; `None` for transient errors.
+fn refusal(e: &crate::aws::Error) -> Option<Blocked> {
+    super::refusal(e, Some(Reason::NameConflict), DENIED_ALSO)
+}
 
 /// What the spec asks for, resolved against the operator's settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -85,7 +94,7 @@ impl Change {
 #[derive(Clone, Debug, PartialEq)]
 pub enum Plan {
     /// Nothing may be done until a person acts.
-    Blocked(Reason, String),
+    Blocked(Blocked),
     /// These writes bring S3 in line with the spec (none in steady state).
     Apply(Vec<Change>),
 }
@@ -94,16 +103,16 @@ pub enum Plan {
 pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
     let config = match observed {
         Observed::Foreign(owner) => {
-            return Plan::Blocked(
+            return Plan::Blocked(Blocked::new(
                 Reason::NameConflict,
                 format!(
                     "bucket {} already exists and is {owner}; it will not be modified",
                     desired.name
                 ),
-            );
+            ));
         }
         Observed::NotAdoptable(why) => {
-            return Plan::Blocked(Reason::NameConflict, why.clone());
+            return Plan::Blocked(Blocked::new(Reason::NameConflict, why.clone()));
         }
         Observed::Absent => {
             // The bucket is created with its tags in one call.
@@ -195,7 +204,7 @@ pub fn desired(
     ctx_settings: &super::Settings,
     default_region: &str,
     owner: &Owner,
-) -> Result<Desired, String> {
+) -> Result<Desired, Blocked> {
     let spec = &bucket.spec;
     let prefix = &ctx_settings.bucket_name_prefix;
     // From spec and UID only, never from status: whoever can write status must not be able to
@@ -205,9 +214,10 @@ pub fn desired(
         None => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
     };
     if !name.starts_with(prefix.as_str()) {
-        return Err(format!(
+        let msg = format!(
             "spec.bucketName {name:?} must start with the operator's bucket-name prefix {prefix:?}: its IAM policy only covers such buckets"
-        ));
+        );
+        return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
     Ok(Desired {
         name,
@@ -254,23 +264,14 @@ pub fn adoption_refused(
     })
 }
 
-pub fn owner(bucket: &Bucket, cluster: &str) -> Owner {
-    Owner {
-        cluster: cluster.to_string(),
-        namespace: bucket.namespace().unwrap_or_default(),
-        name: bucket.name_any(),
-        uid: bucket.uid().unwrap_or_default(),
-    }
-}
-
-pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue, Error> {
     if bucket.metadata.deletion_timestamp.is_some() {
         return cleanup(&bucket, &ctx).await;
     }
     let key = object_key(bucket.as_ref());
     let start = bucket.resource_version().unwrap_or_default();
     if let Some(wait) = ctx.settled.remaining(&key, std::slice::from_ref(&start)) {
-        return Ok(Action::requeue(wait));
+        return Ok(Requeue::Resync(wait));
     }
     let version = ensure_finalizer(&ctx.client, bucket.as_ref()).await?;
     apply(&bucket, &ctx, vec![start, version]).await
@@ -320,50 +321,36 @@ async fn observe(
     }))
 }
 
-/// A reason and message for AWS refusals a person must fix; `None` for transient errors.
-fn refusal(e: &crate::aws::Error) -> Option<(Reason, String)> {
-    match e.kind {
-        ErrorKind::AccessDenied => Some((
-            Reason::AccessDenied,
-            format!(
-                "AWS denied {} {}: the bucket may belong to another account, or the operator's IAM policy does not allow it ({})",
-                e.service, e.operation, e.message
-            ),
-        )),
-        ErrorKind::Conflict => Some((
-            Reason::NameConflict,
-            format!("{} {}: {}: {}", e.service, e.operation, e.code, e.message),
-        )),
-        ErrorKind::Invalid => Some((
-            Reason::InvalidSpec,
-            format!("AWS rejected {}: {}: {}", e.operation, e.code, e.message),
-        )),
-        ErrorKind::NotFound | ErrorKind::Transient => None,
-    }
-}
-
 /// `versions`: the object's resourceVersions this pass has seen or written so far.
-async fn apply(bucket: &Bucket, ctx: &Context, mut versions: Vec<String>) -> Result<Action, Error> {
+async fn apply(
+    bucket: &Bucket,
+    ctx: &Context,
+    mut versions: Vec<String>,
+) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let d = match desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
         Ok(d) => d,
-        Err(msg) => return blocked(bucket, ctx, None, Reason::InvalidSpec, msg).await,
+        Err(why) => return blocked(bucket, ctx, None, &why).await,
     };
     let adopt = bucket.spec.adopt_existing;
     let observed = match observe(ctx, &d, &owner, adopt).await {
         Ok(o) => o,
         Err(e) => match refusal(&e) {
-            Some((reason, msg)) => return blocked(bucket, ctx, Some(&d), reason, msg).await,
+            Some(why) => return blocked(bucket, ctx, Some(&d), &why).await,
             None => return Err(e.into()),
         },
     };
     let changes = match plan(&d, &observed) {
-        Plan::Blocked(reason, msg) => return blocked(bucket, ctx, Some(&d), reason, msg).await,
+        Plan::Blocked(why) => return blocked(bucket, ctx, Some(&d), &why).await,
         Plan::Apply(changes) => changes,
     };
     // Changes to an object whose spec we already served are drift: someone changed AWS.
     let served = bucket.status.as_ref().is_some_and(|s| {
-        s.observed_generation == bucket.metadata.generation && condition::is_ready(&s.conditions)
+        served(
+            bucket.metadata.generation,
+            s.observed_generation,
+            &s.conditions,
+        )
     });
     let adopting =
         matches!(&observed, Observed::Present(c) if owner.judge(&c.tags) != Ownership::Ours);
@@ -373,10 +360,10 @@ async fn apply(bucket: &Bucket, ctx: &Context, mut versions: Vec<String>) -> Res
             report(bucket, ctx, &d, &applied, served, adopting).await;
             if e.is("BucketAlreadyOwnedByYou") {
                 // Created meanwhile by someone in this account: the next pass judges its tags.
-                return Ok(Action::requeue(std::time::Duration::from_secs(1)));
+                return Ok(Requeue::After(std::time::Duration::from_secs(1)));
             }
             return match refusal(&e) {
-                Some((reason, msg)) => blocked(bucket, ctx, Some(&d), reason, msg).await,
+                Some(why) => blocked(bucket, ctx, Some(&d), &why).await,
                 None => Err(e.into()),
             };
         }
@@ -394,7 +381,7 @@ async fn apply(bucket: &Bucket, ctx: &Context, mut versions: Vec<String>) -> Res
     versions.extend(update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?);
     let next = ctx.resync_after();
     ctx.settled.record(object_key(bucket), vec![versions], next);
-    Ok(Action::requeue(next))
+    Ok(Requeue::Resync(next))
 }
 
 /// One event for what a pass changed: created, adopted, updated, or drift corrected (changes
@@ -507,28 +494,15 @@ async fn blocked(
     bucket: &Bucket,
     ctx: &Context,
     d: Option<&Desired>,
-    reason: Reason,
-    msg: String,
-) -> Result<Action, Error> {
-    let status = status_for(bucket, ctx, d, false, reason, msg.clone());
-    if bucket.status.as_ref() != Some(&status) {
-        ctx.event(bucket, true, reason.as_str(), msg).await;
-        update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?;
-    }
-    METRICS
-        .terminal_reconcile_errors_total
-        .with_label_values(&["bucket"])
-        .inc();
-    Ok(ctx.resync())
+    why: &Blocked,
+) -> Result<Requeue, Error> {
+    let status = status_for(bucket, ctx, d, false, why.reason, why.message.clone());
+    report_blocked(ctx, bucket, bucket.status.as_ref(), &status, why).await
 }
 
-async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
-    if !bucket
-        .finalizers()
-        .iter()
-        .any(|f| f == crate::api::FINALIZER)
-    {
-        return Ok(Action::await_change());
+async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Requeue, Error> {
+    if !has_finalizer(bucket) {
+        return Ok(Requeue::OnChange);
     }
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let policy = deletion_policy(bucket.spec.deletion_policy, &ctx.settings);
@@ -537,20 +511,18 @@ async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Action, Error> {
         match release_or_delete(bucket, ctx, &d, &owner, policy).await {
             Ok(true) => {}
             // Emptying goes on in the next pass: each pass stays short.
-            Ok(false) => return Ok(Action::requeue(std::time::Duration::from_secs(1))),
+            Ok(false) => return Ok(Requeue::After(std::time::Duration::from_secs(1))),
             // Cleanup fails closed: a refusal keeps the finalizer and says what was refused.
             Err(Error::Aws(e)) if refusal(&e).is_some() => {
-                let msg = format!(
-                    "deleting the Bucket is waiting: {}",
-                    refusal(&e).map(|r| r.1).unwrap_or_default()
-                );
+                let why = refusal(&e).map(|r| r.message).unwrap_or_default();
+                let msg = format!("deleting the Bucket is waiting: {why}");
                 return Err(hold(bucket, ctx, &d, msg).await);
             }
             Err(e) => return Err(e),
         }
     }
     remove_finalizer(&ctx.client, bucket).await?;
-    Ok(Action::await_change())
+    Ok(Requeue::OnChange)
 }
 
 /// Object versions deleted per pass at most when emptying a bucket (`forceDelete`).
@@ -605,7 +577,8 @@ async fn release_or_delete(
         }
         DeletionPolicy::Delete => {
             if bucket.spec.force_delete {
-                let (deleted, empty) = aws.empty_bucket(r, n, EMPTY_PAGES_PER_PASS).await?;
+                let Emptied { deleted, empty } =
+                    aws.empty_bucket(r, n, EMPTY_PAGES_PER_PASS).await?;
                 if deleted > 0 {
                     ctx.event(
                         bucket,
@@ -635,22 +608,11 @@ async fn release_or_delete(
 /// Reports why deletion waits (status and event, once) and returns the error that keeps the
 /// finalizer and retries with backoff.
 async fn hold(bucket: &Bucket, ctx: &Context, d: &Desired, msg: String) -> Error {
-    let status = status_for(
-        bucket,
-        ctx,
-        Some(d),
-        false,
-        Reason::DeletionBlocked,
-        msg.clone(),
-    );
-    if bucket.status.as_ref() != Some(&status) {
-        ctx.event(bucket, true, "DeletionBlocked", msg.clone())
-            .await;
-        if let Err(e) = update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await {
-            return e;
-        }
+    let why = Blocked::new(Reason::DeletionBlocked, msg);
+    if let Err(e) = blocked(bucket, ctx, Some(d), &why).await {
+        return e;
     }
-    Error::DeletionBlocked(msg)
+    Error::DeletionBlocked(why.message)
 }
 
 #[cfg(test)]
@@ -911,10 +873,10 @@ mod tests {
     fn foreign_and_unowned_buckets_are_never_touched() {
         let d = desired_for(BucketSpec::default());
         assert!(
-            matches!(plan(&d, &Observed::Foreign("owned by x/y in cluster z".into())), Plan::Blocked(Reason::NameConflict, m) if m.contains("x/y"))
+            matches!(plan(&d, &Observed::Foreign("owned by x/y in cluster z".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("x/y"))
         );
         assert!(
-            matches!(plan(&d, &Observed::NotAdoptable("set spec.adoptExisting".into())), Plan::Blocked(Reason::NameConflict, m) if m.contains("adoptExisting"))
+            matches!(plan(&d, &Observed::NotAdoptable("set spec.adoptExisting".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("adoptExisting"))
         );
     }
 
@@ -949,7 +911,7 @@ mod tests {
         let settings = settings();
         let err = desired(&b, &settings, "us-east-1", &owner()).unwrap_err();
         assert!(
-            err.contains("spec.bucketName") && err.contains("s3op-"),
+            err.message.contains("spec.bucketName") && err.message.contains("s3op-"),
             "{err}"
         );
     }

@@ -17,9 +17,31 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::runtime::controller::Action;
+
+use crate::api::condition::{Reason, is_ready};
 use crate::api::{DeletionPolicy, FINALIZER};
-use crate::aws::{self, Aws};
-use crate::runtime::metrics::METRICS;
+use crate::aws::tags::Owner;
+use crate::aws::{self, Aws, ErrorKind};
+use crate::metrics::METRICS;
+
+/// What the reconcilers read and write: a namespaced kind with a typed body.
+pub trait Object:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Object for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+{
+}
 
 /// Field manager of every write the operator makes.
 pub const MANAGER: &str = "s3-operator";
@@ -77,9 +99,145 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("object has no namespace")]
     NoNamespace,
-    /// Deletion must wait (bucket not empty, or cleanup still running); the finalizer stays.
+    /// The pass stops until someone acts; the reconciler turns this into the Ready condition, so
+    /// it never reaches the controller.
+    #[error(transparent)]
+    Blocked(#[from] Blocked),
+    /// Deletion must wait (bucket not empty, or cleanup refused); the finalizer stays and the
+    /// object is retried with backoff. A state reported in status, not a failed reconcile.
     #[error("deletion blocked: {0}")]
     DeletionBlocked(String),
+}
+
+impl Error {
+    /// A deletion that waits for someone to act: retried with backoff, but not counted or
+    /// logged as a failed reconcile.
+    pub fn is_deletion_blocked(&self) -> bool {
+        matches!(self, Error::DeletionBlocked(_))
+    }
+}
+
+/// When a successful pass wants to run again if nothing changes before (its `Action`, typed so
+/// the runtime can tell a periodic resync from an early requeue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// Only on a change (an object whose clean-up is done).
+    OnChange,
+    /// At the periodic resync, or what is left of it.
+    Resync(Duration),
+    /// Sooner than the resync: a key rotation, a grace period, the next step of a long job.
+    After(Duration),
+}
+
+impl Requeue {
+    pub fn action(self) -> Action {
+        match self {
+            Requeue::OnChange => Action::await_change(),
+            Requeue::Resync(d) | Requeue::After(d) => Action::requeue(d),
+        }
+    }
+}
+
+/// Why a pass cannot go on until a person (or another object) acts: reported in the Ready
+/// condition (and an event), re-checked at the next resync; not a failed reconcile.
+#[derive(thiserror::Error, Clone, Debug, PartialEq, Eq)]
+#[error("{message}")]
+pub struct Blocked {
+    pub reason: Reason,
+    pub message: String,
+}
+
+impl Blocked {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        Blocked {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// A person must fix it (counted as a terminal error); waiting on a Bucket is not that.
+    fn is_terminal(&self) -> bool {
+        !matches!(
+            self.reason,
+            Reason::BucketNotReady | Reason::BucketNotFound | Reason::BucketNotOwned
+        )
+    }
+}
+
+/// The Blocked an AWS refusal that a person must fix amounts to; `None` for transient errors
+/// (retried with backoff). `conflict`: the reason a conflict reads as for this kind (else it is
+/// an invalid spec); `denied_also`: what else an AccessDenied may mean.
+pub fn refusal(e: &aws::Error, conflict: Option<Reason>, denied_also: &str) -> Option<Blocked> {
+    let (service, op, code, msg) = (&e.service, &e.operation, &e.code, &e.message);
+    match (e.kind, conflict) {
+        (ErrorKind::AccessDenied, _) => Some(Blocked::new(
+            Reason::AccessDenied,
+            format!(
+                "AWS denied {service} {op}: {denied_also}the operator's IAM policy does not allow it ({msg})"
+            ),
+        )),
+        (ErrorKind::Conflict, Some(reason)) => Some(Blocked::new(
+            reason,
+            format!("{service} {op}: {code}: {msg}"),
+        )),
+        (ErrorKind::Invalid | ErrorKind::Conflict, _) => Some(Blocked::new(
+            Reason::InvalidSpec,
+            format!("AWS rejected {op}: {code}: {msg}"),
+        )),
+        (ErrorKind::NotFound | ErrorKind::Transient, _) => None,
+    }
+}
+
+/// The Kubernetes object that owns what the operator creates in AWS for `obj`.
+pub fn owner<K: Resource>(obj: &K, cluster: &str) -> Owner {
+    Owner {
+        cluster: cluster.to_string(),
+        namespace: obj.namespace().unwrap_or_default(),
+        name: obj.name_any(),
+        uid: obj.uid().unwrap_or_default(),
+    }
+}
+
+/// Does `obj` carry the operator's finalizer (so its clean-up has yet to run)?
+pub fn has_finalizer<K: Resource>(obj: &K) -> bool {
+    obj.finalizers().iter().any(|f| f == FINALIZER)
+}
+
+/// Was the current spec (`generation`) already served, Ready? Then a change found in AWS or in
+/// the Secret was made outside the operator: drift.
+pub fn served(generation: Option<i64>, observed: Option<i64>, conditions: &[Condition]) -> bool {
+    observed == generation && is_ready(conditions)
+}
+
+/// Reports `why` as the Ready condition, `status` (status and event, each only when the status
+/// changes; a Bucket not yet Ready is no news) and waits for a change or the periodic resync,
+/// in case the cause goes away outside Kubernetes.
+pub async fn report_blocked<K, S>(
+    ctx: &Context,
+    obj: &K,
+    current: Option<&S>,
+    status: &S,
+    why: &Blocked,
+) -> Result<Requeue, Error>
+where
+    K: Object,
+    S: Serialize + PartialEq,
+{
+    if current != Some(status) {
+        if why.reason != Reason::BucketNotReady {
+            ctx.event(obj, true, why.reason.as_str(), why.message.clone())
+                .await;
+        }
+        update_status(&ctx.client, obj, current, status).await?;
+    }
+    if why.is_terminal() {
+        let controller = K::kind(&()).to_lowercase();
+        METRICS
+            .terminal_reconcile_errors_total
+            .with_label_values(&[controller.as_str()])
+            .inc();
+    }
+    Ok(ctx.resync())
 }
 
 /// The resourceVersions a successful pass started from and left behind (its own writes), per
@@ -93,14 +251,17 @@ pub struct Settled {
 }
 
 /// Per input object, the versions a pass saw or wrote; and when the next full pass is due.
-type Pass = (Vec<Vec<String>>, Instant);
+struct Pass {
+    seen: Vec<Vec<String>>,
+    due: Instant,
+}
 
 impl Settled {
     /// How long until the next full pass, if every input of `key` is at a version its last
     /// pass saw or wrote.
     pub fn remaining(&self, key: &str, current: &[String]) -> Option<Duration> {
         let passes = self.passes.lock().expect("settled map poisoned");
-        let (seen, due) = passes.get(key)?;
+        let Pass { seen, due } = passes.get(key)?;
         let now = Instant::now();
         let same =
             seen.len() == current.len() && seen.iter().zip(current).all(|(ok, v)| ok.contains(v));
@@ -109,10 +270,13 @@ impl Settled {
 
     /// Records a successful pass: for each input, the versions it saw or wrote.
     pub fn record(&self, key: String, versions: Vec<Vec<String>>, next_pass: Duration) {
-        self.passes
-            .lock()
-            .expect("settled map poisoned")
-            .insert(key, (versions, Instant::now() + next_pass));
+        self.passes.lock().expect("settled map poisoned").insert(
+            key,
+            Pass {
+                seen: versions,
+                due: Instant::now() + next_pass,
+            },
+        );
     }
 
     pub fn forget(&self, key: &str) {
@@ -168,8 +332,8 @@ pub fn jitter(d: Duration, fraction: f64) -> Duration {
 }
 
 impl Context {
-    pub fn resync(&self) -> kube::runtime::controller::Action {
-        kube::runtime::controller::Action::requeue(self.resync_after())
+    pub fn resync(&self) -> Requeue {
+        Requeue::Resync(self.resync_after())
     }
 
     /// The (jittered) time until the next periodic pass.
@@ -216,25 +380,46 @@ impl Context {
 /// rotation costs one event write and reads as one line in `kubectl describe`.
 #[derive(Debug, Default)]
 pub struct PassEvents {
-    items: Vec<(bool, &'static str, String)>,
+    items: Vec<Note>,
+}
+
+/// One change of a pass, or the event that sums a pass up.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Note {
+    pub warning: bool,
+    pub reason: &'static str,
+    pub note: String,
 }
 
 impl PassEvents {
     pub fn add(&mut self, warning: bool, reason: &'static str, note: String) {
-        self.items.push((warning, reason, note));
+        self.items.push(Note {
+            warning,
+            reason,
+            note,
+        });
     }
 
-    /// Type, reason and note of the event for this pass: a warning if any change was one (its
-    /// reason leads), else the first change's reason; the notes in the order they happened.
-    fn summary(&self) -> Option<(bool, &'static str, String)> {
-        let warning = self.items.iter().any(|i| i.0);
-        let (_, reason, _) = self.items.iter().find(|i| i.0 == warning)?;
-        let notes: Vec<&str> = self.items.iter().map(|i| i.2.as_str()).collect();
-        Some((warning, reason, notes.join("; ")))
+    /// The event for this pass: a warning if any change was one (its reason leads), else the
+    /// first change's reason; the notes in the order they happened.
+    fn summary(&self) -> Option<Note> {
+        let warning = self.items.iter().any(|i| i.warning);
+        let lead = self.items.iter().find(|i| i.warning == warning)?;
+        let notes: Vec<&str> = self.items.iter().map(|i| i.note.as_str()).collect();
+        Some(Note {
+            warning,
+            reason: lead.reason,
+            note: notes.join("; "),
+        })
     }
 
     pub async fn publish<K: Resource<DynamicType = ()>>(self, ctx: &Context, obj: &K) {
-        if let Some((warning, reason, note)) = self.summary() {
+        if let Some(Note {
+            warning,
+            reason,
+            note,
+        }) = self.summary()
+        {
             ctx.event(obj, warning, reason, note).await;
         }
     }
@@ -252,14 +437,8 @@ where
 
 /// Adds the finalizer if missing; the resourceVersion in the patch makes it a compare-and-swap.
 /// Returns the object's resourceVersion afterwards.
-pub async fn ensure_finalizer<K>(client: &kube::Client, obj: &K) -> Result<String, Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
-    if obj.finalizers().iter().any(|f| f == FINALIZER) {
+pub async fn ensure_finalizer<K: Object>(client: &kube::Client, obj: &K) -> Result<String, Error> {
+    if has_finalizer(obj) {
         return Ok(obj.resource_version().unwrap_or_default());
     }
     let mut finalizers = obj.finalizers().to_vec();
@@ -268,13 +447,7 @@ where
 }
 
 /// Removes the finalizer so Kubernetes can delete the object.
-pub async fn remove_finalizer<K>(client: &kube::Client, obj: &K) -> Result<(), Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
+pub async fn remove_finalizer<K: Object>(client: &kube::Client, obj: &K) -> Result<(), Error> {
     let finalizers: Vec<String> = obj
         .finalizers()
         .iter()
@@ -288,17 +461,11 @@ where
     }
 }
 
-async fn patch_finalizers<K>(
+async fn patch_finalizers<K: Object>(
     client: &kube::Client,
     obj: &K,
     finalizers: Vec<String>,
-) -> Result<String, Error>
-where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
-{
+) -> Result<String, Error> {
     let api = namespaced_api(client, obj)?;
     let patch =
         json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
@@ -326,10 +493,7 @@ pub async fn update_status<K, S>(
     status: &S,
 ) -> Result<Option<String>, Error>
 where
-    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-        + Clone
-        + DeserializeOwned
-        + std::fmt::Debug,
+    K: Object,
     S: Serialize + PartialEq,
 {
     if current == Some(status) {
@@ -379,14 +543,18 @@ mod tests {
         e.add(false, "KeyCreated", "Created access key K".into());
         assert_eq!(
             e.summary(),
-            Some((
-                false,
-                "Created",
-                "Created IAM user u; Created access key K".into()
-            ))
+            Some(Note {
+                warning: false,
+                reason: "Created",
+                note: "Created IAM user u; Created access key K".into()
+            })
         );
         e.add(true, "DriftCorrected", "Recreated Secret s".into());
-        let (warning, reason, note) = e.summary().unwrap();
+        let Note {
+            warning,
+            reason,
+            note,
+        } = e.summary().unwrap();
         assert!(warning);
         assert_eq!(reason, "DriftCorrected");
         assert!(note.ends_with("; Recreated Secret s"), "{note}");

@@ -1,9 +1,11 @@
 //! The operator's Kubernetes client. kube-client sets no read timeout, so a request to an API
 //! server that stops answering would hang a reconcile or the lease loop forever; and kube-client
-//! knows nothing of fencing. One layer in front of kube's own stack handles both.
+//! knows nothing of fencing. One layer in front of kube's own stack handles both, and counts
+//! every request as client-go's `rest_client_requests_total` does.
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
@@ -12,6 +14,7 @@ use http_body::{Body, Frame, SizeHint};
 use tower::{BoxError, Layer, Service};
 
 use crate::fence::{self, Fence};
+use crate::metrics::METRICS;
 
 /// Deadline of every request but a watch: headers and body, kube's retries of 429/503/504
 /// included.
@@ -34,11 +37,13 @@ pub async fn build(identity: Option<&str>, fence: Fence) -> Result<kube::Client,
     if let Ok(v) = http::HeaderValue::from_str(&agent) {
         config.headers.push((http::header::USER_AGENT, v));
     }
+    let host = config.cluster_url.authority().map(|a| a.to_string());
     let builder = kube::client::ClientBuilder::try_from(config)?;
     Ok(builder
         .with_layer(&GuardLayer {
             fence,
             timeout: REQUEST_TIMEOUT,
+            host: host.unwrap_or_default().into(),
         })
         .build())
 }
@@ -93,6 +98,8 @@ fn proxy_for(
 pub struct GuardLayer {
     pub fence: Fence,
     pub timeout: Duration,
+    /// The API server's host and port: the `host` label of the request counter.
+    pub host: Arc<str>,
 }
 
 #[derive(Clone)]
@@ -100,6 +107,7 @@ pub struct Guard<S> {
     inner: S,
     fence: Fence,
     timeout: Duration,
+    host: Arc<str>,
 }
 
 impl<S> Layer<S> for GuardLayer {
@@ -110,6 +118,7 @@ impl<S> Layer<S> for GuardLayer {
             inner,
             fence: self.fence.clone(),
             timeout: self.timeout,
+            host: self.host.clone(),
         }
     }
 }
@@ -145,16 +154,37 @@ where
         if let Some(Err(e)) = fence.as_ref().map(Fence::check) {
             return GuardFuture::Refused(Some(e));
         }
+        let sent = Sent {
+            method: req.method().clone(),
+            host: self.host.clone(),
+        };
         GuardFuture::Running {
             inner: Box::pin(self.inner.call(req)),
             fence,
             deadline,
             timeout: self.timeout,
+            sent,
         }
     }
 }
 
 type Sleep = Pin<Box<tokio::time::Sleep>>;
+
+/// A request that went out, counted once it has an answer (or none).
+pub struct Sent {
+    method: Method,
+    host: Arc<str>,
+}
+
+impl Sent {
+    /// `code`: the status code, or `<error>` when there was no response (client-go's words).
+    fn count(&self, code: &str) {
+        METRICS
+            .rest_client_requests_total
+            .with_label_values(&[code, self.method.as_str(), &self.host])
+            .inc();
+    }
+}
 
 pub enum GuardFuture<F> {
     Refused(Option<fence::Error>),
@@ -165,6 +195,7 @@ pub enum GuardFuture<F> {
         fence: Option<Fence>,
         deadline: Option<Sleep>,
         timeout: Duration,
+        sent: Sent,
     },
 }
 
@@ -186,23 +217,32 @@ where
                 fence,
                 deadline,
                 timeout,
+                sent,
             } => {
                 if let Some(Err(e)) = fence.as_ref().map(Fence::check) {
+                    sent.count("<error>");
                     return Poll::Ready(Err(e.into()));
                 }
                 if let Some(d) = deadline
                     && d.as_mut().poll(cx).is_ready()
                 {
+                    sent.count("<error>");
                     return Poll::Ready(Err(Error(*timeout).into()));
                 }
                 match inner.as_mut().poll(cx) {
                     // The body has what is left of the deadline.
-                    Poll::Ready(Ok(res)) => Poll::Ready(Ok(res.map(|inner| Deadline {
-                        inner,
-                        deadline: deadline.take(),
-                        timeout: *timeout,
-                    }))),
-                    Poll::Ready(Err(e)) => Poll::Ready(Err(e.into())),
+                    Poll::Ready(Ok(res)) => {
+                        sent.count(res.status().as_str());
+                        Poll::Ready(Ok(res.map(|inner| Deadline {
+                            inner,
+                            deadline: deadline.take(),
+                            timeout: *timeout,
+                        })))
+                    }
+                    Poll::Ready(Err(e)) => {
+                        sent.count("<error>");
+                        Poll::Ready(Err(e.into()))
+                    }
                     Poll::Pending => Poll::Pending,
                 }
             }
@@ -289,6 +329,7 @@ mod tests {
         let layer = GuardLayer {
             fence,
             timeout: Duration::from_millis(100),
+            host: "10.0.0.1:6443".into(),
         };
         let slow = Slow {
             delay,
@@ -375,6 +416,25 @@ mod tests {
         assert_eq!(chosen.authority().unwrap().as_str(), "u:p@proxy.corp:3128");
         // No proxy variable: direct.
         assert_eq!(proxy_for(&Matcher::builder().build(), &api, none), None);
+    }
+
+    #[tokio::test]
+    async fn requests_are_counted_by_code_method_and_host() {
+        let count = |code: &str, method: &str| {
+            let labels = [code, method, "10.0.0.1:6443"];
+            METRICS
+                .rest_client_requests_total
+                .with_label_values(&labels)
+                .get()
+        };
+        // Other tests send requests through the same labels: compare before and after.
+        let before = (count("200", "DELETE"), count("<error>", "PUT"));
+        let (mut g, _) = guard(Duration::ZERO, Fence::disabled());
+        g.call(req(Method::DELETE, "/apis/x")).await.unwrap();
+        let (mut slow, _) = guard(Duration::from_millis(300), Fence::disabled());
+        slow.call(req(Method::PUT, "/apis/x")).await.unwrap_err();
+        assert_eq!(count("200", "DELETE"), before.0 + 1);
+        assert_eq!(count("<error>", "PUT"), before.1 + 1, "no answer in time");
     }
 
     #[tokio::test]

@@ -17,8 +17,8 @@ use kube::api::PostParams;
 use kube_leader_election::{LeaseLock, LeaseLockParams, LeaseLockResult};
 use tokio::sync::watch;
 
-use super::metrics::METRICS;
 use crate::fence::{self, Fence};
+use crate::metrics::METRICS;
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -54,6 +54,24 @@ pub async fn run(
     s: Settings,
     fence: Fence,
     leading: watch::Sender<bool>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), Error> {
+    let gauge = METRICS
+        .leader_election_master_status
+        .with_label_values(&[&s.name]);
+    gauge.set(0);
+    let result = lead(client, &s, fence, leading, shutdown).await;
+    // Whether it released the lease or lost it, this replica leads no more.
+    gauge.set(0);
+    result
+}
+
+/// The campaign and renewal loop of [`run`].
+async fn lead(
+    client: kube::Client,
+    s: &Settings,
+    fence: Fence,
+    leading: watch::Sender<bool>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
     // The Lease holds whole seconds: that is what other replicas wait out.
@@ -72,74 +90,39 @@ pub async fn run(
             lease_ttl: s.lease_duration,
         },
     );
-    let gauge = METRICS
-        .leader_election_master_status
-        .with_label_values(&[&s.name]);
-    gauge.set(0);
+    let fenced = |e| Error::Fenced(s.name.clone(), e);
     let mut led = false;
     loop {
         if *shutdown.borrow() {
             break;
         }
-        if led && let Err(e) = fence.check() {
-            gauge.set(0);
-            return Err(Error::Fenced(s.name, e));
+        if led {
+            fence.check().map_err(fenced)?;
         }
-        if !led {
-            match claim(&leases, &s).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    tokio::select! {
-                        _ = tokio::time::sleep(s.renew_period) => continue,
-                        _ = shutdown.changed() => break,
-                    }
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "leader election: could not read or claim the lease");
-                    tokio::select! {
-                        _ = tokio::time::sleep(s.renew_period) => continue,
-                        _ = shutdown.changed() => break,
-                    }
-                }
+        if !led && !claimed(&leases, s).await {
+            tokio::select! {
+                _ = tokio::time::sleep(s.renew_period) => continue,
+                _ = shutdown.changed() => break,
             }
         }
         let start = Instant::now();
-        let renewal = lock.try_acquire_or_renew();
-        let result = match fence.remaining() {
-            // Past the fence, the crate's merge patch could overwrite a new holder's lease.
-            Some(left) if led => match tokio::time::timeout(left, renewal).await {
-                Ok(r) => r,
-                Err(_) => {
-                    gauge.set(0);
-                    let e = fence.check().err().unwrap_or(fence::Error {
-                        closed_for: Duration::ZERO,
-                    });
-                    return Err(Error::Fenced(s.name, e));
-                }
-            },
-            _ => renewal.await,
-        };
-        match result {
+        match renew(&lock, &fence, led).await.map_err(fenced)? {
             Ok(LeaseLockResult::Acquired(lease)) if holder(&lease) == Some(s.identity.as_str()) => {
-                if let Err(e) = fence.extend(start + valid_for) {
-                    gauge.set(0);
-                    return Err(Error::Fenced(s.name, e));
-                }
+                fence.extend(start + valid_for).map_err(fenced)?;
                 if !led {
                     tracing::info!(lease = %s.name, identity = %s.identity, "became leader");
-                    gauge.set(1);
+                    METRICS
+                        .leader_election_master_status
+                        .with_label_values(&[&s.name])
+                        .set(1);
                     led = true;
                     let _ = leading.send(true);
                 }
             }
             Ok(result) if led => {
-                let who = result
-                    .lease()
-                    .and_then(holder)
-                    .unwrap_or("nobody")
-                    .to_string();
-                gauge.set(0);
-                return Err(Error::Lost(s.name, format!("lease now held by {who}")));
+                let who = result.lease().and_then(holder).unwrap_or("nobody");
+                let why = format!("lease now held by {who}");
+                return Err(Error::Lost(s.name.clone(), why));
             }
             Ok(_) => {}
             // The next pass retries; the fence closes if none succeeds in time.
@@ -156,14 +139,39 @@ pub async fn run(
         }
     }
     if led {
-        gauge.set(0);
-        if let Err(e) = lock.step_down().await {
-            tracing::warn!(error = %e, "could not release the lease");
-        } else {
-            tracing::info!(lease = %s.name, "released the lease");
+        match lock.step_down().await {
+            Err(e) => tracing::warn!(error = %e, "could not release the lease"),
+            Ok(_) => tracing::info!(lease = %s.name, "released the lease"),
         }
     }
     Ok(())
+}
+
+/// Whether this replica holds the lease now (claimed, or already its own); a failure to read or
+/// claim it is logged and counts as no.
+async fn claimed(leases: &Api<Lease>, s: &Settings) -> bool {
+    claim(leases, s).await.unwrap_or_else(|e| {
+        tracing::warn!(error = %e, "leader election: could not read or claim the lease");
+        false
+    })
+}
+
+/// One renewal through the crate. While leading it may not run past the fence: past it, the
+/// crate's merge patch could overwrite a new holder's lease (`Err`: give up leading).
+async fn renew(
+    lock: &LeaseLock,
+    fence: &Fence,
+    led: bool,
+) -> Result<Result<LeaseLockResult, kube_leader_election::Error>, fence::Error> {
+    let renewal = lock.try_acquire_or_renew();
+    match fence.remaining() {
+        Some(left) if led => tokio::time::timeout(left, renewal).await.map_err(|_| {
+            fence.check().err().unwrap_or(fence::Error {
+                closed_for: Duration::ZERO,
+            })
+        }),
+        _ => Ok(renewal.await),
+    }
 }
 
 fn holder(lease: &Lease) -> Option<&str> {

@@ -37,9 +37,9 @@ use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::metrics::METRICS;
 use super::{Error, Health};
 use crate::fence::Fence;
+use crate::metrics::METRICS;
 
 /// Binds both listeners (so a busy port fails start-up) and returns a future that serves until
 /// shutdown. `metrics_secure`: `None` serves /metrics over plain HTTP; `Some(dir)` over HTTPS

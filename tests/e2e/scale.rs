@@ -15,7 +15,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use s3_operator::api::{Bucket, BucketAccess, Encryption, PublicAccessBlock, condition};
 use s3_operator::aws::{Aws, naming, policy, tags::Owner};
-use s3_operator::runtime::metrics::METRICS;
+use s3_operator::metrics::METRICS;
 use serde::Serialize;
 use serde_json::json;
 

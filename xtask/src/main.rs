@@ -436,13 +436,13 @@ mod tests {
             "s3.operator.dev",
             "buckets",
             "list",
-            "runtime::shared_watch (watcher)",
+            "runtime::watches::shared_watch (watcher)",
         ),
         (
             "s3.operator.dev",
             "buckets",
             "watch",
-            "runtime::shared_watch (watcher)",
+            "runtime::watches::shared_watch (watcher)",
         ),
         (
             "s3.operator.dev",
@@ -454,13 +454,13 @@ mod tests {
             "s3.operator.dev",
             "bucketaccesses",
             "list",
-            "runtime::shared_watch (watcher)",
+            "runtime::watches::shared_watch (watcher)",
         ),
         (
             "s3.operator.dev",
             "bucketaccesses",
             "watch",
-            "runtime::shared_watch (watcher)",
+            "runtime::watches::shared_watch (watcher)",
         ),
         (
             "s3.operator.dev",
@@ -489,8 +489,18 @@ mod tests {
             "bucket_access::write_secret",
         ),
         ("", "secrets", "get", "bucket_access::read_secret (get_opt)"),
-        ("", "secrets", "list", "runtime::shared_watch (watcher)"),
-        ("", "secrets", "watch", "runtime::shared_watch (watcher)"),
+        (
+            "",
+            "secrets",
+            "list",
+            "runtime::watches::shared_watch (watcher)",
+        ),
+        (
+            "",
+            "secrets",
+            "watch",
+            "runtime::watches::shared_watch (watcher)",
+        ),
         // Server-side apply of a Secret that does not exist yet is authorized as a create.
         (
             "",

@@ -1,5 +1,8 @@
 //! Prometheus metrics: controller-runtime's names, labels and buckets (so existing dashboards and
 //! alerts work) plus `s3_operator_*` series. No label ever carries a per-object value.
+//!
+//! It sits at the bottom of the crate (it depends on nothing here) so that `aws` and `reconcile`
+//! can record into it without depending on `runtime`.
 
 use std::sync::LazyLock;
 
@@ -16,6 +19,11 @@ const RECONCILE_BUCKETS: &[f64] = &[
 ];
 const AWS_BUCKETS: &[f64] = &[
     0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
+];
+
+/// client-go's workqueue buckets: `ExponentialBuckets(10e-9, 10, 12)`, 10ns to 1000s.
+const WORKQUEUE_BUCKETS: &[f64] = &[
+    1e-8, 1e-7, 1e-6, 1e-5, 1e-4, 1e-3, 1e-2, 1e-1, 1.0, 10.0, 100.0, 1000.0,
 ];
 
 pub const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
@@ -37,6 +45,13 @@ pub struct Metrics {
     pub access_key_age_seconds: Gauge,
     pub access_key_rotation_overdue_seconds: Gauge,
     pub kube_writes_total: IntCounterVec,
+    pub reconcile_panics_total: IntCounterVec,
+    pub workqueue_depth: IntGaugeVec,
+    pub workqueue_adds_total: IntCounterVec,
+    pub workqueue_queue_duration_seconds: HistogramVec,
+    pub workqueue_work_duration_seconds: HistogramVec,
+    pub workqueue_retries_total: IntCounterVec,
+    pub rest_client_requests_total: IntCounterVec,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -154,6 +169,41 @@ impl Metrics {
                 "Writes the operator made to the Kubernetes API, by kind and verb",
                 &["kind", "verb"],
             ),
+            reconcile_panics_total: counter(
+                "controller_runtime_reconcile_panics_total",
+                "Total number of reconciliation panics per controller",
+                &["controller"],
+            ),
+            // The work queue of a controller here is its reconciles waiting for a worker slot
+            // (kube-runtime's own scheduler is not observable).
+            workqueue_depth: gauge("workqueue_depth", "Current depth of workqueue", &["name"]),
+            workqueue_adds_total: counter(
+                "workqueue_adds_total",
+                "Total number of adds handled by workqueue",
+                &["name"],
+            ),
+            workqueue_queue_duration_seconds: histogram(
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested",
+                &["name"],
+                WORKQUEUE_BUCKETS,
+            ),
+            workqueue_work_duration_seconds: histogram(
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes",
+                &["name"],
+                WORKQUEUE_BUCKETS,
+            ),
+            workqueue_retries_total: counter(
+                "workqueue_retries_total",
+                "Total number of retries handled by workqueue",
+                &["name"],
+            ),
+            rest_client_requests_total: counter(
+                "rest_client_requests_total",
+                "Number of HTTP requests, partitioned by status code, method, and host",
+                &["code", "method", "host"],
+            ),
             access_key_age_seconds,
             access_key_rotation_overdue_seconds,
             registry,
@@ -165,6 +215,12 @@ impl Metrics {
             m.reconcile_errors_total.with_label_values(&[c]);
             m.terminal_reconcile_errors_total.with_label_values(&[c]);
             m.active_workers.with_label_values(&[c]);
+            m.reconcile_panics_total.with_label_values(&[c]);
+            m.workqueue_depth.with_label_values(&[c]);
+            m.workqueue_adds_total.with_label_values(&[c]);
+            m.workqueue_retries_total.with_label_values(&[c]);
+            m.workqueue_queue_duration_seconds.with_label_values(&[c]);
+            m.workqueue_work_duration_seconds.with_label_values(&[c]);
         }
         m
     }
@@ -205,6 +261,26 @@ mod tests {
                 );
                 assert!(text.contains(&line), "missing {line}");
             }
+        }
+        // controller-runtime's other per-controller families, labelled as it labels them.
+        for c in CONTROLLERS {
+            for line in [
+                format!("controller_runtime_reconcile_panics_total{{controller=\"{c}\"}} 0"),
+                format!("workqueue_depth{{name=\"{c}\"}} 0"),
+                format!("workqueue_adds_total{{name=\"{c}\"}} "),
+                format!("workqueue_retries_total{{name=\"{c}\"}} "),
+            ] {
+                assert!(text.contains(&line), "missing {line}");
+            }
+        }
+        for family in [
+            "workqueue_queue_duration_seconds",
+            "workqueue_work_duration_seconds",
+        ] {
+            assert!(
+                text.contains(&format!("# TYPE {family} ")),
+                "missing {family}"
+            );
         }
     }
 }

@@ -1,0 +1,426 @@
+//! The pure key planner: which access keys to delete, reactivate or create, from the keys AWS
+//! has and what the Secret vouches for.
+//!
+//! Key rotation is crash-safe because every decision is recomputed from what AWS and the Secret
+//! hold: keys AWS has that the Secret does not vouch for are deleted before any key is created,
+//! so a user never holds more than two keys, and the previous key's grace period is recorded in
+//! the same Secret write that introduces its successor.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+
+use crate::aws::iam::AccessKey;
+use crate::aws::naming::sha256_hex;
+
+pub const ANN_KEY_ID: &str = crate::domain_key!("access-key-id");
+pub const ANN_KEY_HASH: &str = crate::domain_key!("secret-access-key-sha256");
+pub const ANN_PREVIOUS: &str = crate::domain_key!("previous-access-key-id");
+pub const ANN_ROTATED_AT: &str = crate::domain_key!("rotated-at");
+
+/// What the Secret vouches for.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SecretCreds {
+    pub key_id: String,
+    /// The key pair in `data` is the one the operator wrote (id and secret hash match).
+    pub intact: bool,
+    pub previous_key_id: Option<String>,
+    pub rotated_at: Option<jiff::Timestamp>,
+}
+
+/// Rotation settings in force.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RotationPolicy {
+    pub interval: Option<Duration>,
+    pub grace: Duration,
+}
+
+/// Which keys to delete and whether to create one; computed purely from observed state.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KeyPlan {
+    pub delete: Vec<String>,
+    pub create: bool,
+    /// The key the Secret keeps (when no key is created).
+    pub active: Option<AccessKey>,
+    /// The key that stays valid through its grace period.
+    pub previous: Option<PreviousKey>,
+    /// When the plan changes next by itself (a rotation or a grace period ending).
+    pub wake_at: Option<jiff::Timestamp>,
+    /// Kept keys that a revoked grant deactivated.
+    pub reactivate: Vec<String>,
+}
+
+/// The key that stays valid through its grace period after a successor was issued.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PreviousKey {
+    pub id: String,
+    /// When its grace period started.
+    pub since: jiff::Timestamp,
+}
+
+pub fn add(t: jiff::Timestamp, d: Duration) -> jiff::Timestamp {
+    t.checked_add(jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::MAX))
+        .unwrap_or(jiff::Timestamp::MAX)
+}
+
+/// The pure key planner. `keys` are the user's keys in AWS (oldest first), `secret` what the
+/// Secret vouches for, `last_active` the key id status last reported.
+pub fn plan_keys(
+    keys: &[AccessKey],
+    secret: Option<&SecretCreds>,
+    last_active: Option<&str>,
+    rotation: RotationPolicy,
+    now: jiff::Timestamp,
+) -> KeyPlan {
+    let find = |id: &str| keys.iter().find(|k| k.id == id).cloned();
+    let active = secret
+        .filter(|s| s.intact)
+        .and_then(|s| Some((s, find(&s.key_id)?)));
+    let mut plan = match active {
+        Some((secret, active)) => keep_or_rotate(keys, secret, active, rotation, now),
+        None => reissue(keys, last_active.and_then(find), rotation, now),
+    };
+    let kept = [
+        plan.active.as_ref().map(|k| k.id.as_str()),
+        plan.previous.as_ref().map(|p| p.id.as_str()),
+    ];
+    plan.reactivate = keys
+        .iter()
+        .filter(|k| !k.active && kept.contains(&Some(k.id.as_str())))
+        .map(|k| k.id.clone())
+        .collect();
+    plan
+}
+
+/// The Secret is missing, edited, or names a key AWS no longer has: issue a new key. The key
+/// running pods most likely still use (`last_active`, the one status last reported, else the
+/// newest) keeps working through the grace period; any other key goes first, so at most two
+/// exist.
+fn reissue(
+    keys: &[AccessKey],
+    last_active: Option<AccessKey>,
+    rotation: RotationPolicy,
+    now: jiff::Timestamp,
+) -> KeyPlan {
+    let keep = (rotation.grace > Duration::ZERO)
+        .then(|| last_active.or_else(|| keys.last().cloned()))
+        .flatten();
+    KeyPlan {
+        delete: keys
+            .iter()
+            .filter(|k| Some(&k.id) != keep.as_ref().map(|k| &k.id))
+            .map(|k| k.id.clone())
+            .collect(),
+        create: true,
+        active: None,
+        previous: keep.map(|k| PreviousKey {
+            id: k.id,
+            since: now,
+        }),
+        wake_at: (rotation.grace > Duration::ZERO).then(|| add(now, rotation.grace)),
+        reactivate: Vec::new(),
+    }
+}
+
+/// The Secret's key is in AWS: keep it (and its predecessor through the grace period), or
+/// rotate it once its interval has passed.
+fn keep_or_rotate(
+    keys: &[AccessKey],
+    secret: &SecretCreds,
+    active: AccessKey,
+    rotation: RotationPolicy,
+    now: jiff::Timestamp,
+) -> KeyPlan {
+    let previous = secret.previous_key_id.as_deref().and_then(|id| {
+        let since = secret.rotated_at?;
+        let exists = keys.iter().any(|k| k.id == id);
+        (id != active.id && exists && add(since, rotation.grace) > now).then(|| PreviousKey {
+            id: id.to_string(),
+            since,
+        })
+    });
+    let delete = keys
+        .iter()
+        .filter(|k| k.id != active.id && Some(&k.id) != previous.as_ref().map(|p| &p.id))
+        .map(|k| k.id.clone())
+        .collect();
+    let rotate_at = rotation.interval.map(|i| add(active.created, i));
+    let grace_ends = previous.as_ref().map(|p| add(p.since, rotation.grace));
+    // Never rotate while the previous key is still in its grace period: that would need a third key.
+    if rotate_at.is_some_and(|t| t <= now) && previous.is_none() {
+        return KeyPlan {
+            delete,
+            create: true,
+            active: None,
+            previous: (rotation.grace > Duration::ZERO).then(|| PreviousKey {
+                id: active.id.clone(),
+                since: now,
+            }),
+            wake_at: Some(add(
+                now,
+                rotation
+                    .grace
+                    .min(rotation.interval.unwrap_or(Duration::MAX)),
+            )),
+            reactivate: Vec::new(),
+        };
+    }
+    let wake_at = [rotate_at, grace_ends].into_iter().flatten().min();
+    KeyPlan {
+        delete,
+        create: false,
+        active: Some(active),
+        previous,
+        wake_at,
+        reactivate: Vec::new(),
+    }
+}
+
+/// What the Secret holding `data` vouches for.
+pub fn secret_creds(secret: &Secret) -> Option<SecretCreds> {
+    let ann = secret.metadata.annotations.as_ref()?;
+    let data = secret.data.as_ref()?;
+    let key_id = ann.get(ANN_KEY_ID)?.clone();
+    let id_in_data =
+        data.get("AWS_ACCESS_KEY_ID").map(|b| b.0.as_slice()) == Some(key_id.as_bytes());
+    let hash_ok = data.get("AWS_SECRET_ACCESS_KEY").map(|b| sha256_hex(&b.0))
+        == ann.get(ANN_KEY_HASH).cloned();
+    Some(SecretCreds {
+        key_id,
+        intact: id_in_data && hash_ok,
+        previous_key_id: ann.get(ANN_PREVIOUS).filter(|s| !s.is_empty()).cloned(),
+        rotated_at: ann.get(ANN_ROTATED_AT).and_then(|t| t.parse().ok()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use k8s_openapi::ByteString;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+    fn t(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+    fn key(id: &str, created: i64) -> AccessKey {
+        AccessKey {
+            id: id.into(),
+            created: t(created),
+            active: true,
+        }
+    }
+    fn creds(id: &str, previous: Option<&str>, rotated_at: Option<i64>) -> SecretCreds {
+        SecretCreds {
+            key_id: id.into(),
+            intact: true,
+            previous_key_id: previous.map(Into::into),
+            rotated_at: rotated_at.map(t),
+        }
+    }
+    const NO_ROTATION: RotationPolicy = RotationPolicy {
+        interval: None,
+        grace: Duration::ZERO,
+    };
+    const ROTATION: RotationPolicy = RotationPolicy {
+        interval: Some(Duration::from_secs(100)),
+        grace: Duration::from_secs(10),
+    };
+
+    /// The plan for a user with key A, which the Secret vouches for.
+    fn one_key_in_steady_state(policy: RotationPolicy, now: jiff::Timestamp) -> KeyPlan {
+        plan_keys(
+            &[key("A", 0)],
+            Some(&creds("A", None, None)),
+            Some("A"),
+            policy,
+            now,
+        )
+    }
+
+    #[test]
+    fn first_pass_creates_one_key() {
+        let p = plan_keys(&[], None, None, NO_ROTATION, t(0));
+        assert!(p.create && p.delete.is_empty() && p.previous.is_none());
+    }
+
+    #[test]
+    fn steady_state_keeps_the_key() {
+        let p = one_key_in_steady_state(ROTATION, t(50));
+        assert_eq!(
+            p,
+            KeyPlan {
+                delete: vec![],
+                create: false,
+                active: Some(key("A", 0)),
+                previous: None,
+                wake_at: Some(t(100)),
+                reactivate: vec![],
+            }
+        );
+    }
+
+    #[test]
+    fn rotation_creates_a_key_and_keeps_the_old_one_for_the_grace_period() {
+        let p = one_key_in_steady_state(ROTATION, t(100));
+        assert!(p.create && p.delete.is_empty());
+        assert_eq!(
+            p.previous,
+            Some(PreviousKey {
+                id: "A".into(),
+                since: t(100)
+            })
+        );
+    }
+
+    #[test]
+    fn previous_key_survives_the_grace_period_then_goes() {
+        let keys = [key("A", 0), key("B", 100)];
+        let s = creds("B", Some("A"), Some(100));
+        let during = plan_keys(&keys, Some(&s), Some("B"), ROTATION, t(105));
+        assert!(during.delete.is_empty() && !during.create);
+        assert_eq!(during.wake_at, Some(t(110)));
+        let after = plan_keys(&keys, Some(&s), Some("B"), ROTATION, t(111));
+        assert_eq!(after.delete, vec!["A".to_string()]);
+        assert!(!after.create);
+    }
+
+    #[test]
+    fn crash_after_creating_a_key_deletes_the_orphan_before_creating_again() {
+        // Rotation created C but died before writing the Secret, which still vouches for A.
+        let keys = [key("A", 0), key("C", 100)];
+        let p = plan_keys(
+            &keys,
+            Some(&creds("A", None, None)),
+            Some("A"),
+            ROTATION,
+            t(101),
+        );
+        assert_eq!(p.delete, vec!["C".to_string()]);
+        assert!(p.create);
+        assert!(keys.len() - p.delete.len() + usize::from(p.create) <= 2);
+    }
+
+    #[test]
+    fn no_rotation_while_a_previous_key_is_in_grace() {
+        let keys = [key("A", 0), key("B", 5)];
+        // B is already past its interval, but A is still in its grace period.
+        let policy = RotationPolicy {
+            interval: Some(Duration::from_secs(1)),
+            grace: Duration::from_secs(10),
+        };
+        let p = plan_keys(
+            &keys,
+            Some(&creds("B", Some("A"), Some(5))),
+            Some("B"),
+            policy,
+            t(8),
+        );
+        assert!(!p.create && p.delete.is_empty());
+    }
+
+    #[test]
+    fn deleted_or_edited_secret_issues_a_new_key_keeping_the_last_active_through_grace() {
+        let keys = [key("A", 0), key("B", 50)];
+        for s in [
+            None,
+            Some(SecretCreds {
+                intact: false,
+                ..creds("B", None, None)
+            }),
+        ] {
+            let p = plan_keys(&keys, s.as_ref(), Some("B"), ROTATION, t(60));
+            assert!(p.create);
+            assert_eq!(p.delete, vec!["A".to_string()]);
+            assert_eq!(
+                p.previous,
+                Some(PreviousKey {
+                    id: "B".into(),
+                    since: t(60)
+                })
+            );
+        }
+        // Without a grace period every old key goes at once.
+        let p = plan_keys(&keys, None, Some("B"), NO_ROTATION, t(60));
+        assert_eq!(p.delete, vec!["A".to_string(), "B".to_string()]);
+    }
+
+    #[test]
+    fn never_more_than_two_keys_in_any_state() {
+        let all = [key("A", 0), key("B", 10)];
+        for n in 0..=2 {
+            let keys = &all[..n];
+            for secret in [
+                None,
+                Some(creds("A", None, None)),
+                Some(creds("B", Some("A"), Some(10))),
+                Some(creds("X", None, None)),
+            ] {
+                for now in [5, 50, 105, 200] {
+                    for policy in [NO_ROTATION, ROTATION] {
+                        let p = plan_keys(keys, secret.as_ref(), Some("A"), policy, t(now));
+                        let after = keys.len() - p.delete.len() + usize::from(p.create);
+                        assert!(after <= 2, "{keys:?} {secret:?} {now}: {p:?}");
+                        assert!(p.create || p.active.is_some());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_restored_grant_reactivates_only_the_keys_it_keeps() {
+        let inactive = |id, c| AccessKey {
+            active: false,
+            ..key(id, c)
+        };
+        // The Secret's key was deactivated when the grant was revoked: it comes back.
+        let p = plan_keys(
+            &[inactive("A", 0)],
+            Some(&creds("A", None, None)),
+            Some("A"),
+            NO_ROTATION,
+            t(5),
+        );
+        assert_eq!(p.reactivate, vec!["A".to_string()]);
+        assert!(!p.create && p.delete.is_empty());
+        // A key the Secret does not vouch for is deleted, never reactivated.
+        let p = plan_keys(
+            &[inactive("A", 0), inactive("B", 1)],
+            Some(&creds("B", None, None)),
+            Some("B"),
+            NO_ROTATION,
+            t(5),
+        );
+        assert_eq!(p.reactivate, vec!["B".to_string()]);
+        assert_eq!(p.delete, vec!["A".to_string()]);
+    }
+
+    #[test]
+    fn secret_creds_detect_edits() {
+        let mut s = Secret {
+            metadata: ObjectMeta {
+                annotations: Some(BTreeMap::from([
+                    (ANN_KEY_ID.to_string(), "A".to_string()),
+                    (ANN_KEY_HASH.to_string(), sha256_hex(b"secret")),
+                ])),
+                ..Default::default()
+            },
+            data: Some(BTreeMap::from([
+                ("AWS_ACCESS_KEY_ID".to_string(), ByteString(b"A".to_vec())),
+                (
+                    "AWS_SECRET_ACCESS_KEY".to_string(),
+                    ByteString(b"secret".to_vec()),
+                ),
+            ])),
+            ..Default::default()
+        };
+        assert!(secret_creds(&s).unwrap().intact);
+        s.data.as_mut().unwrap().insert(
+            "AWS_SECRET_ACCESS_KEY".into(),
+            ByteString(b"edited".to_vec()),
+        );
+        assert!(!secret_creds(&s).unwrap().intact);
+    }
+}

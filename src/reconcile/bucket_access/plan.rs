@@ -1,0 +1,742 @@
+//! The pure planner of a BucketAccess pass: from what was observed in AWS and the Secret to the
+//! writes to make, the Secret's contents and the status that result.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use serde_json::Value;
+
+use super::keys::{
+    ANN_KEY_HASH, ANN_KEY_ID, ANN_PREVIOUS, ANN_ROTATED_AT, KeyPlan, PreviousKey, RotationPolicy,
+    add, plan_keys, secret_creds,
+};
+use super::{is_served, secret_name};
+use crate::api::condition::{self, Reason};
+use crate::api::{BucketAccess, BucketAccessStatus};
+use crate::aws::iam::{AccessKey, Secret as SecretValue};
+use crate::aws::naming::{self, sha256_hex};
+use crate::aws::policy;
+use crate::aws::tags::Owner;
+use crate::reconcile::{Blocked, Settings, owner};
+
+/// Facts about the bucket a BucketAccess grants: derived from its Bucket's spec and UID and
+/// confirmed by the bucket's ownership tags in AWS, never taken from status.
+#[derive(Clone, Debug, PartialEq)]
+pub struct BucketFacts {
+    pub name: String,
+    pub region: String,
+    pub arn: String,
+}
+
+/// An IAM user or role with this access's name, as found in AWS.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Found<T> {
+    Absent,
+    /// Exists, but its tags name someone else (who, in words).
+    Foreign(String),
+    Ours(T),
+}
+
+/// The access's IAM user, when it is ours.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedUser {
+    pub arn: String,
+    pub boundary: Option<String>,
+    /// The inline access policy, if any.
+    pub policy: Option<Value>,
+    /// Its access keys, oldest first.
+    pub keys: Vec<AccessKey>,
+}
+
+/// The access's IAM role, when it is ours.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObservedRole {
+    pub arn: String,
+    pub boundary: Option<String>,
+    pub trust_policy: Option<Value>,
+    /// The inline access policy, if any.
+    pub policy: Option<Value>,
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum Identity {
+    User(Found<ObservedUser>),
+    Role(Found<ObservedRole>),
+}
+
+/// Everything a pass decides from, read before it writes anything.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    pub bucket: BucketFacts,
+    pub identity: Identity,
+    /// The Secret this access writes, as read at the start of the pass (never someone else's).
+    pub secret: Option<Secret>,
+    pub now: jiff::Timestamp,
+}
+
+/// One write to IAM, in the order the plan lists them.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Step {
+    CreateUser,
+    /// Creates the role with its trust policy, for this ServiceAccount.
+    CreateRole(Value),
+    /// Sets the permissions boundary; `drift`: someone changed or removed it.
+    PutBoundary {
+        drift: bool,
+    },
+    PutTrustPolicy {
+        trust: Value,
+        drift: bool,
+    },
+    PutPolicy {
+        drift: bool,
+    },
+    DeleteKey(String),
+    /// Brings back a kept key that a revoked grant deactivated.
+    ReactivateKey(String),
+    CreateKey,
+}
+
+/// The key pair the Secret hands out.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ActiveKey {
+    pub id: String,
+    pub created: jiff::Timestamp,
+    pub secret: SecretValue,
+    /// SHA-256 of the secret as the Secret holds it: proves later that nobody edited it.
+    pub secret_sha256: String,
+}
+
+/// What kind of identity a plan is for.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Kind {
+    User,
+    /// A role that this ServiceAccount assumes.
+    Role {
+        service_account: String,
+    },
+}
+
+/// The writes that bring IAM in line with the spec, and what the Secret and status then say.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    pub kind: Kind,
+    /// Name of the IAM user or role.
+    pub name: String,
+    pub path: String,
+    pub boundary: String,
+    pub tags: BTreeMap<String, String>,
+    pub policy: Value,
+    /// None in steady state.
+    pub steps: Vec<Step>,
+    /// ARN of the user or role; `None` until the apply creates it.
+    pub arn: Option<String>,
+    /// The key the Secret keeps; `None` for roles, and until the apply creates a new key.
+    pub key: Option<ActiveKey>,
+    pub previous: Option<PreviousKey>,
+    /// When the plan changes by itself (a rotation or a grace period ending).
+    pub wake_at: Option<jiff::Timestamp>,
+    pub secret_name: String,
+    pub bucket: BucketFacts,
+    pub rotation: RotationPolicy,
+}
+
+/// What only the apply learns: a new user's or role's ARN, a new access key.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Learned {
+    pub arn: String,
+    pub key: Option<ActiveKey>,
+}
+
+/// The Secret's data and annotations and the status, once the plan is applied.
+#[derive(Clone, PartialEq)]
+pub struct Outcome {
+    pub data: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub status: BucketAccessStatus,
+}
+
+/// The data holds a secret key: only its keys print.
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcome")
+            .field("data", &self.data.keys().collect::<Vec<_>>())
+            .field("annotations", &self.annotations)
+            .field("status", &self.status)
+            .finish()
+    }
+}
+
+pub fn rotation_policy(access: &BucketAccess) -> RotationPolicy {
+    match &access.spec.credentials.rotation {
+        Some(r) => RotationPolicy {
+            interval: Some(r.interval.into()),
+            grace: r.grace_period.into(),
+        },
+        None => RotationPolicy {
+            interval: None,
+            grace: Duration::ZERO,
+        },
+    }
+}
+
+/// The pure heart of the BucketAccess reconciler: which IAM writes turn `observed` into what
+/// `access` asks for, or why none may be made.
+pub fn plan(
+    access: &BucketAccess,
+    settings: &Settings,
+    observed: &Observed,
+) -> Result<Plan, Blocked> {
+    let owner = owner(access, &settings.cluster_name);
+    let facts = &observed.bucket;
+    let mut plan = Plan {
+        kind: Kind::User,
+        name: naming::iam_name(&owner.namespace, &owner.name, &owner.uid),
+        path: naming::iam_path(&settings.cluster_name),
+        boundary: settings.boundary_arn.clone(),
+        tags: owner.tags(),
+        policy: policy::access_policy(
+            naming::partition(&facts.region),
+            &facts.name,
+            access.spec.permission,
+            access.spec.prefix.as_deref(),
+        ),
+        steps: Vec::new(),
+        arn: None,
+        key: None,
+        previous: None,
+        wake_at: None,
+        secret_name: secret_name(access),
+        bucket: facts.clone(),
+        rotation: rotation_policy(access),
+    };
+    let served = is_served(access);
+    match &observed.identity {
+        Identity::User(found) => plan_user(&mut plan, access, found, observed, served)?,
+        Identity::Role(found) => plan_role(&mut plan, access, settings, &owner, found, served)?,
+    }
+    Ok(plan)
+}
+
+fn plan_user(
+    plan: &mut Plan,
+    access: &BucketAccess,
+    found: &Found<ObservedUser>,
+    observed: &Observed,
+    served: bool,
+) -> Result<(), Blocked> {
+    let user = &plan.name;
+    let (policy, keys) = match found {
+        Found::Foreign(who) => {
+            let msg =
+                format!("IAM user {user} already exists and is {who}; it will not be modified");
+            return Err(Blocked::new(Reason::OwnershipConflict, msg));
+        }
+        Found::Absent => {
+            plan.steps.push(Step::CreateUser);
+            (None, &[][..])
+        }
+        Found::Ours(u) => {
+            // A user from before boundaries, or one whose boundary was changed.
+            if u.boundary.as_ref() != Some(&plan.boundary) {
+                let drift = u.boundary.is_some();
+                plan.steps.push(Step::PutBoundary { drift });
+            }
+            plan.arn = Some(u.arn.clone());
+            (u.policy.as_ref(), &u.keys[..])
+        }
+    };
+    if policy != Some(&plan.policy) {
+        let drift = served && policy.is_some();
+        plan.steps.push(Step::PutPolicy { drift });
+    }
+    let secret = observed.secret.as_ref();
+    let last_active = access
+        .status
+        .as_ref()
+        .and_then(|s| s.access_key_id.as_deref());
+    let creds = secret.and_then(secret_creds);
+    let keys_plan = plan_keys(
+        keys,
+        creds.as_ref(),
+        last_active,
+        plan.rotation,
+        observed.now,
+    );
+    let KeyPlan {
+        delete,
+        create,
+        active,
+        previous,
+        wake_at,
+        reactivate,
+    } = keys_plan;
+    // Deletions before any creation: never more than two keys.
+    plan.steps.extend(delete.into_iter().map(Step::DeleteKey));
+    plan.steps
+        .extend(reactivate.into_iter().map(Step::ReactivateKey));
+    if create {
+        plan.steps.push(Step::CreateKey);
+    }
+    // Keep the pair the Secret already holds.
+    plan.key = active.map(|k| {
+        let old: &[u8] = secret
+            .and_then(|s| s.data.as_ref())
+            .and_then(|d| d.get("AWS_SECRET_ACCESS_KEY"))
+            .map_or(&[], |b| b.0.as_slice());
+        ActiveKey {
+            id: k.id,
+            created: k.created,
+            secret: SecretValue::new(String::from_utf8_lossy(old)),
+            secret_sha256: sha256_hex(old),
+        }
+    });
+    plan.previous = previous;
+    plan.wake_at = wake_at;
+    Ok(())
+}
+
+fn plan_role(
+    plan: &mut Plan,
+    access: &BucketAccess,
+    settings: &Settings,
+    owner: &Owner,
+    found: &Found<ObservedRole>,
+    served: bool,
+) -> Result<(), Blocked> {
+    let role = &plan.name;
+    let Some(oidc) = &settings.oidc_provider_arn else {
+        let msg = "ServiceAccountRole credentials need the operator's --oidc-provider-arn, which is not set";
+        return Err(Blocked::new(Reason::InvalidSpec, msg));
+    };
+    let sa = access
+        .spec
+        .credentials
+        .service_account_name
+        .clone()
+        .unwrap_or_default();
+    let trust = policy::irsa_trust_policy(oidc, &owner.namespace, &sa);
+    plan.kind = Kind::Role {
+        service_account: sa,
+    };
+    let policy = match found {
+        Found::Foreign(_) => {
+            let msg = format!(
+                "IAM role {role} already exists and is not owned by this BucketAccess; it will not be modified"
+            );
+            return Err(Blocked::new(Reason::OwnershipConflict, msg));
+        }
+        Found::Absent => {
+            plan.steps.push(Step::CreateRole(trust));
+            None
+        }
+        Found::Ours(r) => {
+            if r.boundary.as_ref() != Some(&plan.boundary) {
+                let drift = r.boundary.is_some();
+                plan.steps.push(Step::PutBoundary { drift });
+            }
+            if r.trust_policy.as_ref() != Some(&trust) {
+                plan.steps.push(Step::PutTrustPolicy {
+                    trust,
+                    drift: served,
+                });
+            }
+            plan.arn = Some(r.arn.clone());
+            r.policy.as_ref()
+        }
+    };
+    if policy != Some(&plan.policy) {
+        let drift = served && policy.is_some();
+        plan.steps.push(Step::PutPolicy { drift });
+    }
+    Ok(())
+}
+
+impl Plan {
+    /// The Secret's contents and the status once the plan is applied (pure). `endpoint`: the
+    /// custom S3 endpoint, handed on to the application.
+    pub fn outcome(
+        &self,
+        access: &BucketAccess,
+        learned: &Learned,
+        endpoint: Option<&str>,
+        now: jiff::Timestamp,
+    ) -> Outcome {
+        let facts = &self.bucket;
+        let mut data = BTreeMap::from([
+            ("AWS_REGION".to_string(), facts.region.clone()),
+            ("BUCKET_NAME".to_string(), facts.name.clone()),
+            ("BUCKET_ARN".to_string(), facts.arn.clone()),
+        ]);
+        if let Some(endpoint) = endpoint {
+            data.insert("AWS_ENDPOINT_URL_S3".into(), endpoint.to_string());
+        }
+        let mut annotations = BTreeMap::new();
+        let mut status = BucketAccessStatus {
+            observed_generation: access.metadata.generation,
+            secret_name: Some(self.secret_name.clone()),
+            ..Default::default()
+        };
+        let message = match (&self.kind, &learned.key) {
+            (Kind::Role { service_account }, _) => {
+                data.insert("AWS_ROLE_ARN".into(), learned.arn.clone());
+                status.role_arn = Some(learned.arn.clone());
+                format!(
+                    "IAM role {} is ready for ServiceAccount {service_account}",
+                    self.name
+                )
+            }
+            (Kind::User, Some(key)) => {
+                data.insert("AWS_ACCESS_KEY_ID".into(), key.id.clone());
+                data.insert(
+                    "AWS_SECRET_ACCESS_KEY".into(),
+                    key.secret.expose().to_string(),
+                );
+                annotations = self.key_annotations(key);
+                status.user_arn = Some(learned.arn.clone());
+                status.access_key_id = Some(key.id.clone());
+                status.last_rotation_time = Some(Time(key.created));
+                status.next_rotation_time =
+                    self.rotation.interval.map(|i| Time(add(key.created, i)));
+                format!(
+                    "credentials for bucket {} are in Secret {}",
+                    facts.name, self.secret_name
+                )
+            }
+            (Kind::User, None) => unreachable!("plan_keys either keeps a key or creates one"),
+        };
+        status.conditions = vec![condition::ready(
+            &access.status.clone().unwrap_or_default().conditions,
+            true,
+            Reason::Available,
+            message,
+            access.metadata.generation,
+            now,
+        )];
+        Outcome {
+            data,
+            annotations,
+            status,
+        }
+    }
+
+    /// What the Secret vouches for: the key, a hash of its secret, and the previous key with
+    /// the start of its grace period (in the same write that introduces its successor).
+    fn key_annotations(&self, key: &ActiveKey) -> BTreeMap<String, String> {
+        let previous = self.previous.as_ref();
+        BTreeMap::from([
+            (ANN_KEY_HASH.to_string(), key.secret_sha256.clone()),
+            (ANN_KEY_ID.to_string(), key.id.clone()),
+            (
+                ANN_PREVIOUS.to_string(),
+                previous.map(|p| p.id.clone()).unwrap_or_default(),
+            ),
+            (
+                ANN_ROTATED_AT.to_string(),
+                previous.map_or(key.created, |p| p.since).to_string(),
+            ),
+        ])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::ByteString;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use serde_json::json;
+
+    use super::*;
+    use crate::api::DeletionPolicy;
+
+    const BOUNDARY: &str = "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary";
+    const USER_ARN: &str = "arn:aws:iam::123456789012:user/s3-operator/c/u";
+
+    fn settings() -> Settings {
+        Settings {
+            cluster_name: "c".into(),
+            bucket_name_prefix: "s3op-".into(),
+            default_deletion_policy: DeletionPolicy::Retain,
+            oidc_provider_arn: Some(
+                "arn:aws:iam::123456789012:oidc-provider/oidc.example.com".into(),
+            ),
+            resync_period: Duration::from_secs(600),
+            boundary_arn: BOUNDARY.into(),
+            allow_cross_namespace_adoption: false,
+        }
+    }
+
+    fn t(s: i64) -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_800_000_000 + s).unwrap()
+    }
+
+    fn access(credentials: Value) -> BucketAccess {
+        serde_json::from_value(json!({
+            "apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess",
+            "metadata": {"name": "a", "namespace": "ns", "uid": "uid-a", "generation": 1},
+            "spec": {"bucketRef": {"name": "b"}, "permission": "ReadWrite",
+                     "credentials": credentials},
+        }))
+        .unwrap()
+    }
+
+    /// `a` as a pass that served its spec leaves it.
+    fn served(mut a: BucketAccess, key_id: &str) -> BucketAccess {
+        let ready = condition::ready(&[], true, Reason::Available, "ok", Some(1), t(0));
+        a.status = Some(BucketAccessStatus {
+            conditions: vec![ready],
+            observed_generation: Some(1),
+            access_key_id: Some(key_id.into()),
+            ..Default::default()
+        });
+        a
+    }
+
+    fn facts() -> BucketFacts {
+        BucketFacts {
+            name: "s3op-b".into(),
+            region: "us-east-1".into(),
+            arn: "arn:aws:s3:::s3op-b".into(),
+        }
+    }
+
+    fn doc(a: &BucketAccess) -> Value {
+        policy::access_policy("aws", "s3op-b", a.spec.permission, None)
+    }
+
+    fn key(id: &str, created: i64) -> AccessKey {
+        AccessKey {
+            id: id.into(),
+            created: t(created),
+            active: true,
+        }
+    }
+
+    fn new_key(id: &str, created: i64, secret: &str) -> ActiveKey {
+        ActiveKey {
+            id: id.into(),
+            created: t(created),
+            secret: SecretValue::new(secret),
+            secret_sha256: sha256_hex(secret.as_bytes()),
+        }
+    }
+
+    /// The Secret a pass with `outcome` writes, as a later pass reads it.
+    fn secret_of(outcome: &Outcome) -> Secret {
+        Secret {
+            metadata: ObjectMeta {
+                annotations: Some(outcome.annotations.clone()),
+                ..Default::default()
+            },
+            data: Some(
+                outcome
+                    .data
+                    .iter()
+                    .map(|(k, v)| (k.clone(), ByteString(v.clone().into_bytes())))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn observed(identity: Identity, secret: Option<Secret>, now: i64) -> Observed {
+        Observed {
+            bucket: facts(),
+            identity,
+            secret,
+            now: t(now),
+        }
+    }
+
+    fn ours(a: &BucketAccess, keys: Vec<AccessKey>) -> Identity {
+        Identity::User(Found::Ours(ObservedUser {
+            arn: USER_ARN.into(),
+            boundary: Some(BOUNDARY.into()),
+            policy: Some(doc(a)),
+            keys,
+        }))
+    }
+
+    #[test]
+    fn first_pass_creates_the_user_its_policy_and_one_key() {
+        let a = access(json!({}));
+        let o = observed(Identity::User(Found::Absent), None, 0);
+        let p = plan(&a, &settings(), &o).unwrap();
+        assert_eq!(
+            p.steps,
+            [
+                Step::CreateUser,
+                Step::PutPolicy { drift: false },
+                Step::CreateKey
+            ]
+        );
+        assert_eq!(
+            (p.arn.as_ref(), p.key.as_ref()),
+            (None, None),
+            "learned by the apply"
+        );
+        let learned = Learned {
+            arn: USER_ARN.into(),
+            key: Some(new_key("A", 0, "s3cr3t")),
+        };
+        let out = p.outcome(&a, &learned, Some("http://moto:5000"), t(0));
+        assert_eq!(out.data["AWS_ACCESS_KEY_ID"], "A");
+        assert_eq!(out.data["AWS_SECRET_ACCESS_KEY"], "s3cr3t");
+        assert_eq!(out.data["BUCKET_NAME"], "s3op-b");
+        assert_eq!(out.data["AWS_ENDPOINT_URL_S3"], "http://moto:5000");
+        assert_eq!(out.annotations[ANN_KEY_ID], "A");
+        assert_eq!(out.annotations[ANN_PREVIOUS], "");
+        assert_eq!(out.status.access_key_id.as_deref(), Some("A"));
+        assert_eq!(out.status.user_arn.as_deref(), Some(USER_ARN));
+        assert!(condition::is_ready(&out.status.conditions));
+        assert!(
+            !format!("{out:?} {p:?}").contains("s3cr3t"),
+            "secrets never print"
+        );
+
+        // The next pass finds what this one wrote: nothing to do, the same Secret and status.
+        let a = served(a, "A");
+        let o = observed(ours(&a, vec![key("A", 0)]), Some(secret_of(&out)), 5);
+        let next = plan(&a, &settings(), &o).unwrap();
+        assert_eq!(next.steps, []);
+        let again = next.outcome(
+            &a,
+            &Learned {
+                arn: USER_ARN.into(),
+                key: next.key.clone(),
+            },
+            Some("http://moto:5000"),
+            t(5),
+        );
+        assert_eq!((again.data, again.annotations), (out.data, out.annotations));
+    }
+
+    #[test]
+    fn rotation_creates_a_key_and_keeps_the_old_one_through_its_grace_period() {
+        let a = served(
+            access(json!({"rotation": {"interval": "100s", "gracePeriod": "10s"}})),
+            "A",
+        );
+        let first = Outcome {
+            data: BTreeMap::from([
+                ("AWS_ACCESS_KEY_ID".into(), "A".into()),
+                ("AWS_SECRET_ACCESS_KEY".into(), "old".into()),
+            ]),
+            annotations: BTreeMap::from([
+                (ANN_KEY_ID.into(), "A".into()),
+                (ANN_KEY_HASH.into(), sha256_hex(b"old")),
+            ]),
+            status: Default::default(),
+        };
+        let o = observed(ours(&a, vec![key("A", 0)]), Some(secret_of(&first)), 100);
+        let p = plan(&a, &settings(), &o).unwrap();
+        assert_eq!(p.steps, [Step::CreateKey]);
+        let previous = PreviousKey {
+            id: "A".into(),
+            since: t(100),
+        };
+        assert_eq!(p.previous.as_ref(), Some(&previous));
+        assert_eq!(p.wake_at, Some(t(110)), "the grace period ends");
+        let learned = Learned {
+            arn: USER_ARN.into(),
+            key: Some(new_key("B", 100, "new")),
+        };
+        let out = p.outcome(&a, &learned, None, t(100));
+        assert_eq!(out.data["AWS_ACCESS_KEY_ID"], "B");
+        assert_eq!(out.annotations[ANN_PREVIOUS], "A");
+        assert_eq!(out.annotations[ANN_ROTATED_AT], t(100).to_string());
+        assert_eq!(out.status.next_rotation_time, Some(Time(t(200))));
+        assert!(!out.data.contains_key("AWS_ENDPOINT_URL_S3"));
+
+        // After the grace period the old key goes, and nothing else changes.
+        let o = observed(
+            ours(&a, vec![key("A", 0), key("B", 100)]),
+            Some(secret_of(&out)),
+            111,
+        );
+        let a = served(a, "B");
+        let p = plan(&a, &settings(), &o).unwrap();
+        assert_eq!(p.steps, [Step::DeleteKey("A".into())]);
+        assert_eq!(p.key.as_ref().map(|k| k.id.as_str()), Some("B"));
+    }
+
+    #[test]
+    fn a_policy_changed_in_aws_is_drift_once_the_spec_was_served() {
+        let a = access(json!({}));
+        let changed = |a: &BucketAccess| {
+            Identity::User(Found::Ours(ObservedUser {
+                policy: Some(json!({"Version": "2012-10-17", "Statement": []})),
+                boundary: None,
+                ..match ours(a, vec![key("A", 0)]) {
+                    Identity::User(Found::Ours(u)) => u,
+                    _ => unreachable!(),
+                }
+            }))
+        };
+        let p = plan(&a, &settings(), &observed(changed(&a), None, 5)).unwrap();
+        assert!(p.steps.contains(&Step::PutPolicy { drift: false }), "{p:?}");
+        let a = served(a, "A");
+        let p = plan(&a, &settings(), &observed(changed(&a), None, 5)).unwrap();
+        assert!(p.steps.contains(&Step::PutPolicy { drift: true }), "{p:?}");
+        // A boundary that was removed is drift too (one that never was set is not).
+        assert_eq!(p.steps[0], Step::PutBoundary { drift: false });
+    }
+
+    #[test]
+    fn a_user_of_someone_else_is_never_touched() {
+        let a = access(json!({}));
+        let who = "owned by ns-b/other in cluster c".to_string();
+        let o = observed(Identity::User(Found::Foreign(who.clone())), None, 0);
+        let refused = plan(&a, &settings(), &o).unwrap_err();
+        assert_eq!(refused.reason, Reason::OwnershipConflict);
+        assert!(refused.message.contains(&who), "{refused}");
+    }
+
+    #[test]
+    fn irsa_role_gets_trust_and_policy_and_a_secret_without_keys() {
+        let a = access(json!({"type": "ServiceAccountRole", "serviceAccountName": "app"}));
+        let o = observed(Identity::Role(Found::Absent), None, 0);
+        let p = plan(&a, &settings(), &o).unwrap();
+        let oidc = settings().oidc_provider_arn.unwrap();
+        let trust = policy::irsa_trust_policy(&oidc, "ns", "app");
+        assert_eq!(
+            p.steps,
+            [
+                Step::CreateRole(trust.clone()),
+                Step::PutPolicy { drift: false }
+            ]
+        );
+        let role_arn = "arn:aws:iam::123456789012:role/s3-operator/c/r";
+        let learned = Learned {
+            arn: role_arn.into(),
+            key: None,
+        };
+        let out = p.outcome(&a, &learned, None, t(0));
+        assert_eq!(out.data["AWS_ROLE_ARN"], role_arn);
+        assert!(!out.data.contains_key("AWS_ACCESS_KEY_ID"));
+        assert_eq!(out.annotations, BTreeMap::new());
+        assert_eq!(out.status.role_arn.as_deref(), Some(role_arn));
+        assert_eq!(out.status.access_key_id, None);
+
+        // A trust policy edited in AWS after the role was served is put back, as drift.
+        let a = served(a, "");
+        let role = ObservedRole {
+            arn: role_arn.into(),
+            boundary: Some(BOUNDARY.into()),
+            trust_policy: Some(json!({})),
+            policy: Some(doc(&a)),
+        };
+        let o = observed(Identity::Role(Found::Ours(role)), None, 5);
+        let p = plan(&a, &settings(), &o).unwrap();
+        assert_eq!(p.steps, [Step::PutTrustPolicy { trust, drift: true }]);
+
+        // Without the cluster's OIDC provider no role can be trusted.
+        let s = Settings {
+            oidc_provider_arn: None,
+            ..settings()
+        };
+        let refused = plan(&a, &s, &observed(Identity::Role(Found::Absent), None, 0)).unwrap_err();
+        assert_eq!(refused.reason, Reason::InvalidSpec);
+    }
+}

@@ -1,0 +1,223 @@
+//! The shared watches and their caches: one per kind and scope, warm on leader and standby alike,
+//! feeding the controllers only while this replica leads.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::Api;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use super::lifecycle::Health;
+use crate::api::{Bucket, BucketAccess};
+use crate::reconcile::{Object, bucket_access};
+
+/// The watches of one scope (a namespace, or the whole cluster). They run from start-up on
+/// leader and standby alike, so a replica that becomes leader starts with warm caches.
+pub(super) struct Watches {
+    pub buckets: Store<Bucket>,
+    pub accesses: Store<BucketAccess>,
+    pub bucket_events: Gated<Bucket>,
+    pub bucket_events_for_accesses: Gated<Bucket>,
+    pub bucket_deletions: Gated<Bucket>,
+    pub access_events: Gated<BucketAccess>,
+    pub access_deletions: Gated<BucketAccess>,
+    pub secret_events: Gated<Secret>,
+}
+
+/// A kind that can be watched, cached and handed to a controller.
+pub(super) trait Watched: Object + Send + Sync + 'static {}
+
+impl<K: Object + Send + Sync + 'static> Watched for K {}
+
+/// Objects from a shared watch, handed on only while this replica leads.
+pub(super) type Gated<K> = tokio::sync::mpsc::UnboundedReceiver<Arc<K>>;
+
+/// Counts the watches still to list their objects; /readyz turns ready at zero.
+pub(super) struct CacheSync {
+    pub pending: AtomicUsize,
+    pub health: Arc<Health>,
+}
+
+impl Watches {
+    pub(super) fn start(
+        client: &kube::Client,
+        ns: Option<&str>,
+        sync: &Arc<CacheSync>,
+        leading: &watch::Receiver<bool>,
+    ) -> Self {
+        fn api<K: Watched>(c: &kube::Client, ns: Option<&str>) -> Api<K> {
+            ns.map_or_else(|| Api::all(c.clone()), |n| Api::namespaced(c.clone(), n))
+        }
+        let all = watcher::Config::default;
+        let managed = all().labels(&format!(
+            "{}={}",
+            bucket_access::MANAGED_BY_LABEL,
+            bucket_access::MANAGED_BY
+        ));
+        use Hear::*;
+        // A deleted Bucket wakes the BucketAccesses that refer to it, as a change does.
+        let hear = [Changes, ChangesAndDeletions, Deletions];
+        let (buckets, mut b) = shared_watch(api(client, ns), all(), &hear, sync, leading, |_| {});
+        let hear = [Changes, Deletions];
+        let (accesses, mut a) = shared_watch(api(client, ns), all(), &hear, sync, leading, |_| {});
+        // Secrets only wake their BucketAccess (reconciles read them fresh): keep no key
+        // material in memory.
+        let (_, mut s) = shared_watch(
+            api(client, ns),
+            managed,
+            &[Changes],
+            sync,
+            leading,
+            |s: &mut Secret| {
+                s.data = None;
+                s.string_data = None;
+            },
+        );
+        Watches {
+            buckets,
+            accesses,
+            bucket_events: b.remove(0),
+            bucket_events_for_accesses: b.remove(0),
+            bucket_deletions: b.remove(0),
+            access_events: a.remove(0),
+            access_deletions: a.remove(0),
+            secret_events: s.remove(0),
+        }
+    }
+}
+
+pub(super) async fn caches_synced(watches: &[Watches]) {
+    for w in watches {
+        // Errors only when the writer is dropped, that is at shutdown.
+        let _ = w.buckets.wait_until_ready().await;
+        let _ = w.accesses.wait_until_ready().await;
+    }
+}
+
+/// What a subscriber of a shared watch is handed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Hear {
+    /// Every object listed or changed.
+    Changes,
+    /// Those, and the last state of every object deleted from the cluster.
+    ChangesAndDeletions,
+    /// Only deleted objects.
+    Deletions,
+}
+
+/// The senders of a shared watch's subscribers.
+pub(super) struct Fanout<K> {
+    subscribers: Vec<(Hear, tokio::sync::mpsc::UnboundedSender<Arc<K>>)>,
+}
+
+impl<K> Fanout<K> {
+    pub(super) fn new(hear: &[Hear]) -> (Self, Vec<Gated<K>>) {
+        let (subscribers, receivers) = hear
+            .iter()
+            .map(|h| {
+                let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+                ((*h, tx), rx)
+            })
+            .unzip();
+        (Fanout { subscribers }, receivers)
+    }
+
+    pub(super) fn send(&self, obj: &Arc<K>, deleted: bool) {
+        for (hear, tx) in &self.subscribers {
+            let wanted = match hear {
+                Hear::Changes => !deleted,
+                Hear::ChangesAndDeletions => true,
+                Hear::Deletions => deleted,
+            };
+            if wanted {
+                let _ = tx.send(obj.clone());
+            }
+        }
+    }
+}
+
+/// A watch feeding a store, driven for the life of the process. Each subscriber gets the
+/// objects it hears of (`hear`, one per subscriber) while `leading` is true; otherwise events
+/// are dropped (the store still takes them), so a standby never blocks the watch.
+///
+/// The objects are handed on straight from the watch stream: kube's shared-store subscription
+/// (`ReflectHandle`) stalls for good once it meets the reference of an object already deleted
+/// from the store, which silently cut a leader off from Bucket changes under churn.
+fn shared_watch<K>(
+    api: Api<K>,
+    cfg: watcher::Config,
+    hear: &[Hear],
+    sync: &Arc<CacheSync>,
+    leading: &watch::Receiver<bool>,
+    trim: fn(&mut K),
+) -> (Store<K>, Vec<Gated<K>>)
+where
+    K: Watched,
+{
+    let (reader, writer) = reflector::store();
+    let (fanout, receivers) = Fanout::new(hear);
+    let store = reader.clone();
+    let (sync, leading) = (sync.clone(), leading.clone());
+    let mut listed = false;
+    let stream = watcher::watcher(api, cfg)
+        .default_backoff()
+        // managedFields are most of an object's size and nothing here reads them.
+        .modify(move |o| {
+            o.meta_mut().managed_fields = None;
+            trim(o);
+        })
+        .reflect(writer)
+        .for_each(move |event| {
+            match &event {
+                // A (re-)list is complete and swapped into the store: hand on everything, so
+                // changes missed while a watch was down are seen too.
+                Ok(watcher::Event::InitDone) => {
+                    if !listed {
+                        listed = true;
+                        if sync.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+                            sync.health.ready.store(true, Ordering::SeqCst);
+                            tracing::info!("caches synced");
+                        }
+                    }
+                    if *leading.borrow() {
+                        for obj in store.state() {
+                            fanout.send(&obj, false);
+                        }
+                    }
+                }
+                // The store already holds this version; share its copy.
+                Ok(watcher::Event::Apply(obj)) if *leading.borrow() => {
+                    if let Some(obj) = store.get(&ObjectRef::from_obj(obj)) {
+                        fanout.send(&obj, false);
+                    }
+                }
+                // Already gone from the store: hand on its last state.
+                Ok(watcher::Event::Delete(obj)) if *leading.borrow() => {
+                    fanout.send(&Arc::new(obj.clone()), true);
+                }
+                _ => {}
+            }
+            async {}
+        });
+    tokio::spawn(stream);
+    (reader, receivers)
+}
+
+/// A controller trigger: everything in the (warm) store, then every later change.
+pub(super) fn trigger<K: Send + Sync + 'static>(
+    snapshot: Vec<Arc<K>>,
+    rx: Gated<K>,
+) -> impl futures::Stream<Item = Arc<K>> + Send + 'static {
+    futures::stream::iter(snapshot).chain(events(rx))
+}
+
+pub(super) fn events<K: Send + Sync + 'static>(
+    rx: Gated<K>,
+) -> impl futures::Stream<Item = Arc<K>> + Send + 'static {
+    futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|o| (o, rx)) })
+}
