@@ -115,6 +115,13 @@ impl Error {
     pub fn is_deletion_blocked(&self) -> bool {
         matches!(self, Error::DeletionBlocked(_))
     }
+
+    /// A compare-and-swap write (the finalizer patch carries the resourceVersion) that lost to a
+    /// newer version of the object: the pass started from a cache that had not seen it yet. The
+    /// newer version's watch event runs the reconcile again; nothing failed.
+    pub fn is_stale_write(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(e)) if e.code == 409)
+    }
 }
 
 /// When a successful pass wants to run again if nothing changes before (its `Action`, typed so

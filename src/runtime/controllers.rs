@@ -276,6 +276,11 @@ where
         Err(Error::Reconcile(e)) if e.is_deletion_blocked() => {
             span.in_scope(|| tracing::info!(reason = %e, "deletion waits; retrying with backoff"));
         }
+        Err(Error::Reconcile(e)) if e.is_stale_write() => {
+            span.in_scope(
+                || tracing::debug!(error = %e, "stale cache; the newer version runs again"),
+            );
+        }
         Err(e) => {
             METRICS
                 .reconcile_errors_total
@@ -319,12 +324,12 @@ where
 
 /// The `result` label of `controller_runtime_reconcile_total`, in controller-runtime's terms:
 /// a requeue sooner than the resync is `requeue_after`; a blocked deletion, retried with
-/// backoff, is `requeue`.
+/// backoff, and a write lost to a newer version of the object are `requeue`.
 fn result_label(result: &Result<Requeue, Error>) -> &'static str {
     match result {
         Ok(Requeue::OnChange | Requeue::Resync(_)) => "success",
         Ok(Requeue::After(_)) => "requeue_after",
-        Err(Error::Reconcile(e)) if e.is_deletion_blocked() => "requeue",
+        Err(Error::Reconcile(e)) if e.is_deletion_blocked() || e.is_stale_write() => "requeue",
         Err(_) => "error",
     }
 }
@@ -471,6 +476,15 @@ mod tests {
         assert_eq!(result_label(&Ok(Requeue::After(d))), "requeue_after");
         let blocked = reconcile::Error::DeletionBlocked("bucket not empty".into());
         assert_eq!(result_label(&Err(Error::Reconcile(blocked))), "requeue");
+        let status = |code: u16| {
+            reconcile::Error::Kube(kube::Error::Api(
+                kube::core::Status::failure("finalizer patch", "Reason")
+                    .with_code(code)
+                    .boxed(),
+            ))
+        };
+        assert_eq!(result_label(&Err(Error::Reconcile(status(409)))), "requeue");
+        assert_eq!(result_label(&Err(Error::Reconcile(status(500)))), "error");
         assert_eq!(result_label(&Err(Error::ReconcileTimeout(d))), "error");
         // Every label is one the metric starts with, so dashboards see it from the first scrape.
         assert!(
