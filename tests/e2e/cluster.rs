@@ -125,6 +125,14 @@ async fn helm_chart_runs_as_pods_on_a_real_node() {
     }
     let lease = format!("{RELEASE}-leader");
     let leader = wait_leader(&ns, &lease, &pods).await;
+    // The chart's own check, as a user runs it: a Pod of the operator image probes /readyz
+    // through a Service made for the test.
+    let out = tool_async(
+        "helm",
+        strings(&["test", RELEASE, "-n", &ns, "--timeout", "2m"]),
+    )
+    .await;
+    assert!(out.contains("Phase:          Succeeded"), "{out}");
     let token = reader_token(&ns, &format!("{RELEASE}-metrics-reader")).await;
     let statuses = wait_for("both replicas' leader metric", T, || async {
         let mut v = Vec::new();
