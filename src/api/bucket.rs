@@ -59,6 +59,14 @@ pub struct BucketSpec {
     #[serde(default)]
     pub public_access_block: PublicAccessBlock,
 
+    /// S3 Object Ownership: who owns objects written to the bucket and whether ACLs apply.
+    /// `BucketOwnerEnforced` (ACLs disabled, the bucket owner owns every object),
+    /// `BucketOwnerPreferred` or `ObjectWriter` (both keep ACLs working). When omitted, a new
+    /// bucket is created with `BucketOwnerEnforced`, as AWS does, and the setting of an existing
+    /// bucket is left alone and not read; when set, it is kept and drift is corrected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_ownership: Option<ObjectOwnership>,
+
     /// Lifecycle rules. When omitted the operator leaves the bucket's lifecycle configuration
     /// alone; an empty list removes every rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -103,6 +111,21 @@ pub struct BucketSpec {
 pub enum Versioning {
     Enabled,
     Suspended,
+}
+
+// S3 Object Ownership of a bucket (no doc comment: on an `Option` field it would replace the
+// field's own `kubectl explain` text).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum ObjectOwnership {
+    /// ACLs are disabled; the bucket owner owns every object (the AWS default for new buckets).
+    #[default]
+    BucketOwnerEnforced,
+    /// The bucket owner owns objects uploaded with the `bucket-owner-full-control` ACL.
+    BucketOwnerPreferred,
+    /// The uploading account owns the objects it writes (the legacy behaviour).
+    ObjectWriter,
 }
 
 #[derive(

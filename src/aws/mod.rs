@@ -92,6 +92,7 @@ const NOT_FOUND: &[&str] = &[
     "ServerSideEncryptionConfigurationNotFoundError",
     "NoSuchLifecycleConfiguration",
     "NoSuchCORSConfiguration",
+    "OwnershipControlsNotFoundError",
     "NotFound",
 ];
 const ACCESS_DENIED: &[&str] = &[

@@ -231,6 +231,8 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     "s3:GetBucketPublicAccessBlock", "s3:PutBucketPublicAccessBlock",
                     "s3:GetLifecycleConfiguration", "s3:PutLifecycleConfiguration",
                     "s3:GetBucketCORS", "s3:PutBucketCORS",
+                    // CreateBucket with an ObjectOwnership needs the Put as well.
+                    "s3:GetBucketOwnershipControls", "s3:PutBucketOwnershipControls",
                 ],
                 "Resource": buckets,
             },
@@ -518,6 +520,17 @@ mod tests {
             }
         }
         assert!(!allowed.iter().any(|a| a.starts_with("iam:") || a == "s3:*"));
+        // Applications never reconfigure their bucket: what the operator manages stays its own.
+        for a in [
+            "s3:PutBucketOwnershipControls",
+            "s3:PutBucketAcl",
+            "s3:PutObjectAcl",
+            "s3:PutBucketPolicy",
+            "s3:DeleteBucketPolicy",
+            "s3:PutBucketPublicAccessBlock",
+        ] {
+            assert!(!allowed.contains(&a.to_string()), "{a}");
+        }
         assert_eq!(doc["Statement"][0]["Resource"], "arn:aws:s3:::s3op-prod-*");
         assert_eq!(
             doc["Statement"][1]["Resource"],

@@ -12,7 +12,7 @@ use super::{
 use crate::api::condition::{self, Reason};
 use crate::api::{
     Bucket, BucketStatus, CorsRule, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule,
-    PublicAccessBlock, Versioning,
+    ObjectOwnership, PublicAccessBlock, Versioning,
 };
 use crate::aws::s3::Emptied;
 use crate::aws::tags::{Owner, Ownership, released, with_ownership};
@@ -39,6 +39,18 @@ pub struct Desired {
     pub versioning: Option<Versioning>,
     pub lifecycle_rules: Option<Vec<LifecycleRule>>,
     pub cors: Option<Vec<CorsRule>>,
+    /// `None`: not managed (and not read) once the bucket exists; a new bucket still gets
+    /// [`Desired::creation_ownership`].
+    pub object_ownership: Option<ObjectOwnership>,
+}
+
+impl Desired {
+    /// The ownership a new bucket is created with: the spec's, else `BucketOwnerEnforced` (ACLs
+    /// disabled), as AWS creates buckets. It goes in the CreateBucket call itself, so the
+    /// default costs no request of its own.
+    pub fn creation_ownership(&self) -> ObjectOwnership {
+        self.object_ownership.unwrap_or_default()
+    }
 }
 
 /// What S3 holds for the bucket name, as far as the plan needs to know.
@@ -62,6 +74,8 @@ pub struct Config {
     pub versioning: Option<Versioning>,
     pub lifecycle_rules: Option<Vec<LifecycleRule>>,
     pub cors: Option<Vec<CorsRule>>,
+    /// `None` when unmanaged (not read) or when the bucket has no ownership controls.
+    pub object_ownership: Option<ObjectOwnership>,
 }
 
 /// One write to S3.
@@ -74,6 +88,7 @@ pub enum Change {
     Versioning(Versioning),
     LifecycleRules,
     Cors,
+    ObjectOwnership(ObjectOwnership),
 }
 
 impl Change {
@@ -87,6 +102,7 @@ impl Change {
             Change::Versioning(_) => "versioning",
             Change::LifecycleRules => "lifecycleRules",
             Change::Cors => "cors",
+            Change::ObjectOwnership(_) => "objectOwnership",
         }
     }
 }
@@ -115,7 +131,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
             return Plan::Blocked(Blocked::new(Reason::NameConflict, why.clone()));
         }
         Observed::Absent => {
-            // The bucket is created with its tags in one call.
+            // The bucket is created with its tags and object ownership in one call.
             let mut all = vec![
                 Change::Create,
                 Change::PublicAccessBlock,
@@ -168,6 +184,11 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
         && config.cors.as_ref().map(|r| normalize_cors(r)) != Some(normalize_cors(want))
     {
         changes.push(Change::Cors);
+    }
+    if let Some(want) = desired.object_ownership
+        && config.object_ownership != Some(want)
+    {
+        changes.push(Change::ObjectOwnership(want));
     }
     Plan::Apply(changes)
 }
@@ -231,6 +252,7 @@ pub fn desired(
         versioning: spec.versioning,
         lifecycle_rules: spec.lifecycle_rules.clone(),
         cors: spec.cors.clone(),
+        object_ownership: spec.object_ownership,
     })
 }
 
@@ -311,6 +333,10 @@ async fn observe(
         Some(_) => Some(aws.cors_rules(r, n).await?),
         None => None,
     };
+    let object_ownership = match d.object_ownership {
+        Some(_) => aws.object_ownership(r, n).await?,
+        None => None,
+    };
     Ok(Observed::Present(Config {
         tags,
         public_access_block,
@@ -318,6 +344,7 @@ async fn observe(
         versioning,
         lifecycle_rules,
         cors,
+        object_ownership,
     }))
 }
 
@@ -433,7 +460,10 @@ async fn report(
 async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate::aws::Error> {
     let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
     match change {
-        Change::Create => aws.create_bucket(r, n, &d.tags).await,
+        Change::Create => {
+            aws.create_bucket(r, n, &d.tags, d.creation_ownership())
+                .await
+        }
         Change::Tags => aws.put_tags(r, n, &d.tags).await,
         Change::PublicAccessBlock => {
             aws.put_public_access_block(r, n, &d.public_access_block)
@@ -449,6 +479,7 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
             aws.put_cors_rules(r, n, d.cors.as_deref().unwrap_or_default())
                 .await
         }
+        Change::ObjectOwnership(o) => aws.put_object_ownership(r, n, *o).await,
     }
 }
 
@@ -659,6 +690,7 @@ mod tests {
             versioning: d.versioning,
             lifecycle_rules: d.lifecycle_rules.clone(),
             cors: d.cors.clone(),
+            object_ownership: d.object_ownership,
         }
     }
 
@@ -829,6 +861,54 @@ mod tests {
             mutate(&mut c);
             assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![want]));
         }
+    }
+
+    #[test]
+    fn new_buckets_disable_acls_by_default_in_the_create_call() {
+        let d = desired_for(BucketSpec::default());
+        assert_eq!(d.object_ownership, None, "omitted: unmanaged once created");
+        assert_eq!(d.creation_ownership(), ObjectOwnership::BucketOwnerEnforced);
+        // No write of its own: CreateBucket carries it.
+        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert!(
+            !changes
+                .iter()
+                .any(|c| matches!(c, Change::ObjectOwnership(_)))
+        );
+    }
+
+    #[test]
+    fn explicit_object_ownership_is_created_kept_and_corrected() {
+        let d = desired_for(BucketSpec {
+            object_ownership: Some(ObjectOwnership::ObjectWriter),
+            ..Default::default()
+        });
+        assert_eq!(d.creation_ownership(), ObjectOwnership::ObjectWriter);
+        let c = converged(&d);
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        for drifted in [None, Some(ObjectOwnership::BucketOwnerEnforced)] {
+            let mut c = converged(&d);
+            c.object_ownership = drifted;
+            assert_eq!(
+                plan(&d, &Observed::Present(c)),
+                Plan::Apply(vec![Change::ObjectOwnership(ObjectOwnership::ObjectWriter)]),
+                "{drifted:?}"
+            );
+        }
+        assert_eq!(
+            Change::ObjectOwnership(ObjectOwnership::ObjectWriter).aspect(),
+            "objectOwnership"
+        );
+    }
+
+    #[test]
+    fn unmanaged_object_ownership_of_an_existing_bucket_is_left_alone() {
+        let d = desired_for(BucketSpec::default());
+        let mut c = converged(&d);
+        c.object_ownership = Some(ObjectOwnership::ObjectWriter);
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
     }
 
     #[test]

@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::types::{
+    ObjectCannedAcl, ObjectOwnership, OwnershipControls, OwnershipControlsRule,
+};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use s3_operator::api::Bucket;
@@ -478,4 +482,179 @@ async fn access_denied_lands_in_the_condition_without_a_hot_loop() {
         after - before <= 1.0,
         "hot loop: {before} -> {after} reads in 5s"
     );
+}
+
+/// The bucket's object ownership as S3 reports it (`None`: no ownership controls).
+async fn ownership(bucket: &str) -> Option<String> {
+    let out = admin_s3()
+        .get_bucket_ownership_controls()
+        .bucket(bucket)
+        .send()
+        .await
+        .ok()?;
+    let rules = out.ownership_controls?.rules;
+    rules
+        .first()
+        .map(|r| r.object_ownership.as_str().to_string())
+}
+
+async fn set_ownership(bucket: &str, o: ObjectOwnership) {
+    let rule = OwnershipControlsRule::builder()
+        .object_ownership(o)
+        .build()
+        .unwrap();
+    let controls = OwnershipControls::builder().rules(rule).build().unwrap();
+    admin_s3()
+        .put_bucket_ownership_controls()
+        .bucket(bucket)
+        .ownership_controls(controls)
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Writes an object with a (private) ACL: the error code when S3 refuses it.
+async fn put_with_acl(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<(), String> {
+    s3.put_object()
+        .bucket(bucket)
+        .key("acl.txt")
+        .acl(ObjectCannedAcl::BucketOwnerRead)
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .map(drop)
+        .map_err(|e| e.code().unwrap_or("unknown").to_string())
+}
+
+async fn aws_calls(op: &Operator, operation: &str) -> f64 {
+    op.metric(
+        "s3_operator_aws_requests_total",
+        &[("operation", operation)],
+    )
+    .await
+}
+
+/// New buckets have ACLs disabled (`BucketOwnerEnforced`) without a request of their own; an
+/// omitted `objectOwnership` is not read on resync and not corrected; a set one is created,
+/// kept, and its drift corrected and reported.
+#[tokio::test]
+async fn object_ownership_disables_acls_by_default_and_is_kept_when_set() {
+    let client = admin().await;
+    let ns = namespace(&client, "own").await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "2s",
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let s3 = admin_s3();
+
+    // Omitted: created with ACLs disabled, in the CreateBucket call itself.
+    api.create(&PostParams::default(), &bucket("plain", json!({})))
+        .await
+        .unwrap();
+    let plain = wait_ready(&api, "plain").await;
+    assert_eq!(
+        ownership(&plain).await.as_deref(),
+        Some("BucketOwnerEnforced")
+    );
+    assert_eq!(
+        put_with_acl(&s3, &plain).await,
+        Err("AccessControlListNotSupported".into())
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for operation in ["GetBucketOwnershipControls", "PutBucketOwnershipControls"] {
+        assert_eq!(aws_calls(&op, operation).await, 0.0, "{operation}");
+    }
+    // ... and unmanaged afterwards: a change made outside the operator stays.
+    set_ownership(&plain, ObjectOwnership::ObjectWriter).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(ownership(&plain).await.as_deref(), Some("ObjectWriter"));
+    assert_eq!(aws_calls(&op, "GetBucketOwnershipControls").await, 0.0);
+
+    // Set: created with it (ACLs work), steady state writes nothing, drift is put back.
+    api.create(
+        &PostParams::default(),
+        &bucket("writer", json!({"objectOwnership": "ObjectWriter"})),
+    )
+    .await
+    .unwrap();
+    let writer = wait_ready(&api, "writer").await;
+    assert_eq!(ownership(&writer).await.as_deref(), Some("ObjectWriter"));
+    assert_eq!(put_with_acl(&s3, &writer).await, Ok(()));
+    let puts = aws_calls(&op, "PutBucketOwnershipControls").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(aws_calls(&op, "GetBucketOwnershipControls").await >= 2.0);
+    assert_eq!(aws_calls(&op, "PutBucketOwnershipControls").await, puts);
+    set_ownership(&writer, ObjectOwnership::BucketOwnerEnforced).await;
+    wait_for("object ownership restored", T, || async {
+        (ownership(&writer).await.as_deref() == Some("ObjectWriter")).then_some(())
+    })
+    .await;
+    let drift = [("aspect", "objectOwnership")];
+    assert!(
+        op.metric("s3_operator_drift_corrections_total", &drift)
+            .await
+            >= 1.0
+    );
+    let corrected = events(&ns, "DriftCorrected").await;
+    assert!(
+        corrected.iter().any(|e| e
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("objectOwnership")),
+        "{corrected:?}"
+    );
+
+    // Setting it later manages an existing bucket from then on.
+    let patch = json!({"spec": {"objectOwnership": "BucketOwnerEnforced"}});
+    api.patch("plain", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("object ownership applied", T, || async {
+        (ownership(&plain).await.as_deref() == Some("BucketOwnerEnforced")).then_some(())
+    })
+    .await;
+}
+
+/// The emulator's object ownership is S3's: new buckets have ACLs disabled, CreateBucket with an
+/// ObjectOwnership needs s3:PutBucketOwnershipControls, and the ownership controls have their
+/// own IAM actions.
+#[tokio::test]
+async fn emulator_object_ownership_matches_s3() {
+    let pfx = format!("s3op-moto-{}", random(6));
+    let policy = json!({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow",
+        "Action": ["s3:CreateBucket", "s3:PutObject", "s3:PutObjectAcl"],
+        "Resource": [format!("arn:aws:s3:::{pfx}*")],
+    }]});
+    let (key, secret) = iam_user_with_policy(&format!("{pfx}-user"), "/", Some(&policy)).await;
+    let s3 = s3_with(&key, &secret);
+    let plain = format!("{pfx}-plain");
+    s3.create_bucket().bucket(&plain).send().await.unwrap();
+    assert_eq!(
+        ownership(&plain).await.as_deref(),
+        Some("BucketOwnerEnforced")
+    );
+    assert_eq!(
+        put_with_acl(&s3, &plain).await,
+        Err("AccessControlListNotSupported".into())
+    );
+    let err = s3
+        .create_bucket()
+        .bucket(format!("{pfx}-writer"))
+        .object_ownership(ObjectOwnership::ObjectWriter)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
+    let err = s3
+        .get_bucket_ownership_controls()
+        .bucket(&plain)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
 }

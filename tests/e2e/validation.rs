@@ -72,6 +72,11 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
     assert!(msg.contains("at least one action"), "{msg}");
     let msg = refused(&buckets, bkt("b", json!({"versioning": "Off"}))).await;
     assert!(msg.contains("spec.versioning"), "{msg}");
+    let msg = refused(&buckets, bkt("b", json!({"objectOwnership": "Public"}))).await;
+    assert!(
+        msg.contains("spec.objectOwnership") && msg.contains("BucketOwnerEnforced"),
+        "{msg}"
+    );
 
     let msg = refused(
         &accesses,
