@@ -134,7 +134,7 @@ fn report(rows: &[scale::Row]) -> String {
                 "missed"
             },
             r.resync_s3_reads_per_pair,
-            if r.resync_s3_reads_per_pair <= 4.0 {
+            if r.resync_s3_reads_per_pair <= 5.0 {
                 "met"
             } else {
                 "missed"

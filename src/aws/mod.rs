@@ -93,6 +93,7 @@ const NOT_FOUND: &[&str] = &[
     "NoSuchLifecycleConfiguration",
     "NoSuchCORSConfiguration",
     "OwnershipControlsNotFoundError",
+    "NoSuchBucketPolicy",
     "NotFound",
 ];
 const ACCESS_DENIED: &[&str] = &[

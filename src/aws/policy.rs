@@ -233,6 +233,7 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     "s3:GetBucketCORS", "s3:PutBucketCORS",
                     // CreateBucket with an ObjectOwnership needs the Put as well.
                     "s3:GetBucketOwnershipControls", "s3:PutBucketOwnershipControls",
+                    "s3:GetBucketPolicy", "s3:PutBucketPolicy",
                 ],
                 "Resource": buckets,
             },
@@ -313,6 +314,126 @@ pub fn operator_policy(scope: &Scope) -> Value {
             },
         ],
     })
+}
+
+/// Sid of the statement every bucket policy of the operator starts with, and that it never drops.
+pub const TLS_ONLY_SID: &str = "DenyInsecureTransport";
+
+/// A bucket's policy: a Deny of every request not made over TLS (kept whatever the spec says),
+/// then `statements`.
+pub fn bucket_policy(bucket_arn: &str, statements: &[Value]) -> Value {
+    let mut all = vec![json!({
+        "Sid": TLS_ONLY_SID,
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:*",
+        "Resource": [bucket_arn, format!("{bucket_arn}/*")],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    })];
+    all.extend_from_slice(statements);
+    json!({"Version": VERSION, "Statement": all})
+}
+
+/// A policy document in one canonical form, so two documents that mean the same compare equal
+/// and a resync never rewrites a policy only because S3 formats or orders it differently: a
+/// single value and a one-element list are the same, lists are sets, `"*"` is `{"AWS": "*"}`,
+/// an account id is its root ARN (S3 stores it so), condition values are strings, and the
+/// statements are in a fixed order.
+pub fn normalize_policy(doc: &Value, partition: &str) -> Value {
+    let statements = match &doc["Statement"] {
+        Value::Array(a) => a.clone(),
+        Value::Null => vec![],
+        one => vec![one.clone()],
+    };
+    let mut statements: Vec<Value> = statements
+        .iter()
+        .map(|s| normalize_statement(s, partition))
+        .collect();
+    statements.sort_by_key(|s| s.to_string());
+    statements.dedup();
+    json!({"Version": doc.get("Version").cloned().unwrap_or(json!(VERSION)), "Statement": statements})
+}
+
+fn string_set(v: &Value) -> Value {
+    let mut items: Vec<String> = match v {
+        Value::Array(a) => a.iter().map(scalar).collect(),
+        other => vec![scalar(other)],
+    };
+    items.sort();
+    items.dedup();
+    json!(items)
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn normalize_statement(s: &Value, partition: &str) -> Value {
+    let Value::Object(fields) = s else {
+        return s.clone();
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in fields {
+        let value = match key.as_str() {
+            "Action" | "NotAction" | "Resource" | "NotResource" => string_set(value),
+            "Principal" | "NotPrincipal" => normalize_principal(value, partition),
+            "Condition" => match value {
+                Value::Object(ops) => Value::Object(
+                    ops.iter()
+                        .map(|(op, keys)| {
+                            let keys = match keys {
+                                Value::Object(k) => Value::Object(
+                                    k.iter().map(|(k, v)| (k.clone(), string_set(v))).collect(),
+                                ),
+                                other => other.clone(),
+                            };
+                            (op.clone(), keys)
+                        })
+                        .collect(),
+                ),
+                other => other.clone(),
+            },
+            _ => value.clone(),
+        };
+        out.insert(key.clone(), value);
+    }
+    Value::Object(out)
+}
+
+fn normalize_principal(p: &Value, partition: &str) -> Value {
+    let map = match p {
+        Value::String(s) if s == "*" => {
+            return json!({"AWS": ["*"]});
+        }
+        Value::Object(m) => m.clone(),
+        other => return other.clone(),
+    };
+    Value::Object(
+        map.into_iter()
+            .map(|(kind, v)| {
+                let mut v = string_set(&v);
+                if kind == "AWS"
+                    && let Value::Array(items) = &mut v
+                {
+                    for item in items.iter_mut() {
+                        if let Some(id) = item.as_str().filter(|s| is_account_id(s)) {
+                            *item = json!(format!("arn:{partition}:iam::{id}:root"));
+                        }
+                    }
+                    v = string_set(&v);
+                }
+                (kind, v)
+            })
+            .collect(),
+    )
+}
+
+/// A 12-digit AWS account id.
+pub fn is_account_id(s: &str) -> bool {
+    s.len() == 12 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Policy documents as IAM returns them are URL-encoded JSON; compare them as JSON values so
@@ -535,6 +656,51 @@ mod tests {
         assert_eq!(
             doc["Statement"][1]["Resource"],
             "arn:aws:s3:::s3op-prod-*/*"
+        );
+    }
+
+    #[test]
+    fn bucket_policies_always_start_with_the_tls_only_deny() {
+        let doc = bucket_policy("arn:aws:s3:::b", &[]);
+        let s = &doc["Statement"][0];
+        assert_eq!(s["Sid"], TLS_ONLY_SID);
+        assert_eq!(s["Effect"], "Deny");
+        assert_eq!(s["Principal"], "*");
+        assert_eq!(s["Condition"]["Bool"]["aws:SecureTransport"], "false");
+        assert_eq!(s["Resource"], json!(["arn:aws:s3:::b", "arn:aws:s3:::b/*"]));
+        let extra = json!({"Sid": "X", "Effect": "Allow"});
+        let doc = bucket_policy("arn:aws:s3:::b", std::slice::from_ref(&extra));
+        assert_eq!(doc["Statement"][0]["Sid"], TLS_ONLY_SID);
+        assert_eq!(doc["Statement"][1], extra);
+    }
+
+    #[test]
+    fn policies_that_mean_the_same_normalize_the_same() {
+        let ours = bucket_policy(
+            "arn:aws:s3:::b",
+            &[
+                json!({"Sid": "Read", "Effect": "Allow", "Principal": {"AWS": ["111122223333"]},
+                     "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": ["arn:aws:s3:::b/*"]}),
+            ],
+        );
+        // As S3 may return it: statements reordered, singletons unwrapped, lists reordered,
+        // the account id as its root ARN, a boolean condition value.
+        let theirs = json!({"Version": "2012-10-17", "Statement": [
+            {"Sid": "Read", "Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::111122223333:root"},
+             "Action": ["s3:ListBucket", "s3:GetObject"], "Resource": "arn:aws:s3:::b/*"},
+            {"Sid": TLS_ONLY_SID, "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": ["s3:*"],
+             "Resource": ["arn:aws:s3:::b/*", "arn:aws:s3:::b"],
+             "Condition": {"Bool": {"aws:SecureTransport": false}}},
+        ]});
+        assert_eq!(
+            normalize_policy(&ours, "aws"),
+            normalize_policy(&theirs, "aws")
+        );
+        let mut changed = theirs.clone();
+        changed["Statement"][1]["Condition"]["Bool"]["aws:SecureTransport"] = json!("true");
+        assert_ne!(
+            normalize_policy(&ours, "aws"),
+            normalize_policy(&changed, "aws")
         );
     }
 

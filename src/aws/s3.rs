@@ -145,6 +145,40 @@ impl Aws {
         }
     }
 
+    /// The bucket's policy document; `None` when it has none. A document that is not JSON
+    /// reads as `Value::Null`, which no desired policy equals.
+    pub async fn bucket_policy(
+        &self,
+        region: &str,
+        bucket: &str,
+    ) -> Result<Option<serde_json::Value>, Error> {
+        let req = self.s3(region).get_bucket_policy().bucket(bucket).send();
+        match Aws::call(S3, "GetBucketPolicy", req).await {
+            Ok(out) => Ok(Some(
+                out.policy
+                    .and_then(|p| serde_json::from_str(&p).ok())
+                    .unwrap_or_default(),
+            )),
+            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn put_bucket_policy(
+        &self,
+        region: &str,
+        bucket: &str,
+        policy: &serde_json::Value,
+    ) -> Result<(), Error> {
+        let req = self
+            .s3(region)
+            .put_bucket_policy()
+            .bucket(bucket)
+            .policy(policy.to_string())
+            .send();
+        Aws::call(S3, "PutBucketPolicy", req).await.map(drop)
+    }
+
     /// The bucket's object ownership; `None` when it has no ownership controls.
     pub async fn object_ownership(
         &self,

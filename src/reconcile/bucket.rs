@@ -16,7 +16,7 @@ use crate::api::{
 };
 use crate::aws::s3::Emptied;
 use crate::aws::tags::{Owner, Ownership, released, with_ownership};
-use crate::aws::{ErrorKind, naming};
+use crate::aws::{ErrorKind, naming, policy};
 use crate::metrics::METRICS;
 
 /// What else an AccessDenied on a bucket may mean.
@@ -42,6 +42,8 @@ pub struct Desired {
     /// `None`: not managed (and not read) once the bucket exists; a new bucket still gets
     /// [`Desired::creation_ownership`].
     pub object_ownership: Option<ObjectOwnership>,
+    /// The whole bucket policy: always managed, as it carries the TLS-only statement.
+    pub policy: serde_json::Value,
 }
 
 impl Desired {
@@ -76,6 +78,8 @@ pub struct Config {
     pub cors: Option<Vec<CorsRule>>,
     /// `None` when unmanaged (not read) or when the bucket has no ownership controls.
     pub object_ownership: Option<ObjectOwnership>,
+    /// `None` when the bucket has no policy.
+    pub policy: Option<serde_json::Value>,
 }
 
 /// One write to S3.
@@ -89,6 +93,7 @@ pub enum Change {
     LifecycleRules,
     Cors,
     ObjectOwnership(ObjectOwnership),
+    Policy,
 }
 
 impl Change {
@@ -103,6 +108,7 @@ impl Change {
             Change::LifecycleRules => "lifecycleRules",
             Change::Cors => "cors",
             Change::ObjectOwnership(_) => "objectOwnership",
+            Change::Policy => "policy",
         }
     }
 }
@@ -136,6 +142,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
                 Change::Create,
                 Change::PublicAccessBlock,
                 Change::Encryption,
+                Change::Policy,
             ];
             if let Some(v) = desired.versioning {
                 // A new bucket is unversioned, which is what Suspended means for it.
@@ -190,6 +197,15 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
     {
         changes.push(Change::ObjectOwnership(want));
     }
+    let partition = naming::partition(&desired.region);
+    if config
+        .policy
+        .as_ref()
+        .map(|p| policy::normalize_policy(p, partition))
+        != Some(policy::normalize_policy(&desired.policy, partition))
+    {
+        changes.push(Change::Policy);
+    }
     Plan::Apply(changes)
 }
 
@@ -234,18 +250,21 @@ pub fn desired(
         Some(n) => n.clone(),
         None => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
     };
+    let region = spec
+        .region
+        .clone()
+        .unwrap_or_else(|| default_region.to_string());
     if !name.starts_with(prefix.as_str()) {
         let msg = format!(
             "spec.bucketName {name:?} must start with the operator's bucket-name prefix {prefix:?}: its IAM policy only covers such buckets"
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
+    let arn = naming::bucket_arn(naming::partition(&region), &name);
     Ok(Desired {
+        policy: policy::bucket_policy(&arn, &[]),
         name,
-        region: spec
-            .region
-            .clone()
-            .unwrap_or_else(|| default_region.to_string()),
+        region,
         tags: with_ownership(&spec.tags, owner),
         public_access_block: spec.public_access_block,
         encryption: spec.encryption.clone(),
@@ -319,8 +338,12 @@ async fn observe(
         return Ok(Observed::NotAdoptable(why));
     }
     let (r, n) = (&d.region, &d.name);
-    let (public_access_block, encryption) =
-        tokio::try_join!(aws.public_access_block(r, n), aws.encryption(r, n))?;
+    // The policy is always read: its TLS-only statement is a security property worth a request.
+    let (public_access_block, encryption, policy) = tokio::try_join!(
+        aws.public_access_block(r, n),
+        aws.encryption(r, n),
+        aws.bucket_policy(r, n)
+    )?;
     let versioning = match d.versioning {
         Some(_) => aws.versioning(r, n).await?,
         None => None,
@@ -345,6 +368,7 @@ async fn observe(
         lifecycle_rules,
         cors,
         object_ownership,
+        policy,
     }))
 }
 
@@ -480,6 +504,7 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
                 .await
         }
         Change::ObjectOwnership(o) => aws.put_object_ownership(r, n, *o).await,
+        Change::Policy => aws.put_bucket_policy(r, n, &d.policy).await,
     }
 }
 
@@ -691,6 +716,7 @@ mod tests {
             lifecycle_rules: d.lifecycle_rules.clone(),
             cors: d.cors.clone(),
             object_ownership: d.object_ownership,
+            policy: Some(d.policy.clone()),
         }
     }
 
@@ -748,7 +774,8 @@ mod tests {
             Plan::Apply(vec![
                 Change::Create,
                 Change::PublicAccessBlock,
-                Change::Encryption
+                Change::Encryption,
+                Change::Policy
             ])
         );
     }
@@ -909,6 +936,48 @@ mod tests {
         let mut c = converged(&d);
         c.object_ownership = Some(ObjectOwnership::ObjectWriter);
         assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+    }
+
+    #[test]
+    fn the_tls_only_policy_is_kept_and_compared_semantically() {
+        let d = desired_for(BucketSpec::default());
+        let tls = &d.policy["Statement"][0];
+        assert_eq!(tls["Sid"], policy::TLS_ONLY_SID);
+        assert_eq!(
+            tls["Resource"][0],
+            format!("arn:aws:s3:::{}", d.name),
+            "this bucket only"
+        );
+        // S3's own formatting of the same document is no drift.
+        let mut reformatted = d.policy.clone();
+        reformatted["Statement"][0]["Principal"] = serde_json::json!({"AWS": "*"});
+        reformatted["Statement"][0]["Action"] = serde_json::json!(["s3:*"]);
+        let mut c = converged(&d);
+        c.policy = Some(reformatted);
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        // A policy deleted, the TLS statement dropped or weakened, or a statement added: rewritten.
+        let mut weakened = d.policy.clone();
+        weakened["Statement"][0]["Condition"]["Bool"]["aws:SecureTransport"] =
+            serde_json::json!("true");
+        let mut added = d.policy.clone();
+        added["Statement"].as_array_mut().unwrap().push(
+            serde_json::json!({"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject"}),
+        );
+        for drifted in [
+            None,
+            Some(serde_json::json!({"Version": "2012-10-17", "Statement": []})),
+            Some(weakened),
+            Some(added),
+            Some(serde_json::Value::Null),
+        ] {
+            let mut c = converged(&d);
+            c.policy = drifted.clone();
+            assert_eq!(
+                plan(&d, &Observed::Present(c)),
+                Plan::Apply(vec![Change::Policy]),
+                "{drifted:?}"
+            );
+        }
     }
 
     #[test]

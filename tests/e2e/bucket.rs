@@ -658,3 +658,100 @@ async fn emulator_object_ownership_matches_s3() {
         .unwrap_err();
     assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
 }
+
+/// The bucket's policy as S3 holds it (`None`: no policy).
+async fn bucket_policy(bucket: &str) -> Option<serde_json::Value> {
+    let out = admin_s3()
+        .get_bucket_policy()
+        .bucket(bucket)
+        .send()
+        .await
+        .ok()?;
+    serde_json::from_str(&out.policy?).ok()
+}
+
+fn has_tls_only_statement(doc: &serde_json::Value, bucket: &str) -> bool {
+    let arn = format!("arn:aws:s3:::{bucket}");
+    doc["Statement"].as_array().is_some_and(|all| {
+        all.iter().any(|s| {
+            s["Sid"] == "DenyInsecureTransport"
+                && s["Effect"] == "Deny"
+                && s["Principal"] == "*"
+                && s["Condition"]["Bool"]["aws:SecureTransport"] == "false"
+                && s["Resource"] == json!([arn, format!("{arn}/*")])
+        })
+    })
+}
+
+/// Every bucket gets a policy denying requests without TLS; steady state neither rewrites it
+/// nor writes anything else; a policy deleted or replaced out of band is rewritten and reported.
+#[tokio::test]
+async fn tls_only_policy_is_written_by_default_and_kept() {
+    let client = admin().await;
+    let ns = namespace(&client, "tls").await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "2s",
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let s3 = admin_s3();
+    api.create(&PostParams::default(), &bucket("tls", json!({})))
+        .await
+        .unwrap();
+    let name = wait_ready(&api, "tls").await;
+    let doc = bucket_policy(&name).await.expect("a bucket policy");
+    assert!(has_tls_only_statement(&doc, &name), "{doc}");
+
+    // Steady state: the policy is read on every resync and never rewritten.
+    let puts = aws_calls(&op, "PutBucketPolicy").await;
+    let reads = aws_calls(&op, "GetBucketPolicy").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(aws_calls(&op, "PutBucketPolicy").await, puts);
+    assert!(aws_calls(&op, "GetBucketPolicy").await >= reads + 2.0);
+
+    // Deleted, then replaced by a public grant: rewritten each time, and reported.
+    s3.delete_bucket_policy()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    wait_for("bucket policy restored", T, || async {
+        bucket_policy(&name)
+            .await
+            .filter(|d| has_tls_only_statement(d, &name))
+    })
+    .await;
+    let public = json!({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+        "Resource": format!("arn:aws:s3:::{name}/*"),
+    }]});
+    s3.put_bucket_policy()
+        .bucket(&name)
+        .policy(public.to_string())
+        .send()
+        .await
+        .unwrap();
+    wait_for("bucket policy rewritten", T, || async {
+        let doc = bucket_policy(&name).await?;
+        (has_tls_only_statement(&doc, &name) && doc["Statement"].as_array()?.len() == 1)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        op.metric(
+            "s3_operator_drift_corrections_total",
+            &[("aspect", "policy")]
+        )
+        .await
+            >= 2.0
+    );
+    let corrected = events(&ns, "DriftCorrected").await;
+    assert!(
+        corrected
+            .iter()
+            .any(|e| e.note.as_deref().unwrap_or_default().contains("policy")),
+        "{corrected:?}"
+    );
+}
