@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::api::Permission;
+use crate::api::{Permission, PolicyEffect, PolicyStatement};
 
 const VERSION: &str = "2012-10-17";
 
@@ -332,6 +332,115 @@ pub fn bucket_policy(bucket_arn: &str, statements: &[Value]) -> Value {
     })];
     all.extend_from_slice(statements);
     json!({"Version": VERSION, "Statement": all})
+}
+
+/// The account an AWS principal belongs to: itself for an account id, the account field of an
+/// IAM or STS ARN; `None` for anything else.
+fn principal_account(p: &str) -> Option<&str> {
+    if is_account_id(p) {
+        return Some(p);
+    }
+    let mut parts = p.split(':');
+    match (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) {
+        (Some("arn"), Some(_), Some("iam" | "sts"), Some(""), Some(account))
+            if is_account_id(account) =>
+        {
+            Some(account)
+        }
+        _ => None,
+    }
+}
+
+/// `spec.policy` as policy statements, or why one is refused, naming its field and the rule.
+/// The guard is the operator's, not only the CRD's: objects stored before a rule existed, and
+/// rules CEL cannot express (this bucket's ARN, the operator's account), are checked here.
+/// `allowed`: the operator's `--allowed-policy-principals` (ARNs, account ids or service names).
+pub fn bucket_statements(
+    statements: &[PolicyStatement],
+    bucket_arn: &str,
+    account: &str,
+    allowed: &[String],
+) -> Result<Vec<Value>, String> {
+    let objects_arn = format!("{bucket_arn}/*");
+    let mut out = Vec::with_capacity(statements.len());
+    for (i, s) in statements.iter().enumerate() {
+        let field = format!("spec.policy[{i}]");
+        if s.sid.as_deref() == Some(TLS_ONLY_SID) {
+            return Err(format!(
+                "{field}.sid {TLS_ONLY_SID} is reserved for the operator's TLS-only statement"
+            ));
+        }
+        if let Some(a) = s.action.iter().find(|a| !a.starts_with("s3:")) {
+            return Err(format!("{field}.action {a:?} is not an S3 action (s3:...)"));
+        }
+        if s.resource.is_empty() {
+            return Err(format!("{field}.resource must name this bucket"));
+        }
+        if let Some(r) = s
+            .resource
+            .iter()
+            .find(|r| **r != bucket_arn && **r != objects_arn)
+        {
+            return Err(format!(
+                "{field}.resource {r:?} is not this bucket: a statement may name only {bucket_arn} and {objects_arn}"
+            ));
+        }
+        if s.principal.aws.is_empty() && s.principal.service.is_empty() {
+            return Err(format!("{field}.principal names no principal"));
+        }
+        if s.effect == PolicyEffect::Allow {
+            if s.principal.aws.iter().any(|p| p == "*") {
+                return Err(format!(
+                    "{field}.principal.aws \"*\" in an Allow would make the bucket public; refused"
+                ));
+            }
+            let outside = s
+                .principal
+                .aws
+                .iter()
+                .find(|p| {
+                    let acct = principal_account(p);
+                    acct != Some(account)
+                        && !allowed.iter().any(|a| a == *p || Some(a.as_str()) == acct)
+                })
+                .or_else(|| s.principal.service.iter().find(|p| !allowed.contains(p)));
+            if let Some(p) = outside {
+                return Err(format!(
+                    "{field}.principal {p:?} is outside the operator's AWS account {account}; an Allow may name it only if the operator's --allowed-policy-principals lists it"
+                ));
+            }
+        }
+        let mut st = serde_json::Map::new();
+        if let Some(sid) = &s.sid {
+            st.insert("Sid".into(), json!(sid));
+        }
+        let effect = match s.effect {
+            PolicyEffect::Allow => "Allow",
+            PolicyEffect::Deny => "Deny",
+        };
+        st.insert("Effect".into(), json!(effect));
+        let mut principal = serde_json::Map::new();
+        if !s.principal.aws.is_empty() {
+            principal.insert("AWS".into(), json!(s.principal.aws));
+        }
+        if !s.principal.service.is_empty() {
+            principal.insert("Service".into(), json!(s.principal.service));
+        }
+        st.insert("Principal".into(), Value::Object(principal));
+        st.insert("Action".into(), json!(s.action));
+        st.insert("Resource".into(), json!(s.resource));
+        if !s.condition.is_empty() {
+            st.insert("Condition".into(), json!(s.condition));
+        }
+        out.push(Value::Object(st));
+    }
+    Ok(out)
 }
 
 /// A policy document in one canonical form, so two documents that mean the same compare equal

@@ -42,8 +42,9 @@ pub struct Desired {
     /// `None`: not managed (and not read) once the bucket exists; a new bucket still gets
     /// [`Desired::creation_ownership`].
     pub object_ownership: Option<ObjectOwnership>,
-    /// The whole bucket policy: always managed, as it carries the TLS-only statement.
-    pub policy: serde_json::Value,
+    /// The whole bucket policy: always managed, as it carries the TLS-only statement. `Err`:
+    /// why `spec.policy` is refused (the plan blocks on it; deletion does not).
+    pub policy: Result<serde_json::Value, String>,
 }
 
 impl Desired {
@@ -136,6 +137,10 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
         Observed::NotAdoptable(why) => {
             return Plan::Blocked(Blocked::new(Reason::NameConflict, why.clone()));
         }
+        Observed::Absent | Observed::Present(_) if desired.policy.is_err() => {
+            let why = desired.policy.clone().err().unwrap_or_default();
+            return Plan::Blocked(Blocked::new(Reason::InvalidSpec, why));
+        }
         Observed::Absent => {
             // The bucket is created with its tags and object ownership in one call.
             let mut all = vec![
@@ -198,11 +203,12 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
         changes.push(Change::ObjectOwnership(want));
     }
     let partition = naming::partition(&desired.region);
-    if config
-        .policy
-        .as_ref()
-        .map(|p| policy::normalize_policy(p, partition))
-        != Some(policy::normalize_policy(&desired.policy, partition))
+    if let Ok(want) = &desired.policy
+        && config
+            .policy
+            .as_ref()
+            .map(|p| policy::normalize_policy(p, partition))
+            != Some(policy::normalize_policy(want, partition))
     {
         changes.push(Change::Policy);
     }
@@ -261,8 +267,14 @@ pub fn desired(
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
     let arn = naming::bucket_arn(naming::partition(&region), &name);
+    let statements = policy::bucket_statements(
+        &spec.policy,
+        &arn,
+        &ctx_settings.account_id,
+        &ctx_settings.allowed_policy_principals,
+    );
     Ok(Desired {
-        policy: policy::bucket_policy(&arn, &[]),
+        policy: statements.map(|s| policy::bucket_policy(&arn, &s)),
         name,
         region,
         tags: with_ownership(&spec.tags, owner),
@@ -504,7 +516,11 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
                 .await
         }
         Change::ObjectOwnership(o) => aws.put_object_ownership(r, n, *o).await,
-        Change::Policy => aws.put_bucket_policy(r, n, &d.policy).await,
+        Change::Policy => match &d.policy {
+            Ok(p) => aws.put_bucket_policy(r, n, p).await,
+            // The plan blocks on a refused policy before any write.
+            Err(_) => Ok(()),
+        },
     }
 }
 
@@ -674,7 +690,7 @@ async fn hold(bucket: &Bucket, ctx: &Context, d: &Desired, msg: String) -> Error
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{BucketSpec, CorsMethod};
+    use crate::api::{BucketSpec, CorsMethod, PolicyEffect, PolicyPrincipal, PolicyStatement};
 
     fn settings() -> super::super::Settings {
         super::super::Settings {
@@ -686,6 +702,8 @@ mod tests {
             boundary_arn: "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary"
                 .into(),
             allow_cross_namespace_adoption: false,
+            account_id: "123456789012".into(),
+            allowed_policy_principals: vec![],
         }
     }
 
@@ -716,7 +734,7 @@ mod tests {
             lifecycle_rules: d.lifecycle_rules.clone(),
             cors: d.cors.clone(),
             object_ownership: d.object_ownership,
-            policy: Some(d.policy.clone()),
+            policy: d.policy.clone().ok(),
         }
     }
 
@@ -941,7 +959,8 @@ mod tests {
     #[test]
     fn the_tls_only_policy_is_kept_and_compared_semantically() {
         let d = desired_for(BucketSpec::default());
-        let tls = &d.policy["Statement"][0];
+        let want = d.policy.clone().unwrap();
+        let tls = &want["Statement"][0];
         assert_eq!(tls["Sid"], policy::TLS_ONLY_SID);
         assert_eq!(
             tls["Resource"][0],
@@ -949,17 +968,17 @@ mod tests {
             "this bucket only"
         );
         // S3's own formatting of the same document is no drift.
-        let mut reformatted = d.policy.clone();
+        let mut reformatted = want.clone();
         reformatted["Statement"][0]["Principal"] = serde_json::json!({"AWS": "*"});
         reformatted["Statement"][0]["Action"] = serde_json::json!(["s3:*"]);
         let mut c = converged(&d);
         c.policy = Some(reformatted);
         assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
         // A policy deleted, the TLS statement dropped or weakened, or a statement added: rewritten.
-        let mut weakened = d.policy.clone();
+        let mut weakened = want.clone();
         weakened["Statement"][0]["Condition"]["Bool"]["aws:SecureTransport"] =
             serde_json::json!("true");
-        let mut added = d.policy.clone();
+        let mut added = want.clone();
         added["Statement"].as_array_mut().unwrap().push(
             serde_json::json!({"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject"}),
         );
@@ -978,6 +997,203 @@ mod tests {
                 "{drifted:?}"
             );
         }
+    }
+
+    fn statement(effect: PolicyEffect, aws: &[&str], resource: &str) -> PolicyStatement {
+        PolicyStatement {
+            sid: Some("Team".into()),
+            effect,
+            principal: PolicyPrincipal {
+                aws: aws.iter().map(|p| p.to_string()).collect(),
+                service: vec![],
+            },
+            action: vec!["s3:GetObject".into()],
+            resource: vec![resource.into()],
+            condition: BTreeMap::new(),
+        }
+    }
+
+    fn desired_with(statements: Vec<PolicyStatement>, allowed: &[&str], bucket: &str) -> Desired {
+        let mut b = Bucket::new(
+            "b",
+            BucketSpec {
+                bucket_name: Some(bucket.into()),
+                policy: statements,
+                ..Default::default()
+            },
+        );
+        b.metadata.namespace = Some("ns".into());
+        b.metadata.uid = Some("uid-1".into());
+        let mut settings = settings();
+        settings.allowed_policy_principals = allowed.iter().map(|p| p.to_string()).collect();
+        desired(&b, &settings, "us-east-1", &owner()).unwrap()
+    }
+
+    fn refused(d: &Desired) -> String {
+        match plan(d, &Observed::Absent) {
+            Plan::Blocked(Blocked {
+                reason: Reason::InvalidSpec,
+                message,
+            }) => message,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn policy_statements_follow_the_tls_statement_which_is_always_kept() {
+        let objects = "arn:aws:s3:::s3op-b/*";
+        let own = statement(
+            PolicyEffect::Allow,
+            &["arn:aws:iam::123456789012:role/app"],
+            objects,
+        );
+        let d = desired_with(vec![own], &[], "s3op-b");
+        let doc = d.policy.clone().unwrap();
+        let all = doc["Statement"].as_array().unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0]["Sid"], policy::TLS_ONLY_SID);
+        assert_eq!(
+            all[1]["Principal"]["AWS"][0],
+            "arn:aws:iam::123456789012:role/app"
+        );
+        assert_eq!(all[1]["Resource"][0], objects);
+        let c = converged(&d);
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        // A policy holding only the user's statement (the TLS one removed) is rewritten.
+        let mut c = converged(&d);
+        c.policy.as_mut().unwrap()["Statement"]
+            .as_array_mut()
+            .unwrap()
+            .remove(0);
+        assert_eq!(
+            plan(&d, &Observed::Present(c)),
+            Plan::Apply(vec![Change::Policy])
+        );
+        // And a new bucket gets it in its first pass.
+        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert!(changes.contains(&Change::Policy));
+    }
+
+    #[test]
+    fn a_public_allow_is_refused_naming_the_field_and_rule() {
+        for who in [&["*"][..], &["arn:aws:iam::123456789012:root", "*"]] {
+            let d = desired_with(
+                vec![statement(PolicyEffect::Allow, who, "arn:aws:s3:::s3op-b/*")],
+                &["*"],
+                "s3op-b",
+            );
+            let msg = refused(&d);
+            assert!(
+                msg.contains("spec.policy[0].principal") && msg.contains("public"),
+                "{msg}"
+            );
+        }
+        // A Deny for everyone narrows access: accepted.
+        let d = desired_with(
+            vec![statement(PolicyEffect::Deny, &["*"], "arn:aws:s3:::s3op-b")],
+            &[],
+            "s3op-b",
+        );
+        assert!(d.policy.is_ok());
+    }
+
+    #[test]
+    fn a_foreign_principal_is_refused_unless_allow_listed() {
+        let foreign = "arn:aws:iam::999999999999:role/partner";
+        let st = || statement(PolicyEffect::Allow, &[foreign], "arn:aws:s3:::s3op-b/*");
+        let msg = refused(&desired_with(vec![st()], &[], "s3op-b"));
+        assert!(
+            msg.contains("spec.policy[0].principal")
+                && msg.contains("999999999999")
+                && msg.contains("--allowed-policy-principals"),
+            "{msg}"
+        );
+        let by_account = "999999999999";
+        let ws = |s: &str| desired_with(vec![st()], &[s], "s3op-b");
+        assert!(ws(foreign).policy.is_ok(), "allow-listed by ARN");
+        assert!(ws(by_account).policy.is_ok(), "allow-listed by account");
+        assert!(ws("888888888888").policy.is_err(), "another account");
+        // A foreign account id, and a service principal, are outside the account too.
+        let d = desired_with(
+            vec![statement(
+                PolicyEffect::Allow,
+                &["999999999999"],
+                "arn:aws:s3:::s3op-b",
+            )],
+            &[],
+            "s3op-b",
+        );
+        assert!(d.policy.is_err());
+        let mut svc = st();
+        svc.principal = PolicyPrincipal {
+            aws: vec![],
+            service: vec!["logging.s3.amazonaws.com".into()],
+        };
+        assert!(
+            desired_with(vec![svc.clone()], &[], "s3op-b")
+                .policy
+                .is_err()
+        );
+        assert!(
+            desired_with(vec![svc], &["logging.s3.amazonaws.com"], "s3op-b")
+                .policy
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn statements_may_name_only_this_bucket_and_not_replace_the_tls_statement() {
+        let own = ["arn:aws:iam::123456789012:root"];
+        for resource in [
+            "arn:aws:s3:::s3op-other/*",
+            "arn:aws:s3:::s3op-b-more",
+            "arn:aws:s3:::s3op-b/private/*",
+            "*",
+        ] {
+            let d = desired_with(
+                vec![statement(PolicyEffect::Allow, &own, resource)],
+                &[],
+                "s3op-b",
+            );
+            let msg = refused(&d);
+            assert!(
+                msg.contains("spec.policy[0].resource") && msg.contains("not this bucket"),
+                "{msg}"
+            );
+        }
+        let mut tls = statement(PolicyEffect::Allow, &own, "arn:aws:s3:::s3op-b");
+        tls.sid = Some(policy::TLS_ONLY_SID.into());
+        let msg = refused(&desired_with(vec![tls], &[], "s3op-b"));
+        assert!(
+            msg.contains("spec.policy[0].sid") && msg.contains("reserved"),
+            "{msg}"
+        );
+        let mut iam = statement(PolicyEffect::Allow, &own, "arn:aws:s3:::s3op-b");
+        iam.action = vec!["iam:CreateUser".into()];
+        assert!(refused(&desired_with(vec![iam], &[], "s3op-b")).contains("spec.policy[0].action"));
+    }
+
+    #[test]
+    fn a_refused_policy_blocks_an_existing_bucket_too() {
+        let d = desired_with(
+            vec![statement(
+                PolicyEffect::Allow,
+                &["*"],
+                "arn:aws:s3:::s3op-b",
+            )],
+            &[],
+            "s3op-b",
+        );
+        let c = Config::default();
+        assert!(matches!(
+            plan(&d, &Observed::Present(c)),
+            Plan::Blocked(Blocked {
+                reason: Reason::InvalidSpec,
+                ..
+            })
+        ));
     }
 
     #[test]

@@ -755,3 +755,106 @@ async fn tls_only_policy_is_written_by_default_and_kept() {
         "{corrected:?}"
     );
 }
+
+/// `spec.policy` statements join the TLS-only one; a statement granting a principal outside the
+/// operator's account is refused (Ready=False naming the field and the rule, nothing created)
+/// unless the operator's allow-list names it; one naming another bucket is refused; a policy
+/// changed out of band is rewritten with both.
+#[tokio::test]
+async fn policy_statements_are_merged_guarded_and_kept() {
+    let client = admin().await;
+    let ns = namespace(&client, "pol").await;
+    let partner = "arn:aws:iam::999999999999:role/partner";
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "2s",
+        extra_args: vec!["--allowed-policy-principals".into(), partner.into()],
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let name = format!("{}pol-{}", prefix(&op.cluster), random(6));
+    let arn = format!("arn:aws:s3:::{name}");
+    let grant = |principal: &str, resource: &str| {
+        json!({"sid": "Read", "effect": "Allow", "principal": {"aws": [principal]},
+               "action": ["s3:GetObject"], "resource": [resource]})
+    };
+
+    // A principal outside the account, not allow-listed: refused before anything is created.
+    let stranger = "arn:aws:iam::888888888888:role/stranger";
+    let spec = json!({"bucketName": name, "policy": [grant(stranger, &format!("{arn}/*"))]});
+    api.create(&PostParams::default(), &bucket("p", spec))
+        .await
+        .unwrap();
+    let msg = wait_reason(&api, "p", "InvalidSpec", T).await;
+    assert!(
+        msg.contains("spec.policy[0].principal")
+            && msg.contains("888888888888")
+            && msg.contains("--allowed-policy-principals"),
+        "{msg}"
+    );
+    assert!(!bucket_exists(&name).await, "nothing created");
+
+    // Another bucket's objects: refused, naming the rule.
+    let other = format!("{arn}-other/*");
+    let patch = json!({"spec": {"policy": [grant("123456789012", &other)]}});
+    api.patch("p", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("resource refused", T, || async {
+        let st = api.get("p").await.ok()?.status?;
+        let c = st.conditions.first()?;
+        c.message.contains("not this bucket").then_some(())
+    })
+    .await;
+
+    // The allow-listed partner and the own account: merged after the TLS-only statement.
+    let patch = json!({"spec": {"policy": [
+        grant(partner, &format!("{arn}/*")),
+        {"sid": "OwnList", "effect": "Allow", "principal": {"aws": ["123456789012"]},
+         "action": ["s3:ListBucket"], "resource": [arn],
+         "condition": {"StringLike": {"s3:prefix": ["shared/*"]}}},
+    ]}});
+    api.patch("p", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_ready(&api, "p").await;
+    let doc = bucket_policy(&name).await.expect("a bucket policy");
+    assert!(has_tls_only_statement(&doc, &name), "{doc}");
+    let all = doc["Statement"].as_array().unwrap();
+    assert_eq!(all.len(), 3, "{doc}");
+    assert!(
+        all.iter()
+            .any(|s| s["Principal"]["AWS"] == json!([partner])),
+        "{doc}"
+    );
+    assert!(
+        all.iter().any(|s| s["Sid"] == "OwnList"
+            && s["Condition"]["StringLike"]["s3:prefix"] == json!(["shared/*"])),
+        "{doc}"
+    );
+
+    // Steady state: no rewrite.
+    let puts = aws_calls(&op, "PutBucketPolicy").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(aws_calls(&op, "PutBucketPolicy").await, puts);
+
+    // Out of band, the TLS statement dropped: rewritten with every statement.
+    let mut without_tls = doc.clone();
+    without_tls["Statement"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|s| s["Sid"] != "DenyInsecureTransport");
+    admin_s3()
+        .put_bucket_policy()
+        .bucket(&name)
+        .policy(without_tls.to_string())
+        .send()
+        .await
+        .unwrap();
+    wait_for("TLS-only statement restored", T, || async {
+        let d = bucket_policy(&name).await?;
+        (has_tls_only_statement(&d, &name) && d["Statement"].as_array()?.len() == 3).then_some(())
+    })
+    .await;
+}
