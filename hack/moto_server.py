@@ -23,6 +23,9 @@ parts the operator relies on. Everything else is stock moto.
   IAM actions (stock moto checks ListBucket/CreateBucket); with `BucketOwnerEnforced` a request
   that sets an ACL (other than `bucket-owner-full-control`) is refused with
   `AccessControlListNotSupported` (stock moto accepts every ACL).
+- BlockPublicPolicy is enforced: with it on, PutBucketPolicy of a public policy (an Allow for
+  `*` without a condition, moto's own test of publicness) is refused with AccessDenied, as S3
+  does (stock moto stores it).
 - Bulk DeleteObjects is authorized as s3:DeleteObject on the objects; encryption and public
   access block requests are checked against the IAM actions AWS uses.
 - The GetBucketVersioning answer's root element is `VersioningConfiguration`, as S3 names it.
@@ -46,6 +49,7 @@ from moto.iam.models import User, iam_backends
 from moto.iam.responses import IamResponse
 from moto.s3.exceptions import S3ClientError
 from moto.s3.responses import ACTION_MAP, S3Response
+from moto.s3.utils import bucket_policy_is_public
 from moto.server import main
 
 
@@ -351,6 +355,21 @@ def _creation_tags(body):
     return {t["Key"]: t.get("Value") or "" for t in tags}
 
 
+class PublicPolicyBlocked(S3ClientError):
+    code = "AccessDenied"
+
+    def __init__(self):
+        super().__init__("AccessDenied", "Access Denied: the bucket's BlockPublicPolicy refuses a public policy")
+
+
+def _refuse_public_policy(self, bucket_name, querystring):
+    bucket = self.backend.buckets.get(bucket_name)
+    pab = bucket.public_access_block if bucket is not None else None
+    if "policy" in querystring and pab is not None and pab.block_public_policy:
+        if bucket_policy_is_public(self.body):
+            raise PublicPolicyBlocked()
+
+
 class AccessControlListNotSupported(S3ClientError):
     code = "AccessControlListNotSupported"
 
@@ -373,6 +392,7 @@ def _sets_acl(headers, query):
 def _bucket_put_with_tags(self, request, bucket_name, querystring):
     if querystring:
         _refuse_acls(self, bucket_name, _sets_acl(request.headers, querystring))
+        _refuse_public_policy(self, bucket_name, querystring)
         return _bucket_put(self, request, bucket_name, querystring)
     tags = _creation_tags(self.body) if self.body else {}
     if tags:

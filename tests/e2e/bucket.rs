@@ -711,7 +711,7 @@ async fn tls_only_policy_is_written_by_default_and_kept() {
     assert_eq!(aws_calls(&op, "PutBucketPolicy").await, puts);
     assert!(aws_calls(&op, "GetBucketPolicy").await >= reads + 2.0);
 
-    // Deleted, then replaced by a public grant: rewritten each time, and reported.
+    // Deleted, then replaced by another policy: rewritten each time, and reported.
     s3.delete_bucket_policy()
         .bucket(&name)
         .send()
@@ -723,13 +723,13 @@ async fn tls_only_policy_is_written_by_default_and_kept() {
             .filter(|d| has_tls_only_statement(d, &name))
     })
     .await;
-    let public = json!({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
-        "Resource": format!("arn:aws:s3:::{name}/*"),
+    let other = json!({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+        "Action": "s3:GetObject", "Resource": format!("arn:aws:s3:::{name}/*"),
     }]});
     s3.put_bucket_policy()
         .bucket(&name)
-        .policy(public.to_string())
+        .policy(other.to_string())
         .send()
         .await
         .unwrap();
@@ -857,4 +857,47 @@ async fn policy_statements_are_merged_guarded_and_kept() {
         (has_tls_only_statement(&d, &name) && d["Statement"].as_array()?.len() == 3).then_some(())
     })
     .await;
+}
+
+/// The emulator enforces BlockPublicPolicy as S3 does: a public policy is refused while the flag
+/// is on (the operator's default), accepted without it.
+#[tokio::test]
+async fn emulator_refuses_public_policies_under_block_public_policy() {
+    let s3 = admin_s3();
+    let name = format!("s3op-moto-pub-{}", random(6));
+    s3.create_bucket().bucket(&name).send().await.unwrap();
+    let public = json!({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+        "Resource": format!("arn:aws:s3:::{name}/*"),
+    }]})
+    .to_string();
+    let block = aws_sdk_s3::types::PublicAccessBlockConfiguration::builder()
+        .block_public_policy(true)
+        .build();
+    s3.put_public_access_block()
+        .bucket(&name)
+        .public_access_block_configuration(block)
+        .send()
+        .await
+        .unwrap();
+    let err = s3
+        .put_bucket_policy()
+        .bucket(&name)
+        .policy(&public)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
+    assert!(bucket_policy(&name).await.is_none());
+    s3.delete_public_access_block()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    s3.put_bucket_policy()
+        .bucket(&name)
+        .policy(&public)
+        .send()
+        .await
+        .unwrap();
 }
