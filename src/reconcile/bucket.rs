@@ -635,13 +635,18 @@ async fn release_or_delete(
     }
     match policy {
         DeletionPolicy::Retain => {
+            // Grants never outlive ownership: the spec's statements go, the TLS-only one stays.
+            // Before the tags, so a failure here still finds the bucket ours on the next pass.
+            let arn = naming::bucket_arn(naming::partition(r), n);
+            aws.put_bucket_policy(r, n, &policy::bucket_policy(&arn, &[]))
+                .await?;
             aws.put_tags(r, n, &released(&tags, owner)).await?;
             ctx.event(
                 bucket,
                 false,
                 "Retained",
                 format!(
-                    "S3 bucket {n} retained; ownership tags removed (only namespace {} may adopt it again)",
+                    "S3 bucket {n} retained; ownership tags and bucket policy grants removed (only namespace {} may adopt it again)",
                     owner.namespace
                 ),
             )

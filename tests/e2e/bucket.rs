@@ -248,7 +248,7 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
 async fn deletion_respects_retain_and_blocks_on_non_empty_buckets() {
     let client = admin().await;
     let ns = namespace(&client, "del").await;
-    let _op = Operator::start(OperatorOpts {
+    let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
         ..Default::default()
     })
@@ -256,17 +256,40 @@ async fn deletion_respects_retain_and_blocks_on_non_empty_buckets() {
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
     let s3 = admin_s3();
 
-    // Default policy (the operator's flag default) is Retain: kept, ownership released.
+    // Default policy (the operator's flag default) is Retain: kept, ownership released, and the
+    // bucket policy's grants with it (the TLS-only statement stays).
+    let kept = format!("{}keep-{}", prefix(&op.cluster), random(6));
+    let grant = json!({"effect": "Allow", "principal": {"aws": ["123456789012"]},
+                       "action": ["s3:GetObject"], "resource": [format!("arn:aws:s3:::{kept}/*")]});
     api.create(
         &PostParams::default(),
-        &bucket("keep", json!({"tags": {"app": "x"}})),
+        &bucket(
+            "keep",
+            json!({"bucketName": kept, "tags": {"app": "x"}, "policy": [grant]}),
+        ),
     )
     .await
     .unwrap();
-    let kept = wait_ready(&api, "keep").await;
+    wait_ready(&api, "keep").await;
+    assert_eq!(
+        bucket_policy(&kept).await.unwrap()["Statement"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     api.delete("keep", &DeleteParams::default()).await.unwrap();
     gone(&api, "keep").await;
     assert!(bucket_exists(&kept).await, "Retain keeps the bucket");
+    let doc = bucket_policy(&kept)
+        .await
+        .expect("the TLS-only policy stays");
+    assert!(has_tls_only_statement(&doc, &kept), "{doc}");
+    assert_eq!(
+        doc["Statement"].as_array().unwrap().len(),
+        1,
+        "grants removed: {doc}"
+    );
     let tags = bucket_tags(&kept).await;
     assert_eq!(tags.get("app").map(String::as_str), Some("x"));
     // No owner is left, but the bucket remembers where it came from (only that namespace may
