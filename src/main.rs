@@ -39,9 +39,13 @@ enum Command {
 struct ProbeArgs {
     /// The URL, e.g. http://s3-operator-health:8081/readyz.
     url: String,
-    /// Deadline of the connection and of each read and write.
+    /// Deadline of each attempt.
     #[arg(long, default_value = "5s", value_parser = duration)]
     timeout: std::time::Duration,
+    /// Keep trying (every second) until a 2xx answer or this long has passed: a Service just
+    /// created may not route yet.
+    #[arg(long, default_value = "0s", value_parser = duration)]
+    wait: std::time::Duration,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -212,20 +216,22 @@ fn main() -> ExitCode {
             println!("{doc:#}");
             ExitCode::SUCCESS
         }
-        Some(Command::Probe(p)) => match s3_operator::probe::get(&p.url, p.timeout) {
-            Ok(code) if (200..300).contains(&code) => {
-                println!("{} answered {code}", p.url);
-                ExitCode::SUCCESS
+        Some(Command::Probe(p)) => {
+            match s3_operator::probe::get_within(&p.url, p.timeout, p.wait) {
+                Ok(code) if (200..300).contains(&code) => {
+                    println!("{} answered {code}", p.url);
+                    ExitCode::SUCCESS
+                }
+                Ok(code) => {
+                    eprintln!("error: {} answered {code}", p.url);
+                    ExitCode::FAILURE
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::FAILURE
+                }
             }
-            Ok(code) => {
-                eprintln!("error: {} answered {code}", p.url);
-                ExitCode::FAILURE
-            }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::FAILURE
-            }
-        },
+        }
         Some(Command::Run(args)) => run(*args),
         None => run(cli.run),
     }

@@ -57,6 +57,19 @@ pub fn get(url: &str, timeout: Duration) -> Result<u16, Error> {
     })
 }
 
+/// `get` until it answers 2xx or `wait` has passed (at least one attempt); the last outcome.
+pub fn get_within(url: &str, timeout: Duration, wait: Duration) -> Result<u16, Error> {
+    let start = std::time::Instant::now();
+    loop {
+        let outcome = get(url, timeout);
+        let done = matches!(outcome, Ok(code) if (200..300).contains(&code));
+        if done || start.elapsed() + Duration::from_secs(1) > wait {
+            return outcome;
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,6 +111,32 @@ mod tests {
         let (addr, server) = serve_once("503 Service Unavailable");
         assert_eq!(get(&format!("http://{addr}"), t).unwrap(), 503);
         assert!(server.join().unwrap().starts_with("GET / HTTP/1.1"));
+    }
+
+    #[test]
+    fn waits_for_a_server_that_comes_up_late() {
+        let port = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let late = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            let listener = TcpListener::bind(("127.0.0.1", port)).unwrap();
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut buf = [0u8; 1024];
+            let _ = conn.read(&mut buf).unwrap();
+            conn.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+                .unwrap();
+        });
+        let url = format!("http://127.0.0.1:{port}/readyz");
+        let t = Duration::from_secs(1);
+        assert!(
+            get_within(&url, t, Duration::ZERO).is_err(),
+            "one attempt, refused"
+        );
+        assert_eq!(get_within(&url, t, Duration::from_secs(10)).unwrap(), 200);
+        late.join().unwrap();
     }
 
     #[test]

@@ -7,7 +7,7 @@ use kube::ResourceExt;
 
 use super::{
     Blocked, Context, Error, Requeue, deletion_policy, ensure_finalizer, has_finalizer, object_key,
-    owner, remove_finalizer, report_blocked, served, update_status,
+    owner, remove_finalizer, report_blocked, served, tag_reads, update_status,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{
@@ -338,7 +338,9 @@ async fn observe(
     adopt: bool,
 ) -> Result<Observed, crate::aws::Error> {
     let aws = &ctx.aws;
-    let Some(tags) = aws.bucket_tags(&d.region, &d.name).await? else {
+    let within = tag_reads::for_bucket(ctx.settings.resync_period);
+    let read = ctx.bucket_tags(&d.region, &d.name, within).await?;
+    let Some(tags) = read else {
         return Ok(Observed::Absent);
     };
     let ownership = owner.judge(&tags);
@@ -495,6 +497,10 @@ async fn report(
 
 async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate::aws::Error> {
     let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
+    if matches!(change, Change::Create | Change::Tags) {
+        // The shared read no longer says what the bucket carries.
+        ctx.tag_reads.forget(r, n);
+    }
     match change {
         Change::Create => {
             aws.create_bucket(r, n, &d.tags, d.creation_ownership())
@@ -610,6 +616,9 @@ async fn release_or_delete(
     policy: DeletionPolicy,
 ) -> Result<bool, Error> {
     let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
+    // The bucket is released or deleted below: no access may go on from an earlier read, and
+    // its entry goes with the Bucket.
+    ctx.tag_reads.forget(r, n);
     let tags = match aws.bucket_tags(r, n).await {
         Ok(Some(tags)) => tags,
         Ok(None) => return Ok(true),

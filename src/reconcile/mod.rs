@@ -3,6 +3,7 @@
 
 pub mod bucket;
 pub mod bucket_access;
+pub mod tag_reads;
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -80,9 +81,29 @@ pub struct Context {
     pub settled: Settled,
     /// The warm Bucket caches of every watched scope (BucketAccess looks its Bucket up here).
     pub buckets: Vec<kube::runtime::reflector::Store<crate::api::Bucket>>,
+    /// Bucket tags read from AWS, shared by a Bucket's pass and its accesses'.
+    pub tag_reads: tag_reads::TagReads,
 }
 
 impl Context {
+    /// A bucket's tags: this process's read of them no older than `within`, else a new read,
+    /// recorded for the Bucket's and its accesses' next passes (`tag_reads`).
+    pub async fn bucket_tags(
+        &self,
+        region: &str,
+        bucket: &str,
+        within: Duration,
+    ) -> Result<tag_reads::Tags, aws::Error> {
+        let slot = self.tag_reads.slot(region, bucket);
+        let mut read = slot.lock().await;
+        if let Some(tags) = tag_reads::fresh(&read, within) {
+            return Ok(tags);
+        }
+        let tags = self.aws.bucket_tags(region, bucket).await?;
+        *read = Some((tags.clone(), Instant::now()));
+        Ok(tags)
+    }
+
     /// The Bucket `name` in `namespace`, from the watch cache.
     pub fn bucket(
         &self,

@@ -176,5 +176,6 @@ fn context(config: &Config, client: &kube::Client, aws: Aws, watches: &[Watches]
         backoff: Default::default(),
         settled: Default::default(),
         buckets: watches.iter().map(|w| w.buckets.clone()).collect(),
+        tag_reads: Default::default(),
     }
 }

@@ -125,50 +125,25 @@ async fn helm_chart_runs_as_pods_on_a_real_node() {
     }
     let lease = format!("{RELEASE}-leader");
     let leader = wait_leader(&ns, &lease, &pods).await;
-    let token = reader_token(&ns, &format!("{RELEASE}-metrics-reader")).await;
-    let statuses = wait_for("both replicas' leader metric", T, || async {
-        let mut v = Vec::new();
-        for p in &pods {
-            v.push((name_of(p), leader_metric(p, &token).await?));
-        }
-        Some(v)
-    })
+    // The chart's own check, as a user runs it: a Pod of the operator image probes /readyz
+    // through a Service made for the test.
+    let out = tool_async(
+        "helm",
+        strings(&["test", RELEASE, "-n", &ns, "--timeout", "2m"]),
+    )
     .await;
-    let leading: Vec<&String> = statuses
-        .iter()
-        .filter(|(_, v)| *v == 1.0)
-        .map(|(n, _)| n)
-        .collect();
-    assert_eq!(
-        leading,
-        [&leader],
-        "exactly the Lease holder reports leadership: {statuses:?}"
-    );
+    assert!(out.contains("Phase:          Succeeded"), "{out}");
+    only_the_leader_reports_leading(&ns, &pods, &leader).await;
 
     // The samples become Ready in a team namespace.
     let buckets = Api::<Bucket>::namespaced(client.clone(), &team);
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &team);
-    let b: Bucket = sample("s3_v1alpha1_bucket.yaml");
-    let a: BucketAccess = sample("s3_v1alpha1_bucketaccess.yaml");
-    let (b_name, a_name) = (name_of(&b), name_of(&a));
-    buckets.create(&PostParams::default(), &b).await.unwrap();
-    accesses.create(&PostParams::default(), &a).await.unwrap();
-    wait_reason(&buckets, &b_name, "Available", T).await;
-    wait_reason(&accesses, &a_name, "Available", T).await;
-    let s3_name = buckets
-        .get(&b_name)
-        .await
-        .unwrap()
-        .status
-        .and_then(|s| s.bucket_name)
-        .expect("status.bucketName");
-    let secret_name = accesses
-        .get(&a_name)
-        .await
-        .unwrap()
-        .status
-        .and_then(|s| s.secret_name)
-        .expect("status.secretName");
+    let Samples {
+        bucket: b_name,
+        access: a_name,
+        s3_name,
+        secret_name,
+    } = samples_ready(&team).await;
     eprintln!("samples Ready at {:.0?}", started.elapsed());
 
     // An application takes the Secret as it is and writes through the SDK's default chain.
@@ -231,37 +206,7 @@ async fn helm_chart_runs_as_pods_on_a_real_node() {
 
     // Deleting the leader hands over: it releases the Lease on SIGTERM and the standby (or, if
     // it is quicker, the leader's replacement Pod) takes it.
-    let standby = pods
-        .iter()
-        .map(name_of)
-        .find(|n| *n != leader)
-        .expect("a standby");
-    let deleted = Instant::now();
-    Api::<Pod>::namespaced(client.clone(), &ns)
-        .delete(&leader, &DeleteParams::default())
-        .await
-        .unwrap();
-    let holder = wait_for(
-        &format!("the Lease to pass from {leader} to another replica"),
-        Duration::from_secs(30),
-        || async { lease_holder(&ns, &lease).await.filter(|h| *h != leader) },
-    )
-    .await;
-    eprintln!(
-        "leader {leader} deleted: {holder} ({}) took the Lease after {:.1?}",
-        if holder == standby {
-            "the standby"
-        } else {
-            "its replacement"
-        },
-        deleted.elapsed()
-    );
-    wait_rolled_out(&ns, RELEASE, 2).await;
-    assert_eq!(
-        lease_holder(&ns, &lease).await.as_deref(),
-        Some(holder.as_str()),
-        "leadership stays put once handed over"
-    );
+    leader_hands_over(&ns, &lease, &pods, &leader).await;
 
     // helm uninstall: the chart's README says Helm never deletes the CRDs of crds/. The Buckets
     // and BucketAccesses are the users' objects, not the release's, so they stay, and so do the
@@ -605,4 +550,106 @@ async fn kustomize_own_namespace_overlay_runs_as_pods() {
         &[other, "team-a".into()],
     )
     .await;
+}
+
+/// Each replica's metrics (scraped with a token allowed to get them) say whether it leads:
+/// exactly the Lease holder does.
+async fn only_the_leader_reports_leading(ns: &str, pods: &[Pod], leader: &str) {
+    let token = reader_token(ns, &format!("{RELEASE}-metrics-reader")).await;
+    let statuses = wait_for("both replicas' leader metric", T, || async {
+        let mut v = Vec::new();
+        for p in pods {
+            v.push((name_of(p), leader_metric(p, &token).await?));
+        }
+        Some(v)
+    })
+    .await;
+    let leading: Vec<&String> = statuses
+        .iter()
+        .filter(|(_, v)| *v == 1.0)
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        leading,
+        [&leader],
+        "exactly the Lease holder reports leadership: {statuses:?}"
+    );
+}
+
+/// The names of the samples and what the operator made for them.
+struct Samples {
+    bucket: String,
+    access: String,
+    s3_name: String,
+    secret_name: String,
+}
+
+/// The samples (config/samples) created in `team` and Ready.
+async fn samples_ready(team: &str) -> Samples {
+    let client = admin().await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), team);
+    let accesses = Api::<BucketAccess>::namespaced(client, team);
+    let b: Bucket = sample("s3_v1alpha1_bucket.yaml");
+    let a: BucketAccess = sample("s3_v1alpha1_bucketaccess.yaml");
+    let (b_name, a_name) = (name_of(&b), name_of(&a));
+    buckets.create(&PostParams::default(), &b).await.unwrap();
+    accesses.create(&PostParams::default(), &a).await.unwrap();
+    wait_reason(&buckets, &b_name, "Available", T).await;
+    wait_reason(&accesses, &a_name, "Available", T).await;
+    let s3_name = buckets
+        .get(&b_name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.bucket_name)
+        .expect("status.bucketName");
+    let secret_name = accesses
+        .get(&a_name)
+        .await
+        .unwrap()
+        .status
+        .and_then(|s| s.secret_name)
+        .expect("status.secretName");
+    Samples {
+        bucket: b_name,
+        access: a_name,
+        s3_name,
+        secret_name,
+    }
+}
+
+/// Deleting the leader Pod: the standby or the replacement takes the Lease, and keeps it.
+async fn leader_hands_over(ns: &str, lease: &str, pods: &[Pod], leader: &str) {
+    let client = admin().await;
+    let standby = pods
+        .iter()
+        .map(name_of)
+        .find(|n| *n != leader)
+        .expect("a standby");
+    let deleted = Instant::now();
+    Api::<Pod>::namespaced(client, ns)
+        .delete(leader, &DeleteParams::default())
+        .await
+        .unwrap();
+    let holder = wait_for(
+        &format!("the Lease to pass from {leader} to another replica"),
+        Duration::from_secs(30),
+        || async { lease_holder(ns, lease).await.filter(|h| *h != leader) },
+    )
+    .await;
+    eprintln!(
+        "leader {leader} deleted: {holder} ({}) took the Lease after {:.1?}",
+        if holder == standby {
+            "the standby"
+        } else {
+            "its replacement"
+        },
+        deleted.elapsed()
+    );
+    wait_rolled_out(ns, RELEASE, 2).await;
+    assert_eq!(
+        lease_holder(ns, lease).await.as_deref(),
+        Some(holder.as_str()),
+        "leadership stays put once handed over"
+    );
 }

@@ -39,13 +39,23 @@ async fn operator_credentials_cannot_mint_an_admin() {
     let s = scope(&id.cluster);
     let boundary = s.boundary_arn();
     let path = &s.iam_path;
+    // IAM names are account-wide: this run's own, so an emulator an earlier run used (whose
+    // users of these names sit in another path) answers for this run.
+    let name = |n: &str| format!("{n}-{}", id.cluster);
+    let (nb, ob, wb, outside, evil) = (
+        name("nb"),
+        name("ob"),
+        name("wb"),
+        name("outside"),
+        name("evil"),
+    );
 
     // Without the boundary, or with another one, no user or role is created in its own path.
-    let r = iam.create_user().user_name("nb").path(path).send().await;
+    let r = iam.create_user().user_name(&nb).path(path).send().await;
     assert_eq!(code(r), "AccessDenied", "a user without the boundary");
     let r = iam
         .create_user()
-        .user_name("ob")
+        .user_name(&ob)
         .path(path)
         .permissions_boundary("arn:aws:iam::aws:policy/AdministratorAccess")
         .send()
@@ -54,7 +64,7 @@ async fn operator_credentials_cannot_mint_an_admin() {
     let trust = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]});
     let r = iam
         .create_role()
-        .role_name("nb")
+        .role_name(&nb)
         .path(path)
         .assume_role_policy_document(trust.to_string())
         .send()
@@ -85,7 +95,7 @@ async fn operator_credentials_cannot_mint_an_admin() {
 
     // With the boundary it may, as it must to do its job.
     iam.create_user()
-        .user_name("wb")
+        .user_name(&wb)
         .path(path)
         .permissions_boundary(&boundary)
         .send()
@@ -95,20 +105,20 @@ async fn operator_credentials_cannot_mint_an_admin() {
     // The boundary cannot be removed, replaced, nor an admin managed policy attached.
     let r = iam
         .delete_user_permissions_boundary()
-        .user_name("wb")
+        .user_name(&wb)
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied", "delete the boundary");
     let r = iam
         .put_user_permissions_boundary()
-        .user_name("wb")
+        .user_name(&wb)
         .permissions_boundary("arn:aws:iam::aws:policy/AdministratorAccess")
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied", "replace the boundary");
     let r = iam
         .attach_user_policy()
-        .user_name("wb")
+        .user_name(&wb)
         .policy_arn("arn:aws:iam::aws:policy/AdministratorAccess")
         .send()
         .await;
@@ -124,7 +134,7 @@ async fn operator_credentials_cannot_mint_an_admin() {
     // No user outside its path, even with the boundary.
     let r = iam
         .create_user()
-        .user_name("outside")
+        .user_name(&outside)
         .path("/")
         .permissions_boundary(&boundary)
         .send()
@@ -133,7 +143,7 @@ async fn operator_credentials_cannot_mint_an_admin() {
 
     // An admin inline policy on a bounded user changes nothing: the boundary caps it.
     iam.put_user_policy()
-        .user_name("wb")
+        .user_name(&wb)
         .policy_name("admin")
         .policy_document(admin_policy())
         .send()
@@ -141,7 +151,7 @@ async fn operator_credentials_cannot_mint_an_admin() {
         .expect("IAM accepts the document");
     let key = iam
         .create_access_key()
-        .user_name("wb")
+        .user_name(&wb)
         .send()
         .await
         .unwrap()
@@ -151,7 +161,7 @@ async fn operator_credentials_cannot_mint_an_admin() {
         iam_with(&key.access_key_id, &key.secret_access_key),
         s3_with(&key.access_key_id, &key.secret_access_key),
     );
-    let r = minted_iam.create_user().user_name("evil").send().await;
+    let r = minted_iam.create_user().user_name(&evil).send().await;
     assert_eq!(code(r), "AccessDenied", "a bounded user cannot use IAM");
     let outside = format!("elsewhere-{}", random(6));
     let r = minted_s3.create_bucket().bucket(&outside).send().await;

@@ -98,7 +98,10 @@ async fn confirm(
     bucket_ref: &str,
 ) -> Result<BucketFacts, Error> {
     let not_owned = |msg| Error::Blocked(Blocked::new(Reason::BucketNotOwned, msg));
-    let tags = match ctx.aws.bucket_tags(&d.region, &d.name).await {
+    // The Bucket's own pass reads these tags at least once per resync period (jittered by up to
+    // 10%): its last read serves, and a change of ownership it finds runs this pass again.
+    let within = ctx.settings.resync_period.mul_f64(1.1) + Duration::from_secs(30);
+    let tags = match ctx.bucket_tags(&d.region, &d.name, within).await {
         Ok(tags) => tags,
         // A bucket whose owner cannot be confirmed is granted to no one.
         Err(e) if e.kind == ErrorKind::AccessDenied => {

@@ -1,0 +1,354 @@
+//! The operator binary as a local process, under its own ServiceAccount, RBAC and IAM policy,
+//! with its metrics, logs and exit.
+
+use super::*;
+
+pub struct OperatorOpts {
+    pub namespaces: Vec<String>,
+    pub resync: &'static str,
+    pub leader_elect: bool,
+    pub cluster: Option<String>,
+    pub extra_args: Vec<String>,
+    pub env: Vec<(String, String)>,
+    /// Replaces the shipped operator policy (to test refusals); `None` uses the shipped one.
+    pub policy: Option<serde_json::Value>,
+    /// Where the operator sends AWS requests (a fault proxy); `None` is moto itself.
+    pub aws_endpoint: Option<String>,
+}
+
+impl Default for OperatorOpts {
+    fn default() -> Self {
+        Self {
+            namespaces: vec![],
+            resync: "3s",
+            leader_elect: false,
+            cluster: None,
+            extra_args: vec![],
+            env: vec![],
+            policy: None,
+            aws_endpoint: None,
+        }
+    }
+}
+
+/// The operator binary running as a local process, as its own ServiceAccount (RBAC from
+/// config/rbac only in the watched namespaces) and its own IAM user (exactly the shipped policy).
+pub struct Operator {
+    child: tokio::process::Child,
+    pub cluster: String,
+    pub metrics_addr: String,
+    pub probe_addr: String,
+    pub log: PathBuf,
+    pub operator_ns: String,
+    _pass: Pass,
+}
+
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .expect("bind")
+        .local_addr()
+        .expect("addr")
+        .port()
+}
+
+/// The identity an operator installation runs as; several processes (replicas) may share one.
+#[derive(Clone)]
+pub struct Identity {
+    pub cluster: String,
+    pub operator_ns: String,
+    kubeconfig: PathBuf,
+    token: String,
+    pub aws_key: (String, String),
+    /// A scoped installation keeps cluster-wide operators out for as long as it exists, not
+    /// only while one of its processes runs: between a kill and a restart its objects would
+    /// otherwise be reconciled by another test's operator.
+    _pass: Option<Arc<Pass>>,
+}
+
+impl Identity {
+    pub async fn new(namespaces: &[String], cluster: Option<String>) -> Identity {
+        Identity::with_policy(namespaces, cluster, None).await
+    }
+
+    pub async fn with_policy(
+        namespaces: &[String],
+        cluster: Option<String>,
+        policy: Option<serde_json::Value>,
+    ) -> Identity {
+        let pass = if namespaces.is_empty() {
+            None
+        } else {
+            Some(Arc::new(Pass::acquire(false).await))
+        };
+        install_crds().await;
+        let client = admin().await;
+        let cluster = cluster.unwrap_or_else(|| format!("t{}", random(6)));
+        let operator_ns = namespace(&client, "op").await;
+        let mut grants: Vec<(&str, Vec<PolicyRule>)> = namespaces
+            .iter()
+            .map(|n| (n.as_str(), manager_rules()))
+            .collect();
+        grants.push((operator_ns.as_str(), leader_rules()));
+        let token = service_account(&client, &operator_ns, "s3-operator", &grants).await;
+        Identity {
+            _pass: pass,
+            ..Identity::with_token(cluster, operator_ns, &token, policy).await
+        }
+    }
+
+    /// Writes the kubeconfig for `token` and creates the IAM user: by default with exactly the
+    /// policy shipped in config/iam, rendered for this installation's cluster name.
+    async fn with_token(
+        cluster: String,
+        operator_ns: String,
+        token: &str,
+        policy: Option<serde_json::Value>,
+    ) -> Identity {
+        let kubeconfig = logs_dir().join(format!("{cluster}.kubeconfig"));
+        std::fs::write(&kubeconfig, kubeconfig_yaml(&env().server, token))
+            .expect("write kubeconfig");
+        let doc = policy.unwrap_or_else(|| operator_policy(&cluster));
+        create_boundary(&cluster).await;
+        let aws_key =
+            iam_user_with_policy(&format!("s3-operator-{cluster}"), "/", Some(&doc)).await;
+        Identity {
+            cluster,
+            operator_ns,
+            kubeconfig,
+            token: token.to_string(),
+            aws_key,
+            _pass: None,
+        }
+    }
+
+    /// A client as this identity, through its kubeconfig.
+    pub async fn client(&self) -> kube::Client {
+        let kc = Kubeconfig::read_from(&self.kubeconfig).expect("kubeconfig");
+        let cfg = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+            .await
+            .expect("kube config");
+        kube::Client::try_from(cfg).expect("kube client")
+    }
+
+    /// The same identity talking to another API server (`server`, an `https://` URL).
+    pub fn via(&self, server: &str) -> Identity {
+        let kubeconfig = logs_dir().join(format!("{}-{}.kubeconfig", self.cluster, random(4)));
+        std::fs::write(&kubeconfig, kubeconfig_yaml(server, &self.token))
+            .expect("write kubeconfig");
+        Identity {
+            kubeconfig,
+            ..self.clone()
+        }
+    }
+}
+
+impl Identity {
+    /// The identity a package installed: its ServiceAccount (whatever RBAC the package bound to
+    /// it) and an IAM user with exactly the shipped policy for `cluster`.
+    pub async fn installed(sa_ns: &str, sa: &str, cluster: &str) -> Identity {
+        install_crds().await;
+        let token = service_account(&admin().await, sa_ns, sa, &[]).await;
+        Identity::with_token(cluster.into(), sa_ns.into(), &token, None).await
+    }
+}
+
+impl Operator {
+    pub async fn start(opts: OperatorOpts) -> Operator {
+        let id = Identity::with_policy(&opts.namespaces, opts.cluster.clone(), opts.policy.clone())
+            .await;
+        Operator::start_as(&id, &opts, "0").await
+    }
+
+    /// Starts one more process of the installation `id` (a replica).
+    pub async fn start_as(id: &Identity, opts: &OperatorOpts, replica: &str) -> Operator {
+        let mut args: Vec<String> = [
+            "run",
+            "--cluster-name",
+            &id.cluster,
+            "--watch-namespaces",
+            &opts.namespaces.join(","),
+            "--resync-period",
+            opts.resync,
+            "--leader-election-namespace",
+            &id.operator_ns,
+            "--pod-name",
+            &format!("{}-{replica}", id.cluster),
+        ]
+        .map(String::from)
+        .into();
+        args.extend(opts.extra_args.iter().cloned());
+        if opts.leader_elect {
+            args.push("--leader-elect".into());
+        }
+        let mut env = vec![("RUST_LOG".to_string(), "info,s3_operator=debug".to_string())];
+        env.extend(opts.env.iter().cloned());
+        let cluster_wide = opts.namespaces.is_empty();
+        Operator::spawn(
+            id,
+            args,
+            env,
+            cluster_wide,
+            replica,
+            opts.aws_endpoint.as_deref(),
+        )
+        .await
+    }
+
+    /// Runs the operator as a package's Deployment would: that container's args and env (field
+    /// references resolved as the kubelet would, `olm.targetNamespaces` from `targets`), with
+    /// only the addresses and the cluster name changed so it can run beside other tests.
+    pub async fn start_packaged(
+        id: &Identity,
+        container: &serde_json::Value,
+        targets: &str,
+        replica: &str,
+    ) -> Operator {
+        let args: Vec<String> = serde_json::from_value(container["args"].clone()).expect("args");
+        let mut env = Vec::new();
+        for e in container["env"].as_array().expect("env") {
+            let name = e["name"].as_str().expect("env name").to_string();
+            let value = match (
+                &e["value"],
+                e["valueFrom"]["fieldRef"]["fieldPath"].as_str(),
+            ) {
+                (serde_json::Value::String(v), _) => v.clone(),
+                (_, Some("metadata.namespace")) => id.operator_ns.clone(),
+                (_, Some("metadata.name")) => format!("{}-{replica}", id.cluster),
+                (_, Some("metadata.annotations['olm.targetNamespaces']")) => targets.into(),
+                _ => panic!("env {name}: unsupported source {e}"),
+            };
+            env.push((name, value));
+        }
+        env.retain(|(k, _)| k != "CLUSTER_NAME");
+        env.push(("CLUSTER_NAME".into(), id.cluster.clone()));
+        let all = env
+            .iter()
+            .find(|(k, _)| k == "WATCH_NAMESPACE")
+            .is_none_or(|(_, v)| v.is_empty());
+        Operator::spawn(id, args, env, all, replica, None).await
+    }
+
+    async fn spawn(
+        id: &Identity,
+        args: Vec<String>,
+        vars: Vec<(String, String)>,
+        cluster_wide: bool,
+        replica: &str,
+        aws_endpoint: Option<&str>,
+    ) -> Operator {
+        let pass = Pass::acquire(cluster_wide).await;
+        let metrics_addr = format!("127.0.0.1:{}", free_port());
+        let probe_addr = format!("127.0.0.1:{}", free_port());
+        let log = logs_dir().join(format!("operator-{}-{replica}.log", id.cluster));
+        let out = std::fs::File::create(&log).expect("log file");
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_s3-operator"));
+        cmd.args(&args)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(vars)
+            .env("KUBECONFIG", &id.kubeconfig)
+            .env("AWS_ACCESS_KEY_ID", &id.aws_key.0)
+            .env("AWS_SECRET_ACCESS_KEY", &id.aws_key.1)
+            .env("AWS_REGION", &env().region)
+            .env(
+                "AWS_ENDPOINT_URL",
+                aws_endpoint.unwrap_or(&env().aws_endpoint),
+            )
+            .env("AWS_EC2_METADATA_DISABLED", "true")
+            .env("METRICS_BIND_ADDRESS", &metrics_addr)
+            .env("HEALTH_PROBE_BIND_ADDRESS", &probe_addr)
+            .stdout(out.try_clone().expect("log"))
+            .stderr(out)
+            .kill_on_drop(true);
+        let child = cmd.spawn().expect("start operator");
+        let op = Operator {
+            child,
+            cluster: id.cluster.clone(),
+            metrics_addr,
+            probe_addr,
+            log,
+            operator_ns: id.operator_ns.clone(),
+            _pass: pass,
+        };
+        let probe = op.probe_addr.clone();
+        wait_for("operator /readyz", Duration::from_secs(60), || {
+            let probe = probe.clone();
+            async move { (http_get(&probe, "/readyz").await?.0 == 200).then_some(()) }
+        })
+        .await;
+        op
+    }
+
+    pub async fn metrics(&self) -> String {
+        http_get(&self.metrics_addr, "/metrics")
+            .await
+            .expect("metrics")
+            .1
+    }
+
+    /// Sum of the samples of `name` whose labels include every `label=value` in `labels`.
+    pub async fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        metric_sum(&self.metrics().await, name, labels)
+    }
+
+    /// AWS writes (every operation that is not Get/List/Head) the operator has made so far.
+    pub async fn aws_writes(&self) -> f64 {
+        let text = self.metrics().await;
+        text.lines()
+            .filter(|l| l.starts_with("s3_operator_aws_requests_total{"))
+            .filter(|l| {
+                !["operation=\"Get", "operation=\"List", "operation=\"Head"]
+                    .iter()
+                    .any(|p| l.contains(p))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+
+    pub async fn kube_writes(&self) -> f64 {
+        self.metric("s3_operator_kube_writes_total", &[]).await
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id().expect("running")
+    }
+
+    /// Sends `signal` (a name `kill` knows: STOP, CONT, ...).
+    pub fn signal(&self, signal: &str) {
+        let sent = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(sent, "kill -{signal} {}", self.pid());
+    }
+
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then wait for exit; returns the exit code.
+    pub async fn terminate(mut self) -> Option<i32> {
+        let _ = std::process::Command::new("kill")
+            .arg("-TERM")
+            .arg(self.pid().to_string())
+            .status();
+        tokio::time::timeout(Duration::from_secs(30), self.child.wait())
+            .await
+            .ok()?
+            .ok()?
+            .code()
+    }
+
+    pub async fn kill9(mut self) {
+        let _ = self.child.kill().await;
+    }
+
+    pub async fn wait_exit(&mut self, timeout: Duration) -> Option<i32> {
+        tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .ok()?
+            .ok()?
+            .code()
+    }
+}
