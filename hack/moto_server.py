@@ -17,6 +17,15 @@ parts the operator relies on. Everything else is stock moto.
 - Inactive access keys are refused, as AWS does (stock moto still accepts them).
 - CreateBucket with `Tags` in its CreateBucketConfiguration tags the new bucket in the same call
   (authorized as s3:TagResource), as S3 does; an existing bucket is never tagged this way.
+- Object ownership as S3 has it since April 2023: a new bucket gets `BucketOwnerEnforced`
+  (ACLs disabled) unless CreateBucket names another `ObjectOwnership`, which S3 authorizes as
+  s3:PutBucketOwnershipControls too; Get/PutBucketOwnershipControls are checked against their own
+  IAM actions (stock moto checks ListBucket/CreateBucket); with `BucketOwnerEnforced` a request
+  that sets an ACL (other than `bucket-owner-full-control`) is refused with
+  `AccessControlListNotSupported` (stock moto accepts every ACL).
+- BlockPublicPolicy is enforced: with it on, PutBucketPolicy of a public policy (an Allow for
+  `*` without a condition, moto's own test of publicness) is refused with AccessDenied, as S3
+  does (stock moto stores it).
 - Bulk DeleteObjects is authorized as s3:DeleteObject on the objects; encryption and public
   access block requests are checked against the IAM actions AWS uses.
 - The GetBucketVersioning answer's root element is `VersioningConfiguration`, as S3 names it.
@@ -38,7 +47,9 @@ from moto.iam.access_control import IAMPolicy, PermissionResult
 from moto.iam.exceptions import NotFoundException
 from moto.iam.models import User, iam_backends
 from moto.iam.responses import IamResponse
+from moto.s3.exceptions import S3ClientError
 from moto.s3.responses import ACTION_MAP, S3Response
+from moto.s3.utils import bucket_policy_is_public
 from moto.server import main
 
 
@@ -77,6 +88,12 @@ for _method, _encryption, _pab in (
 ):
     _bucket_actions[_method]["encryption"] = _encryption
     _bucket_actions[_method]["publicAccessBlock"] = _pab
+for _method, _ownership in (
+    ("GET", "GetBucketOwnershipControls"),
+    ("PUT", "PutBucketOwnershipControls"),
+    ("DELETE", "PutBucketOwnershipControls"),
+):
+    _bucket_actions[_method]["ownershipControls"] = _ownership
 
 _get_bucket_versioning = S3Response.get_bucket_versioning
 
@@ -323,6 +340,7 @@ IamResponse.put_user_permissions_boundary = _put_user_permissions_boundary
 IamResponse.delete_user_permissions_boundary = _delete_user_permissions_boundary
 
 # ---------------------------------------------------------------- CreateBucket with tags
+# ---------------------------------------------------------------- and object ownership
 
 _bucket_put = S3Response._bucket_response_put
 
@@ -337,20 +355,73 @@ def _creation_tags(body):
     return {t["Key"]: t.get("Value") or "" for t in tags}
 
 
+class PublicPolicyBlocked(S3ClientError):
+    code = "AccessDenied"
+
+    def __init__(self):
+        super().__init__("AccessDenied", "Access Denied: the bucket's BlockPublicPolicy refuses a public policy")
+
+
+def _refuse_public_policy(self, bucket_name, querystring):
+    bucket = self.backend.buckets.get(bucket_name)
+    pab = bucket.public_access_block if bucket is not None else None
+    if "policy" in querystring and pab is not None and pab.block_public_policy:
+        if bucket_policy_is_public(self.body):
+            raise PublicPolicyBlocked()
+
+
+class AccessControlListNotSupported(S3ClientError):
+    code = "AccessControlListNotSupported"
+
+    def __init__(self):
+        super().__init__("AccessControlListNotSupported", "The bucket does not allow ACLs")
+
+
+def _refuse_acls(self, bucket_name, sets_acl):
+    bucket = self.backend.buckets.get(bucket_name)
+    if sets_acl and bucket is not None and bucket.ownership_rule == "BucketOwnerEnforced":
+        raise AccessControlListNotSupported()
+
+
+def _sets_acl(headers, query):
+    if "acl" in query or any(k.lower().startswith("x-amz-grant-") for k in headers.keys()):
+        return True
+    return headers.get("x-amz-acl", "bucket-owner-full-control") != "bucket-owner-full-control"
+
+
 def _bucket_put_with_tags(self, request, bucket_name, querystring):
-    tags = {} if querystring or not self.body else _creation_tags(self.body)
-    if not tags:
+    if querystring:
+        _refuse_acls(self, bucket_name, _sets_acl(request.headers, querystring))
+        _refuse_public_policy(self, bucket_name, querystring)
         return _bucket_put(self, request, bucket_name, querystring)
-    self.data["Action"] = "TagResource"
-    self._authenticate_and_authorize_s3_action(bucket_name=bucket_name)
+    tags = _creation_tags(self.body) if self.body else {}
+    if tags:
+        self.data["Action"] = "TagResource"
+        self._authenticate_and_authorize_s3_action(bucket_name=bucket_name)
+    if request.headers.get("x-amz-object-ownership"):
+        self.data["Action"] = "PutBucketOwnershipControls"
+        self._authenticate_and_authorize_s3_action(bucket_name=bucket_name)
     existed = bucket_name in self.backend.buckets
     result = _bucket_put(self, request, bucket_name, querystring)
-    if not existed:
-        self.backend.put_bucket_tagging(bucket_name, tags)
+    bucket = self.backend.buckets.get(bucket_name)
+    if not existed and bucket is not None:
+        if tags:
+            self.backend.put_bucket_tagging(bucket_name, tags)
+        bucket.ownership_rule = bucket.ownership_rule or "BucketOwnerEnforced"
     return result
 
 
 S3Response._bucket_response_put = _bucket_put_with_tags
+
+_key_put = S3Response._key_response_put
+
+
+def _key_put_without_acls(self, query, key_name):
+    _refuse_acls(self, self.bucket_name, _sets_acl(self.headers, query))
+    return _key_put(self, query, key_name)
+
+
+S3Response._key_response_put = _key_put_without_acls
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

@@ -97,6 +97,16 @@ struct RunArgs {
     /// back only to the namespace it came from.
     #[arg(long, env = "ALLOW_CROSS_NAMESPACE_ADOPTION", default_value_t = false)]
     allow_cross_namespace_adoption: bool,
+    /// Principals outside the operator's AWS account that a Bucket's `spec.policy` may grant
+    /// (`Allow`), comma-separated: IAM ARNs, account ids or AWS service names. Empty (the
+    /// default): only principals of the operator's own account.
+    #[arg(
+        long,
+        env = "ALLOWED_POLICY_PRINCIPALS",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    allowed_policy_principals: Vec<String>,
     /// Namespaces to watch, comma-separated; empty watches all (OLM's olm.targetNamespaces format).
     #[arg(
         long,
@@ -248,6 +258,14 @@ fn run(args: RunArgs) -> ExitCode {
             cluster_name: args.cluster_name,
             boundary_arn: args.permissions_boundary_arn.unwrap_or_default(),
             allow_cross_namespace_adoption: args.allow_cross_namespace_adoption,
+            // Found through STS at start-up, with the permissions boundary.
+            account_id: String::new(),
+            allowed_policy_principals: args
+                .allowed_policy_principals
+                .into_iter()
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .collect(),
             default_deletion_policy: args.default_deletion_policy,
             oidc_provider_arn: args.oidc_provider_arn,
             resync_period: args.resync_period,

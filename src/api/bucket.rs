@@ -59,6 +59,27 @@ pub struct BucketSpec {
     #[serde(default)]
     pub public_access_block: PublicAccessBlock,
 
+    /// S3 Object Ownership: who owns objects written to the bucket and whether ACLs apply.
+    /// `BucketOwnerEnforced` (ACLs disabled, the bucket owner owns every object),
+    /// `BucketOwnerPreferred` or `ObjectWriter` (both keep ACLs working). When omitted, a new
+    /// bucket is created with `BucketOwnerEnforced`, as AWS does, and the setting of an existing
+    /// bucket is left alone and not read; when set, it is kept and drift is corrected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_ownership: Option<ObjectOwnership>,
+
+    /// Statements the operator adds to the bucket policy, after its own statement that denies
+    /// every request made without TLS (`DenyInsecureTransport`, always kept). A statement may
+    /// name only this bucket (`arn:aws:s3:::<bucket>` and `arn:aws:s3:::<bucket>/*`); an `Allow`
+    /// may not name everyone (`*`), and may name principals outside the operator's AWS account
+    /// only if the operator's `--allowed-policy-principals` lists them. A refused statement
+    /// stops every change to the bucket and sets Ready=False (`InvalidSpec`) naming it and the
+    /// rule. Empty (the default): the policy holds the TLS-only statement alone. The operator
+    /// owns the whole policy: statements added outside it are removed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    #[x_kube(validation = Rule::new("self.all(s, !has(s.sid) || self.exists_one(o, has(o.sid) && o.sid == s.sid))").message("spec.policy[].sid must be unique"))]
+    pub policy: Vec<PolicyStatement>,
+
     /// Lifecycle rules. When omitted the operator leaves the bucket's lifecycle configuration
     /// alone; an empty list removes every rule.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -103,6 +124,21 @@ pub struct BucketSpec {
 pub enum Versioning {
     Enabled,
     Suspended,
+}
+
+// S3 Object Ownership of a bucket (no doc comment: on an `Option` field it would replace the
+// field's own `kubectl explain` text).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum ObjectOwnership {
+    /// ACLs are disabled; the bucket owner owns every object (the AWS default for new buckets).
+    #[default]
+    BucketOwnerEnforced,
+    /// The bucket owner owns objects uploaded with the `bucket-owner-full-control` ACL.
+    BucketOwnerPreferred,
+    /// The uploading account owns the objects it writes (the legacy behaviour).
+    ObjectWriter,
 }
 
 #[derive(
@@ -176,6 +212,59 @@ impl Default for PublicAccessBlock {
             restrict_public_buckets: true,
         }
     }
+}
+
+/// One statement of the bucket policy, in the IAM policy grammar.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.effect != 'Allow' || !has(self.principal.aws) || !self.principal.aws.exists(p, p == '*')").message("spec.policy[].principal.aws must not be '*' in an Allow statement: it would make the bucket public"))]
+pub struct PolicyStatement {
+    /// Statement id, unique in the policy (letters and digits). `DenyInsecureTransport` is the
+    /// operator's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 128))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9]+$')").message("spec.policy[].sid may contain only letters and digits"))]
+    #[x_kube(validation = Rule::new("self != 'DenyInsecureTransport'").message("spec.policy[].sid DenyInsecureTransport is reserved for the operator's TLS-only statement"))]
+    pub sid: Option<String>,
+    /// `Allow` or `Deny`.
+    pub effect: PolicyEffect,
+    /// Whom the statement applies to.
+    pub principal: PolicyPrincipal,
+    /// S3 actions, such as `s3:GetObject` or `s3:*`.
+    // Bounded items keep the CEL rules' estimated cost within the API server's budget.
+    #[schemars(length(min = 1, max = 50), extend("items" = {"type": "string", "maxLength": 128}))]
+    #[x_kube(validation = Rule::new("self.all(a, a.startsWith('s3:'))").message("spec.policy[].action must list S3 actions (s3:...)"))]
+    pub action: Vec<String>,
+    /// This bucket's ARN (`arn:aws:s3:::<bucket>`) and/or its objects' (`arn:aws:s3:::<bucket>/*`);
+    /// no other resource is accepted.
+    #[schemars(length(min = 1, max = 2), extend("items" = {"type": "string", "maxLength": 128}))]
+    #[x_kube(validation = Rule::new("self.all(r, r.matches('^arn:aws[a-z-]*:s3:::[a-z0-9][a-z0-9.-]*[a-z0-9](/[*])?$'))").message("spec.policy[].resource must be this bucket's ARN, arn:aws:s3:::<bucket>, or its objects', arn:aws:s3:::<bucket>/*"))]
+    pub resource: Vec<String>,
+    /// Conditions: operator (`StringEquals`, `Bool`, `IpAddress`, ...) to condition key to values.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 10))]
+    pub condition: BTreeMap<String, BTreeMap<String, Vec<String>>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum PolicyEffect {
+    Allow,
+    Deny,
+}
+
+/// The principals of a policy statement.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[x_kube(validation = Rule::new("(has(self.aws) && size(self.aws) > 0) || (has(self.service) && size(self.service) > 0)").message("spec.policy[].principal needs at least one aws or service principal"))]
+pub struct PolicyPrincipal {
+    /// AWS account ids or IAM ARNs (`123456789012`, `arn:aws:iam::123456789012:role/app`); `*`
+    /// is everyone, allowed only in a `Deny`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20), extend("items" = {"type": "string", "maxLength": 2048}))]
+    pub aws: Vec<String>,
+    /// AWS service principals, such as `logging.s3.amazonaws.com`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20), extend("items" = {"type": "string", "maxLength": 256}))]
+    pub service: Vec<String>,
 }
 
 /// One lifecycle rule. At least one action (expiration, noncurrent expiration, multipart

@@ -92,6 +92,8 @@ const NOT_FOUND: &[&str] = &[
     "ServerSideEncryptionConfigurationNotFoundError",
     "NoSuchLifecycleConfiguration",
     "NoSuchCORSConfiguration",
+    "OwnershipControlsNotFoundError",
+    "NoSuchBucketPolicy",
     "NotFound",
 ];
 const ACCESS_DENIED: &[&str] = &[

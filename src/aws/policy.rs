@@ -3,7 +3,7 @@
 
 use serde_json::{Value, json};
 
-use crate::api::Permission;
+use crate::api::{Permission, PolicyEffect, PolicyStatement};
 
 const VERSION: &str = "2012-10-17";
 
@@ -231,6 +231,9 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     "s3:GetBucketPublicAccessBlock", "s3:PutBucketPublicAccessBlock",
                     "s3:GetLifecycleConfiguration", "s3:PutLifecycleConfiguration",
                     "s3:GetBucketCORS", "s3:PutBucketCORS",
+                    // CreateBucket with an ObjectOwnership needs the Put as well.
+                    "s3:GetBucketOwnershipControls", "s3:PutBucketOwnershipControls",
+                    "s3:GetBucketPolicy", "s3:PutBucketPolicy",
                 ],
                 "Resource": buckets,
             },
@@ -311,6 +314,235 @@ pub fn operator_policy(scope: &Scope) -> Value {
             },
         ],
     })
+}
+
+/// Sid of the statement every bucket policy of the operator starts with, and that it never drops.
+pub const TLS_ONLY_SID: &str = "DenyInsecureTransport";
+
+/// A bucket's policy: a Deny of every request not made over TLS (kept whatever the spec says),
+/// then `statements`.
+pub fn bucket_policy(bucket_arn: &str, statements: &[Value]) -> Value {
+    let mut all = vec![json!({
+        "Sid": TLS_ONLY_SID,
+        "Effect": "Deny",
+        "Principal": "*",
+        "Action": "s3:*",
+        "Resource": [bucket_arn, format!("{bucket_arn}/*")],
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+    })];
+    all.extend_from_slice(statements);
+    json!({"Version": VERSION, "Statement": all})
+}
+
+/// The account an AWS principal belongs to: itself for an account id, the account field of an
+/// IAM or STS ARN; `None` for anything else.
+fn principal_account(p: &str) -> Option<&str> {
+    if is_account_id(p) {
+        return Some(p);
+    }
+    let mut parts = p.split(':');
+    match (
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+        parts.next(),
+    ) {
+        (Some("arn"), Some(_), Some("iam" | "sts"), Some(""), Some(account))
+            if is_account_id(account) =>
+        {
+            Some(account)
+        }
+        _ => None,
+    }
+}
+
+/// `spec.policy` as policy statements, or why one is refused, naming its field and the rule.
+/// The guard is the operator's, not only the CRD's: objects stored before a rule existed, and
+/// rules CEL cannot express (this bucket's ARN, the operator's account), are checked here.
+/// `allowed`: the operator's `--allowed-policy-principals` (ARNs, account ids or service names).
+pub fn bucket_statements(
+    statements: &[PolicyStatement],
+    bucket_arn: &str,
+    account: &str,
+    allowed: &[String],
+) -> Result<Vec<Value>, String> {
+    let objects_arn = format!("{bucket_arn}/*");
+    let mut out = Vec::with_capacity(statements.len());
+    for (i, s) in statements.iter().enumerate() {
+        let field = format!("spec.policy[{i}]");
+        if s.sid.as_deref() == Some(TLS_ONLY_SID) {
+            return Err(format!(
+                "{field}.sid {TLS_ONLY_SID} is reserved for the operator's TLS-only statement"
+            ));
+        }
+        if let Some(a) = s.action.iter().find(|a| !a.starts_with("s3:")) {
+            return Err(format!("{field}.action {a:?} is not an S3 action (s3:...)"));
+        }
+        if s.resource.is_empty() {
+            return Err(format!("{field}.resource must name this bucket"));
+        }
+        if let Some(r) = s
+            .resource
+            .iter()
+            .find(|r| **r != bucket_arn && **r != objects_arn)
+        {
+            return Err(format!(
+                "{field}.resource {r:?} is not this bucket: a statement may name only {bucket_arn} and {objects_arn}"
+            ));
+        }
+        if s.principal.aws.is_empty() && s.principal.service.is_empty() {
+            return Err(format!("{field}.principal names no principal"));
+        }
+        if s.effect == PolicyEffect::Allow {
+            if s.principal.aws.iter().any(|p| p == "*") {
+                return Err(format!(
+                    "{field}.principal.aws \"*\" in an Allow would make the bucket public; refused"
+                ));
+            }
+            let outside = s
+                .principal
+                .aws
+                .iter()
+                .find(|p| {
+                    let acct = principal_account(p);
+                    acct != Some(account)
+                        && !allowed.iter().any(|a| a == *p || Some(a.as_str()) == acct)
+                })
+                .or_else(|| s.principal.service.iter().find(|p| !allowed.contains(p)));
+            if let Some(p) = outside {
+                return Err(format!(
+                    "{field}.principal {p:?} is outside the operator's AWS account {account}; an Allow may name it only if the operator's --allowed-policy-principals lists it"
+                ));
+            }
+        }
+        let mut st = serde_json::Map::new();
+        if let Some(sid) = &s.sid {
+            st.insert("Sid".into(), json!(sid));
+        }
+        let effect = match s.effect {
+            PolicyEffect::Allow => "Allow",
+            PolicyEffect::Deny => "Deny",
+        };
+        st.insert("Effect".into(), json!(effect));
+        let mut principal = serde_json::Map::new();
+        if !s.principal.aws.is_empty() {
+            principal.insert("AWS".into(), json!(s.principal.aws));
+        }
+        if !s.principal.service.is_empty() {
+            principal.insert("Service".into(), json!(s.principal.service));
+        }
+        st.insert("Principal".into(), Value::Object(principal));
+        st.insert("Action".into(), json!(s.action));
+        st.insert("Resource".into(), json!(s.resource));
+        if !s.condition.is_empty() {
+            st.insert("Condition".into(), json!(s.condition));
+        }
+        out.push(Value::Object(st));
+    }
+    Ok(out)
+}
+
+/// A policy document in one canonical form, so two documents that mean the same compare equal
+/// and a resync never rewrites a policy only because S3 formats or orders it differently: a
+/// single value and a one-element list are the same, lists are sets, `"*"` is `{"AWS": "*"}`,
+/// an account id is its root ARN (S3 stores it so), condition values are strings, and the
+/// statements are in a fixed order.
+pub fn normalize_policy(doc: &Value, partition: &str) -> Value {
+    let statements = match &doc["Statement"] {
+        Value::Array(a) => a.clone(),
+        Value::Null => vec![],
+        one => vec![one.clone()],
+    };
+    let mut statements: Vec<Value> = statements
+        .iter()
+        .map(|s| normalize_statement(s, partition))
+        .collect();
+    statements.sort_by_key(|s| s.to_string());
+    statements.dedup();
+    json!({"Version": doc.get("Version").cloned().unwrap_or(json!(VERSION)), "Statement": statements})
+}
+
+fn string_set(v: &Value) -> Value {
+    let mut items: Vec<String> = match v {
+        Value::Array(a) => a.iter().map(scalar).collect(),
+        other => vec![scalar(other)],
+    };
+    items.sort();
+    items.dedup();
+    json!(items)
+}
+
+fn scalar(v: &Value) -> String {
+    match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn normalize_statement(s: &Value, partition: &str) -> Value {
+    let Value::Object(fields) = s else {
+        return s.clone();
+    };
+    let mut out = serde_json::Map::new();
+    for (key, value) in fields {
+        let value = match key.as_str() {
+            "Action" | "NotAction" | "Resource" | "NotResource" => string_set(value),
+            "Principal" | "NotPrincipal" => normalize_principal(value, partition),
+            "Condition" => match value {
+                Value::Object(ops) => Value::Object(
+                    ops.iter()
+                        .map(|(op, keys)| {
+                            let keys = match keys {
+                                Value::Object(k) => Value::Object(
+                                    k.iter().map(|(k, v)| (k.clone(), string_set(v))).collect(),
+                                ),
+                                other => other.clone(),
+                            };
+                            (op.clone(), keys)
+                        })
+                        .collect(),
+                ),
+                other => other.clone(),
+            },
+            _ => value.clone(),
+        };
+        out.insert(key.clone(), value);
+    }
+    Value::Object(out)
+}
+
+fn normalize_principal(p: &Value, partition: &str) -> Value {
+    let map = match p {
+        Value::String(s) if s == "*" => {
+            return json!({"AWS": ["*"]});
+        }
+        Value::Object(m) => m.clone(),
+        other => return other.clone(),
+    };
+    Value::Object(
+        map.into_iter()
+            .map(|(kind, v)| {
+                let mut v = string_set(&v);
+                if kind == "AWS"
+                    && let Value::Array(items) = &mut v
+                {
+                    for item in items.iter_mut() {
+                        if let Some(id) = item.as_str().filter(|s| is_account_id(s)) {
+                            *item = json!(format!("arn:{partition}:iam::{id}:root"));
+                        }
+                    }
+                    v = string_set(&v);
+                }
+                (kind, v)
+            })
+            .collect(),
+    )
+}
+
+/// A 12-digit AWS account id.
+pub fn is_account_id(s: &str) -> bool {
+    s.len() == 12 && s.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// Policy documents as IAM returns them are URL-encoded JSON; compare them as JSON values so
@@ -518,10 +750,66 @@ mod tests {
             }
         }
         assert!(!allowed.iter().any(|a| a.starts_with("iam:") || a == "s3:*"));
+        // Applications never reconfigure their bucket: what the operator manages stays its own.
+        for a in [
+            "s3:PutBucketOwnershipControls",
+            "s3:PutBucketAcl",
+            "s3:PutObjectAcl",
+            "s3:PutBucketPolicy",
+            "s3:DeleteBucketPolicy",
+            "s3:PutBucketPublicAccessBlock",
+        ] {
+            assert!(!allowed.contains(&a.to_string()), "{a}");
+        }
         assert_eq!(doc["Statement"][0]["Resource"], "arn:aws:s3:::s3op-prod-*");
         assert_eq!(
             doc["Statement"][1]["Resource"],
             "arn:aws:s3:::s3op-prod-*/*"
+        );
+    }
+
+    #[test]
+    fn bucket_policies_always_start_with_the_tls_only_deny() {
+        let doc = bucket_policy("arn:aws:s3:::b", &[]);
+        let s = &doc["Statement"][0];
+        assert_eq!(s["Sid"], TLS_ONLY_SID);
+        assert_eq!(s["Effect"], "Deny");
+        assert_eq!(s["Principal"], "*");
+        assert_eq!(s["Condition"]["Bool"]["aws:SecureTransport"], "false");
+        assert_eq!(s["Resource"], json!(["arn:aws:s3:::b", "arn:aws:s3:::b/*"]));
+        let extra = json!({"Sid": "X", "Effect": "Allow"});
+        let doc = bucket_policy("arn:aws:s3:::b", std::slice::from_ref(&extra));
+        assert_eq!(doc["Statement"][0]["Sid"], TLS_ONLY_SID);
+        assert_eq!(doc["Statement"][1], extra);
+    }
+
+    #[test]
+    fn policies_that_mean_the_same_normalize_the_same() {
+        let ours = bucket_policy(
+            "arn:aws:s3:::b",
+            &[
+                json!({"Sid": "Read", "Effect": "Allow", "Principal": {"AWS": ["111122223333"]},
+                     "Action": ["s3:GetObject", "s3:ListBucket"], "Resource": ["arn:aws:s3:::b/*"]}),
+            ],
+        );
+        // As S3 may return it: statements reordered, singletons unwrapped, lists reordered,
+        // the account id as its root ARN, a boolean condition value.
+        let theirs = json!({"Version": "2012-10-17", "Statement": [
+            {"Sid": "Read", "Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::111122223333:root"},
+             "Action": ["s3:ListBucket", "s3:GetObject"], "Resource": "arn:aws:s3:::b/*"},
+            {"Sid": TLS_ONLY_SID, "Effect": "Deny", "Principal": {"AWS": "*"}, "Action": ["s3:*"],
+             "Resource": ["arn:aws:s3:::b/*", "arn:aws:s3:::b"],
+             "Condition": {"Bool": {"aws:SecureTransport": false}}},
+        ]});
+        assert_eq!(
+            normalize_policy(&ours, "aws"),
+            normalize_policy(&theirs, "aws")
+        );
+        let mut changed = theirs.clone();
+        changed["Statement"][1]["Condition"]["Bool"]["aws:SecureTransport"] = json!("true");
+        assert_ne!(
+            normalize_policy(&ours, "aws"),
+            normalize_policy(&changed, "aws")
         );
     }
 

@@ -7,8 +7,8 @@ use aws_sdk_s3::types as s3;
 
 use super::{Aws, Error};
 use crate::api::{
-    CorsMethod, CorsRule, Encryption, EncryptionAlgorithm, LifecycleRule, PublicAccessBlock,
-    StorageClass, Transition, Versioning,
+    CorsMethod, CorsRule, Encryption, EncryptionAlgorithm, LifecycleRule, ObjectOwnership,
+    PublicAccessBlock, StorageClass, Transition, Versioning,
 };
 
 const S3: &str = "s3";
@@ -145,13 +145,95 @@ impl Aws {
         }
     }
 
-    /// Creates the bucket with its tags in the same call, so no bucket of the operator ever
-    /// exists without its ownership tags (a crash between two calls cannot strand one).
+    /// The bucket's policy document; `None` when it has none. A document that is not JSON
+    /// reads as `Value::Null`, which no desired policy equals.
+    pub async fn bucket_policy(
+        &self,
+        region: &str,
+        bucket: &str,
+    ) -> Result<Option<serde_json::Value>, Error> {
+        let req = self.s3(region).get_bucket_policy().bucket(bucket).send();
+        match Aws::call(S3, "GetBucketPolicy", req).await {
+            Ok(out) => Ok(Some(
+                out.policy
+                    .and_then(|p| serde_json::from_str(&p).ok())
+                    .unwrap_or_default(),
+            )),
+            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn put_bucket_policy(
+        &self,
+        region: &str,
+        bucket: &str,
+        policy: &serde_json::Value,
+    ) -> Result<(), Error> {
+        let req = self
+            .s3(region)
+            .put_bucket_policy()
+            .bucket(bucket)
+            .policy(policy.to_string())
+            .send();
+        Aws::call(S3, "PutBucketPolicy", req).await.map(drop)
+    }
+
+    /// The bucket's object ownership; `None` when it has no ownership controls.
+    pub async fn object_ownership(
+        &self,
+        region: &str,
+        bucket: &str,
+    ) -> Result<Option<ObjectOwnership>, Error> {
+        let req = self
+            .s3(region)
+            .get_bucket_ownership_controls()
+            .bucket(bucket)
+            .send();
+        match Aws::call(S3, "GetBucketOwnershipControls", req).await {
+            Ok(out) => Ok(out
+                .ownership_controls
+                .and_then(|c| c.rules.into_iter().next())
+                .and_then(|r| ownership_from_aws(&r.object_ownership))),
+            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    pub async fn put_object_ownership(
+        &self,
+        region: &str,
+        bucket: &str,
+        ownership: ObjectOwnership,
+    ) -> Result<(), Error> {
+        let rule = s3::OwnershipControlsRule::builder()
+            .object_ownership(ownership_to_aws(ownership))
+            .build()
+            .expect("object ownership is set");
+        let controls = s3::OwnershipControls::builder()
+            .rules(rule)
+            .build()
+            .expect("rules are set");
+        let req = self
+            .s3(region)
+            .put_bucket_ownership_controls()
+            .bucket(bucket)
+            .ownership_controls(controls)
+            .send();
+        Aws::call(S3, "PutBucketOwnershipControls", req)
+            .await
+            .map(drop)
+    }
+
+    /// Creates the bucket with its tags and object ownership in the same call, so no bucket of
+    /// the operator ever exists without its ownership tags (a crash between two calls cannot
+    /// strand one), and the ownership default costs no request of its own.
     pub async fn create_bucket(
         &self,
         region: &str,
         bucket: &str,
         tags: &BTreeMap<String, String>,
+        ownership: ObjectOwnership,
     ) -> Result<(), Error> {
         let mut conf = s3::CreateBucketConfiguration::builder().set_tags(Some(to_s3_tags(tags)));
         // us-east-1 is the default location and must not be named.
@@ -162,6 +244,7 @@ impl Aws {
             .s3(region)
             .create_bucket()
             .bucket(bucket)
+            .object_ownership(ownership_to_aws(ownership))
             .create_bucket_configuration(conf.build());
         Aws::call(S3, "CreateBucket", req.send()).await.map(drop)
     }
@@ -389,6 +472,24 @@ impl Aws {
             Err(e) if e.is("NoSuchBucket") => Ok(()),
             other => other.map(drop),
         }
+    }
+}
+
+fn ownership_to_aws(o: ObjectOwnership) -> s3::ObjectOwnership {
+    match o {
+        ObjectOwnership::BucketOwnerEnforced => s3::ObjectOwnership::BucketOwnerEnforced,
+        ObjectOwnership::BucketOwnerPreferred => s3::ObjectOwnership::BucketOwnerPreferred,
+        ObjectOwnership::ObjectWriter => s3::ObjectOwnership::ObjectWriter,
+    }
+}
+
+/// `None` for a value this operator does not know: the plan then writes the desired one.
+fn ownership_from_aws(o: &s3::ObjectOwnership) -> Option<ObjectOwnership> {
+    match o {
+        s3::ObjectOwnership::BucketOwnerEnforced => Some(ObjectOwnership::BucketOwnerEnforced),
+        s3::ObjectOwnership::BucketOwnerPreferred => Some(ObjectOwnership::BucketOwnerPreferred),
+        s3::ObjectOwnership::ObjectWriter => Some(ObjectOwnership::ObjectWriter),
+        _ => None,
     }
 }
 
@@ -629,6 +730,17 @@ mod tests {
             }],
         };
         assert_eq!(lifecycle_from_aws(lifecycle_to_aws(&rule)), rule);
+    }
+
+    #[test]
+    fn object_ownership_round_trips_through_the_sdk_types() {
+        for o in [
+            ObjectOwnership::BucketOwnerEnforced,
+            ObjectOwnership::BucketOwnerPreferred,
+            ObjectOwnership::ObjectWriter,
+        ] {
+            assert_eq!(ownership_from_aws(&ownership_to_aws(o)), Some(o));
+        }
     }
 
     #[test]

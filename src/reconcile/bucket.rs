@@ -12,11 +12,11 @@ use super::{
 use crate::api::condition::{self, Reason};
 use crate::api::{
     Bucket, BucketStatus, CorsRule, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule,
-    PublicAccessBlock, Versioning,
+    ObjectOwnership, PublicAccessBlock, Versioning,
 };
 use crate::aws::s3::Emptied;
 use crate::aws::tags::{Owner, Ownership, released, with_ownership};
-use crate::aws::{ErrorKind, naming};
+use crate::aws::{ErrorKind, naming, policy};
 use crate::metrics::METRICS;
 
 /// What else an AccessDenied on a bucket may mean.
@@ -39,6 +39,21 @@ pub struct Desired {
     pub versioning: Option<Versioning>,
     pub lifecycle_rules: Option<Vec<LifecycleRule>>,
     pub cors: Option<Vec<CorsRule>>,
+    /// `None`: not managed (and not read) once the bucket exists; a new bucket still gets
+    /// [`Desired::creation_ownership`].
+    pub object_ownership: Option<ObjectOwnership>,
+    /// The whole bucket policy: always managed, as it carries the TLS-only statement. `Err`:
+    /// why `spec.policy` is refused (the plan blocks on it; deletion does not).
+    pub policy: Result<serde_json::Value, String>,
+}
+
+impl Desired {
+    /// The ownership a new bucket is created with: the spec's, else `BucketOwnerEnforced` (ACLs
+    /// disabled), as AWS creates buckets. It goes in the CreateBucket call itself, so the
+    /// default costs no request of its own.
+    pub fn creation_ownership(&self) -> ObjectOwnership {
+        self.object_ownership.unwrap_or_default()
+    }
 }
 
 /// What S3 holds for the bucket name, as far as the plan needs to know.
@@ -62,6 +77,10 @@ pub struct Config {
     pub versioning: Option<Versioning>,
     pub lifecycle_rules: Option<Vec<LifecycleRule>>,
     pub cors: Option<Vec<CorsRule>>,
+    /// `None` when unmanaged (not read) or when the bucket has no ownership controls.
+    pub object_ownership: Option<ObjectOwnership>,
+    /// `None` when the bucket has no policy.
+    pub policy: Option<serde_json::Value>,
 }
 
 /// One write to S3.
@@ -74,6 +93,8 @@ pub enum Change {
     Versioning(Versioning),
     LifecycleRules,
     Cors,
+    ObjectOwnership(ObjectOwnership),
+    Policy,
 }
 
 impl Change {
@@ -87,6 +108,8 @@ impl Change {
             Change::Versioning(_) => "versioning",
             Change::LifecycleRules => "lifecycleRules",
             Change::Cors => "cors",
+            Change::ObjectOwnership(_) => "objectOwnership",
+            Change::Policy => "policy",
         }
     }
 }
@@ -114,12 +137,17 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
         Observed::NotAdoptable(why) => {
             return Plan::Blocked(Blocked::new(Reason::NameConflict, why.clone()));
         }
+        Observed::Absent | Observed::Present(_) if desired.policy.is_err() => {
+            let why = desired.policy.clone().err().unwrap_or_default();
+            return Plan::Blocked(Blocked::new(Reason::InvalidSpec, why));
+        }
         Observed::Absent => {
-            // The bucket is created with its tags in one call.
+            // The bucket is created with its tags and object ownership in one call.
             let mut all = vec![
                 Change::Create,
                 Change::PublicAccessBlock,
                 Change::Encryption,
+                Change::Policy,
             ];
             if let Some(v) = desired.versioning {
                 // A new bucket is unversioned, which is what Suspended means for it.
@@ -169,6 +197,21 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
     {
         changes.push(Change::Cors);
     }
+    if let Some(want) = desired.object_ownership
+        && config.object_ownership != Some(want)
+    {
+        changes.push(Change::ObjectOwnership(want));
+    }
+    let partition = naming::partition(&desired.region);
+    if let Ok(want) = &desired.policy
+        && config
+            .policy
+            .as_ref()
+            .map(|p| policy::normalize_policy(p, partition))
+            != Some(policy::normalize_policy(want, partition))
+    {
+        changes.push(Change::Policy);
+    }
     Plan::Apply(changes)
 }
 
@@ -213,24 +256,34 @@ pub fn desired(
         Some(n) => n.clone(),
         None => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
     };
+    let region = spec
+        .region
+        .clone()
+        .unwrap_or_else(|| default_region.to_string());
     if !name.starts_with(prefix.as_str()) {
         let msg = format!(
             "spec.bucketName {name:?} must start with the operator's bucket-name prefix {prefix:?}: its IAM policy only covers such buckets"
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
+    let arn = naming::bucket_arn(naming::partition(&region), &name);
+    let statements = policy::bucket_statements(
+        &spec.policy,
+        &arn,
+        &ctx_settings.account_id,
+        &ctx_settings.allowed_policy_principals,
+    );
     Ok(Desired {
+        policy: statements.map(|s| policy::bucket_policy(&arn, &s)),
         name,
-        region: spec
-            .region
-            .clone()
-            .unwrap_or_else(|| default_region.to_string()),
+        region,
         tags: with_ownership(&spec.tags, owner),
         public_access_block: spec.public_access_block,
         encryption: spec.encryption.clone(),
         versioning: spec.versioning,
         lifecycle_rules: spec.lifecycle_rules.clone(),
         cors: spec.cors.clone(),
+        object_ownership: spec.object_ownership,
     })
 }
 
@@ -299,8 +352,12 @@ async fn observe(
         return Ok(Observed::NotAdoptable(why));
     }
     let (r, n) = (&d.region, &d.name);
-    let (public_access_block, encryption) =
-        tokio::try_join!(aws.public_access_block(r, n), aws.encryption(r, n))?;
+    // The policy is always read: its TLS-only statement is a security property worth a request.
+    let (public_access_block, encryption, policy) = tokio::try_join!(
+        aws.public_access_block(r, n),
+        aws.encryption(r, n),
+        aws.bucket_policy(r, n)
+    )?;
     let versioning = match d.versioning {
         Some(_) => aws.versioning(r, n).await?,
         None => None,
@@ -313,6 +370,10 @@ async fn observe(
         Some(_) => Some(aws.cors_rules(r, n).await?),
         None => None,
     };
+    let object_ownership = match d.object_ownership {
+        Some(_) => aws.object_ownership(r, n).await?,
+        None => None,
+    };
     Ok(Observed::Present(Config {
         tags,
         public_access_block,
@@ -320,6 +381,8 @@ async fn observe(
         versioning,
         lifecycle_rules,
         cors,
+        object_ownership,
+        policy,
     }))
 }
 
@@ -439,7 +502,10 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
         ctx.tag_reads.forget(r, n);
     }
     match change {
-        Change::Create => aws.create_bucket(r, n, &d.tags).await,
+        Change::Create => {
+            aws.create_bucket(r, n, &d.tags, d.creation_ownership())
+                .await
+        }
         Change::Tags => aws.put_tags(r, n, &d.tags).await,
         Change::PublicAccessBlock => {
             aws.put_public_access_block(r, n, &d.public_access_block)
@@ -455,6 +521,12 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
             aws.put_cors_rules(r, n, d.cors.as_deref().unwrap_or_default())
                 .await
         }
+        Change::ObjectOwnership(o) => aws.put_object_ownership(r, n, *o).await,
+        Change::Policy => match &d.policy {
+            Ok(p) => aws.put_bucket_policy(r, n, p).await,
+            // The plan blocks on a refused policy before any write.
+            Err(_) => Ok(()),
+        },
     }
 }
 
@@ -572,13 +644,18 @@ async fn release_or_delete(
     }
     match policy {
         DeletionPolicy::Retain => {
+            // Grants never outlive ownership: the spec's statements go, the TLS-only one stays.
+            // Before the tags, so a failure here still finds the bucket ours on the next pass.
+            let arn = naming::bucket_arn(naming::partition(r), n);
+            aws.put_bucket_policy(r, n, &policy::bucket_policy(&arn, &[]))
+                .await?;
             aws.put_tags(r, n, &released(&tags, owner)).await?;
             ctx.event(
                 bucket,
                 false,
                 "Retained",
                 format!(
-                    "S3 bucket {n} retained; ownership tags removed (only namespace {} may adopt it again)",
+                    "S3 bucket {n} retained; ownership tags and bucket policy grants removed (only namespace {} may adopt it again)",
                     owner.namespace
                 ),
             )
@@ -627,7 +704,7 @@ async fn hold(bucket: &Bucket, ctx: &Context, d: &Desired, msg: String) -> Error
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{BucketSpec, CorsMethod};
+    use crate::api::{BucketSpec, CorsMethod, PolicyEffect, PolicyPrincipal, PolicyStatement};
 
     fn settings() -> super::super::Settings {
         super::super::Settings {
@@ -639,6 +716,8 @@ mod tests {
             boundary_arn: "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary"
                 .into(),
             allow_cross_namespace_adoption: false,
+            account_id: "123456789012".into(),
+            allowed_policy_principals: vec![],
         }
     }
 
@@ -668,6 +747,8 @@ mod tests {
             versioning: d.versioning,
             lifecycle_rules: d.lifecycle_rules.clone(),
             cors: d.cors.clone(),
+            object_ownership: d.object_ownership,
+            policy: d.policy.clone().ok(),
         }
     }
 
@@ -725,7 +806,8 @@ mod tests {
             Plan::Apply(vec![
                 Change::Create,
                 Change::PublicAccessBlock,
-                Change::Encryption
+                Change::Encryption,
+                Change::Policy
             ])
         );
     }
@@ -838,6 +920,294 @@ mod tests {
             mutate(&mut c);
             assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![want]));
         }
+    }
+
+    #[test]
+    fn new_buckets_disable_acls_by_default_in_the_create_call() {
+        let d = desired_for(BucketSpec::default());
+        assert_eq!(d.object_ownership, None, "omitted: unmanaged once created");
+        assert_eq!(d.creation_ownership(), ObjectOwnership::BucketOwnerEnforced);
+        // No write of its own: CreateBucket carries it.
+        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert!(
+            !changes
+                .iter()
+                .any(|c| matches!(c, Change::ObjectOwnership(_)))
+        );
+    }
+
+    #[test]
+    fn explicit_object_ownership_is_created_kept_and_corrected() {
+        let d = desired_for(BucketSpec {
+            object_ownership: Some(ObjectOwnership::ObjectWriter),
+            ..Default::default()
+        });
+        assert_eq!(d.creation_ownership(), ObjectOwnership::ObjectWriter);
+        let c = converged(&d);
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        for drifted in [None, Some(ObjectOwnership::BucketOwnerEnforced)] {
+            let mut c = converged(&d);
+            c.object_ownership = drifted;
+            assert_eq!(
+                plan(&d, &Observed::Present(c)),
+                Plan::Apply(vec![Change::ObjectOwnership(ObjectOwnership::ObjectWriter)]),
+                "{drifted:?}"
+            );
+        }
+        assert_eq!(
+            Change::ObjectOwnership(ObjectOwnership::ObjectWriter).aspect(),
+            "objectOwnership"
+        );
+    }
+
+    #[test]
+    fn unmanaged_object_ownership_of_an_existing_bucket_is_left_alone() {
+        let d = desired_for(BucketSpec::default());
+        let mut c = converged(&d);
+        c.object_ownership = Some(ObjectOwnership::ObjectWriter);
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+    }
+
+    #[test]
+    fn the_tls_only_policy_is_kept_and_compared_semantically() {
+        let d = desired_for(BucketSpec::default());
+        let want = d.policy.clone().unwrap();
+        let tls = &want["Statement"][0];
+        assert_eq!(tls["Sid"], policy::TLS_ONLY_SID);
+        assert_eq!(
+            tls["Resource"][0],
+            format!("arn:aws:s3:::{}", d.name),
+            "this bucket only"
+        );
+        // S3's own formatting of the same document is no drift.
+        let mut reformatted = want.clone();
+        reformatted["Statement"][0]["Principal"] = serde_json::json!({"AWS": "*"});
+        reformatted["Statement"][0]["Action"] = serde_json::json!(["s3:*"]);
+        let mut c = converged(&d);
+        c.policy = Some(reformatted);
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        // A policy deleted, the TLS statement dropped or weakened, or a statement added: rewritten.
+        let mut weakened = want.clone();
+        weakened["Statement"][0]["Condition"]["Bool"]["aws:SecureTransport"] =
+            serde_json::json!("true");
+        let mut added = want.clone();
+        added["Statement"].as_array_mut().unwrap().push(
+            serde_json::json!({"Effect": "Allow", "Principal": "*", "Action": "s3:GetObject"}),
+        );
+        for drifted in [
+            None,
+            Some(serde_json::json!({"Version": "2012-10-17", "Statement": []})),
+            Some(weakened),
+            Some(added),
+            Some(serde_json::Value::Null),
+        ] {
+            let mut c = converged(&d);
+            c.policy = drifted.clone();
+            assert_eq!(
+                plan(&d, &Observed::Present(c)),
+                Plan::Apply(vec![Change::Policy]),
+                "{drifted:?}"
+            );
+        }
+    }
+
+    fn statement(effect: PolicyEffect, aws: &[&str], resource: &str) -> PolicyStatement {
+        PolicyStatement {
+            sid: Some("Team".into()),
+            effect,
+            principal: PolicyPrincipal {
+                aws: aws.iter().map(|p| p.to_string()).collect(),
+                service: vec![],
+            },
+            action: vec!["s3:GetObject".into()],
+            resource: vec![resource.into()],
+            condition: BTreeMap::new(),
+        }
+    }
+
+    fn desired_with(statements: Vec<PolicyStatement>, allowed: &[&str], bucket: &str) -> Desired {
+        let mut b = Bucket::new(
+            "b",
+            BucketSpec {
+                bucket_name: Some(bucket.into()),
+                policy: statements,
+                ..Default::default()
+            },
+        );
+        b.metadata.namespace = Some("ns".into());
+        b.metadata.uid = Some("uid-1".into());
+        let mut settings = settings();
+        settings.allowed_policy_principals = allowed.iter().map(|p| p.to_string()).collect();
+        desired(&b, &settings, "us-east-1", &owner()).unwrap()
+    }
+
+    fn refused(d: &Desired) -> String {
+        match plan(d, &Observed::Absent) {
+            Plan::Blocked(Blocked {
+                reason: Reason::InvalidSpec,
+                message,
+            }) => message,
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn policy_statements_follow_the_tls_statement_which_is_always_kept() {
+        let objects = "arn:aws:s3:::s3op-b/*";
+        let own = statement(
+            PolicyEffect::Allow,
+            &["arn:aws:iam::123456789012:role/app"],
+            objects,
+        );
+        let d = desired_with(vec![own], &[], "s3op-b");
+        let doc = d.policy.clone().unwrap();
+        let all = doc["Statement"].as_array().unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(all[0]["Sid"], policy::TLS_ONLY_SID);
+        assert_eq!(
+            all[1]["Principal"]["AWS"][0],
+            "arn:aws:iam::123456789012:role/app"
+        );
+        assert_eq!(all[1]["Resource"][0], objects);
+        let c = converged(&d);
+        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        // A policy holding only the user's statement (the TLS one removed) is rewritten.
+        let mut c = converged(&d);
+        c.policy.as_mut().unwrap()["Statement"]
+            .as_array_mut()
+            .unwrap()
+            .remove(0);
+        assert_eq!(
+            plan(&d, &Observed::Present(c)),
+            Plan::Apply(vec![Change::Policy])
+        );
+        // And a new bucket gets it in its first pass.
+        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert!(changes.contains(&Change::Policy));
+    }
+
+    #[test]
+    fn a_public_allow_is_refused_naming_the_field_and_rule() {
+        for who in [&["*"][..], &["arn:aws:iam::123456789012:root", "*"]] {
+            let d = desired_with(
+                vec![statement(PolicyEffect::Allow, who, "arn:aws:s3:::s3op-b/*")],
+                &["*"],
+                "s3op-b",
+            );
+            let msg = refused(&d);
+            assert!(
+                msg.contains("spec.policy[0].principal") && msg.contains("public"),
+                "{msg}"
+            );
+        }
+        // A Deny for everyone narrows access: accepted.
+        let d = desired_with(
+            vec![statement(PolicyEffect::Deny, &["*"], "arn:aws:s3:::s3op-b")],
+            &[],
+            "s3op-b",
+        );
+        assert!(d.policy.is_ok());
+    }
+
+    #[test]
+    fn a_foreign_principal_is_refused_unless_allow_listed() {
+        let foreign = "arn:aws:iam::999999999999:role/partner";
+        let st = || statement(PolicyEffect::Allow, &[foreign], "arn:aws:s3:::s3op-b/*");
+        let msg = refused(&desired_with(vec![st()], &[], "s3op-b"));
+        assert!(
+            msg.contains("spec.policy[0].principal")
+                && msg.contains("999999999999")
+                && msg.contains("--allowed-policy-principals"),
+            "{msg}"
+        );
+        let by_account = "999999999999";
+        let ws = |s: &str| desired_with(vec![st()], &[s], "s3op-b");
+        assert!(ws(foreign).policy.is_ok(), "allow-listed by ARN");
+        assert!(ws(by_account).policy.is_ok(), "allow-listed by account");
+        assert!(ws("888888888888").policy.is_err(), "another account");
+        // A foreign account id, and a service principal, are outside the account too.
+        let d = desired_with(
+            vec![statement(
+                PolicyEffect::Allow,
+                &["999999999999"],
+                "arn:aws:s3:::s3op-b",
+            )],
+            &[],
+            "s3op-b",
+        );
+        assert!(d.policy.is_err());
+        let mut svc = st();
+        svc.principal = PolicyPrincipal {
+            aws: vec![],
+            service: vec!["logging.s3.amazonaws.com".into()],
+        };
+        assert!(
+            desired_with(vec![svc.clone()], &[], "s3op-b")
+                .policy
+                .is_err()
+        );
+        assert!(
+            desired_with(vec![svc], &["logging.s3.amazonaws.com"], "s3op-b")
+                .policy
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn statements_may_name_only_this_bucket_and_not_replace_the_tls_statement() {
+        let own = ["arn:aws:iam::123456789012:root"];
+        for resource in [
+            "arn:aws:s3:::s3op-other/*",
+            "arn:aws:s3:::s3op-b-more",
+            "arn:aws:s3:::s3op-b/private/*",
+            "*",
+        ] {
+            let d = desired_with(
+                vec![statement(PolicyEffect::Allow, &own, resource)],
+                &[],
+                "s3op-b",
+            );
+            let msg = refused(&d);
+            assert!(
+                msg.contains("spec.policy[0].resource") && msg.contains("not this bucket"),
+                "{msg}"
+            );
+        }
+        let mut tls = statement(PolicyEffect::Allow, &own, "arn:aws:s3:::s3op-b");
+        tls.sid = Some(policy::TLS_ONLY_SID.into());
+        let msg = refused(&desired_with(vec![tls], &[], "s3op-b"));
+        assert!(
+            msg.contains("spec.policy[0].sid") && msg.contains("reserved"),
+            "{msg}"
+        );
+        let mut iam = statement(PolicyEffect::Allow, &own, "arn:aws:s3:::s3op-b");
+        iam.action = vec!["iam:CreateUser".into()];
+        assert!(refused(&desired_with(vec![iam], &[], "s3op-b")).contains("spec.policy[0].action"));
+    }
+
+    #[test]
+    fn a_refused_policy_blocks_an_existing_bucket_too() {
+        let d = desired_with(
+            vec![statement(
+                PolicyEffect::Allow,
+                &["*"],
+                "arn:aws:s3:::s3op-b",
+            )],
+            &[],
+            "s3op-b",
+        );
+        let c = Config::default();
+        assert!(matches!(
+            plan(&d, &Observed::Present(c)),
+            Plan::Blocked(Blocked {
+                reason: Reason::InvalidSpec,
+                ..
+            })
+        ));
     }
 
     #[test]

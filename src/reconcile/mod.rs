@@ -64,6 +64,11 @@ pub struct Settings {
     pub boundary_arn: String,
     /// Let a Bucket adopt a bucket retained by another namespace (off: only its own namespace).
     pub allow_cross_namespace_adoption: bool,
+    /// The AWS account the operator runs in: a bucket policy may grant its principals.
+    pub account_id: String,
+    /// Principals outside that account (ARNs, account ids, service names) a bucket policy's
+    /// `Allow` may name (`--allowed-policy-principals`); none by default.
+    pub allowed_policy_principals: Vec<String>,
 }
 
 /// Shared by every reconcile.

@@ -76,6 +76,12 @@ pub async fn run(config: Config) -> Result<(), Error> {
         )
         .await?;
     tracing::info!(boundary = %config.reconcile.boundary_arn, "permissions boundary");
+    // A customer-managed boundary lives in the operator's own account (IAM requires it), so its
+    // ARN names the account without another STS call; an AWS-managed one does not.
+    config.reconcile.account_id = match config.reconcile.boundary_arn.split(':').nth(4) {
+        Some(a) if crate::aws::policy::is_account_id(a) => a.to_string(),
+        _ => aws.account_id().await?,
+    };
 
     let health = Arc::new(Health::default());
     tokio::spawn(heartbeat(health.clone()));

@@ -2,6 +2,10 @@
 
 use std::time::Duration;
 
+use aws_sdk_s3::error::ProvideErrorMetadata;
+use aws_sdk_s3::types::{
+    ObjectCannedAcl, ObjectOwnership, OwnershipControls, OwnershipControlsRule,
+};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use s3_operator::api::Bucket;
@@ -244,7 +248,7 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
 async fn deletion_respects_retain_and_blocks_on_non_empty_buckets() {
     let client = admin().await;
     let ns = namespace(&client, "del").await;
-    let _op = Operator::start(OperatorOpts {
+    let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
         ..Default::default()
     })
@@ -252,17 +256,40 @@ async fn deletion_respects_retain_and_blocks_on_non_empty_buckets() {
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
     let s3 = admin_s3();
 
-    // Default policy (the operator's flag default) is Retain: kept, ownership released.
+    // Default policy (the operator's flag default) is Retain: kept, ownership released, and the
+    // bucket policy's grants with it (the TLS-only statement stays).
+    let kept = format!("{}keep-{}", prefix(&op.cluster), random(6));
+    let grant = json!({"effect": "Allow", "principal": {"aws": ["123456789012"]},
+                       "action": ["s3:GetObject"], "resource": [format!("arn:aws:s3:::{kept}/*")]});
     api.create(
         &PostParams::default(),
-        &bucket("keep", json!({"tags": {"app": "x"}})),
+        &bucket(
+            "keep",
+            json!({"bucketName": kept, "tags": {"app": "x"}, "policy": [grant]}),
+        ),
     )
     .await
     .unwrap();
-    let kept = wait_ready(&api, "keep").await;
+    wait_ready(&api, "keep").await;
+    assert_eq!(
+        bucket_policy(&kept).await.unwrap()["Statement"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
     api.delete("keep", &DeleteParams::default()).await.unwrap();
     gone(&api, "keep").await;
     assert!(bucket_exists(&kept).await, "Retain keeps the bucket");
+    let doc = bucket_policy(&kept)
+        .await
+        .expect("the TLS-only policy stays");
+    assert!(has_tls_only_statement(&doc, &kept), "{doc}");
+    assert_eq!(
+        doc["Statement"].as_array().unwrap().len(),
+        1,
+        "grants removed: {doc}"
+    );
     let tags = bucket_tags(&kept).await;
     assert_eq!(tags.get("app").map(String::as_str), Some("x"));
     // No owner is left, but the bucket remembers where it came from (only that namespace may
@@ -478,4 +505,422 @@ async fn access_denied_lands_in_the_condition_without_a_hot_loop() {
         after - before <= 1.0,
         "hot loop: {before} -> {after} reads in 5s"
     );
+}
+
+/// The bucket's object ownership as S3 reports it (`None`: no ownership controls).
+async fn ownership(bucket: &str) -> Option<String> {
+    let out = admin_s3()
+        .get_bucket_ownership_controls()
+        .bucket(bucket)
+        .send()
+        .await
+        .ok()?;
+    let rules = out.ownership_controls?.rules;
+    rules
+        .first()
+        .map(|r| r.object_ownership.as_str().to_string())
+}
+
+async fn set_ownership(bucket: &str, o: ObjectOwnership) {
+    let rule = OwnershipControlsRule::builder()
+        .object_ownership(o)
+        .build()
+        .unwrap();
+    let controls = OwnershipControls::builder().rules(rule).build().unwrap();
+    admin_s3()
+        .put_bucket_ownership_controls()
+        .bucket(bucket)
+        .ownership_controls(controls)
+        .send()
+        .await
+        .unwrap();
+}
+
+/// Writes an object with a (private) ACL: the error code when S3 refuses it.
+async fn put_with_acl(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<(), String> {
+    s3.put_object()
+        .bucket(bucket)
+        .key("acl.txt")
+        .acl(ObjectCannedAcl::BucketOwnerRead)
+        .body(b"x".to_vec().into())
+        .send()
+        .await
+        .map(drop)
+        .map_err(|e| e.code().unwrap_or("unknown").to_string())
+}
+
+async fn aws_calls(op: &Operator, operation: &str) -> f64 {
+    op.metric(
+        "s3_operator_aws_requests_total",
+        &[("operation", operation)],
+    )
+    .await
+}
+
+/// New buckets have ACLs disabled (`BucketOwnerEnforced`) without a request of their own; an
+/// omitted `objectOwnership` is not read on resync and not corrected; a set one is created,
+/// kept, and its drift corrected and reported.
+#[tokio::test]
+async fn object_ownership_disables_acls_by_default_and_is_kept_when_set() {
+    let client = admin().await;
+    let ns = namespace(&client, "own").await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "2s",
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let s3 = admin_s3();
+
+    // Omitted: created with ACLs disabled, in the CreateBucket call itself.
+    api.create(&PostParams::default(), &bucket("plain", json!({})))
+        .await
+        .unwrap();
+    let plain = wait_ready(&api, "plain").await;
+    assert_eq!(
+        ownership(&plain).await.as_deref(),
+        Some("BucketOwnerEnforced")
+    );
+    assert_eq!(
+        put_with_acl(&s3, &plain).await,
+        Err("AccessControlListNotSupported".into())
+    );
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    for operation in ["GetBucketOwnershipControls", "PutBucketOwnershipControls"] {
+        assert_eq!(aws_calls(&op, operation).await, 0.0, "{operation}");
+    }
+    // ... and unmanaged afterwards: a change made outside the operator stays.
+    set_ownership(&plain, ObjectOwnership::ObjectWriter).await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(ownership(&plain).await.as_deref(), Some("ObjectWriter"));
+    assert_eq!(aws_calls(&op, "GetBucketOwnershipControls").await, 0.0);
+
+    // Set: created with it (ACLs work), steady state writes nothing, drift is put back.
+    api.create(
+        &PostParams::default(),
+        &bucket("writer", json!({"objectOwnership": "ObjectWriter"})),
+    )
+    .await
+    .unwrap();
+    let writer = wait_ready(&api, "writer").await;
+    assert_eq!(ownership(&writer).await.as_deref(), Some("ObjectWriter"));
+    assert_eq!(put_with_acl(&s3, &writer).await, Ok(()));
+    let puts = aws_calls(&op, "PutBucketOwnershipControls").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert!(aws_calls(&op, "GetBucketOwnershipControls").await >= 2.0);
+    assert_eq!(aws_calls(&op, "PutBucketOwnershipControls").await, puts);
+    set_ownership(&writer, ObjectOwnership::BucketOwnerEnforced).await;
+    wait_for("object ownership restored", T, || async {
+        (ownership(&writer).await.as_deref() == Some("ObjectWriter")).then_some(())
+    })
+    .await;
+    let drift = [("aspect", "objectOwnership")];
+    assert!(
+        op.metric("s3_operator_drift_corrections_total", &drift)
+            .await
+            >= 1.0
+    );
+    let corrected = events(&ns, "DriftCorrected").await;
+    assert!(
+        corrected.iter().any(|e| e
+            .note
+            .as_deref()
+            .unwrap_or_default()
+            .contains("objectOwnership")),
+        "{corrected:?}"
+    );
+
+    // Setting it later manages an existing bucket from then on.
+    let patch = json!({"spec": {"objectOwnership": "BucketOwnerEnforced"}});
+    api.patch("plain", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("object ownership applied", T, || async {
+        (ownership(&plain).await.as_deref() == Some("BucketOwnerEnforced")).then_some(())
+    })
+    .await;
+}
+
+/// The emulator's object ownership is S3's: new buckets have ACLs disabled, CreateBucket with an
+/// ObjectOwnership needs s3:PutBucketOwnershipControls, and the ownership controls have their
+/// own IAM actions.
+#[tokio::test]
+async fn emulator_object_ownership_matches_s3() {
+    let pfx = format!("s3op-moto-{}", random(6));
+    let policy = json!({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow",
+        "Action": ["s3:CreateBucket", "s3:PutObject", "s3:PutObjectAcl"],
+        "Resource": [format!("arn:aws:s3:::{pfx}*")],
+    }]});
+    let (key, secret) = iam_user_with_policy(&format!("{pfx}-user"), "/", Some(&policy)).await;
+    let s3 = s3_with(&key, &secret);
+    let plain = format!("{pfx}-plain");
+    s3.create_bucket().bucket(&plain).send().await.unwrap();
+    assert_eq!(
+        ownership(&plain).await.as_deref(),
+        Some("BucketOwnerEnforced")
+    );
+    assert_eq!(
+        put_with_acl(&s3, &plain).await,
+        Err("AccessControlListNotSupported".into())
+    );
+    let err = s3
+        .create_bucket()
+        .bucket(format!("{pfx}-writer"))
+        .object_ownership(ObjectOwnership::ObjectWriter)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
+    let err = s3
+        .get_bucket_ownership_controls()
+        .bucket(&plain)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
+}
+
+/// The bucket's policy as S3 holds it (`None`: no policy).
+async fn bucket_policy(bucket: &str) -> Option<serde_json::Value> {
+    let out = admin_s3()
+        .get_bucket_policy()
+        .bucket(bucket)
+        .send()
+        .await
+        .ok()?;
+    serde_json::from_str(&out.policy?).ok()
+}
+
+fn has_tls_only_statement(doc: &serde_json::Value, bucket: &str) -> bool {
+    let arn = format!("arn:aws:s3:::{bucket}");
+    doc["Statement"].as_array().is_some_and(|all| {
+        all.iter().any(|s| {
+            s["Sid"] == "DenyInsecureTransport"
+                && s["Effect"] == "Deny"
+                && s["Principal"] == "*"
+                && s["Condition"]["Bool"]["aws:SecureTransport"] == "false"
+                && s["Resource"] == json!([arn, format!("{arn}/*")])
+        })
+    })
+}
+
+/// Every bucket gets a policy denying requests without TLS; steady state neither rewrites it
+/// nor writes anything else; a policy deleted or replaced out of band is rewritten and reported.
+#[tokio::test]
+async fn tls_only_policy_is_written_by_default_and_kept() {
+    let client = admin().await;
+    let ns = namespace(&client, "tls").await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "2s",
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let s3 = admin_s3();
+    api.create(&PostParams::default(), &bucket("tls", json!({})))
+        .await
+        .unwrap();
+    let name = wait_ready(&api, "tls").await;
+    let doc = bucket_policy(&name).await.expect("a bucket policy");
+    assert!(has_tls_only_statement(&doc, &name), "{doc}");
+
+    // Steady state: the policy is read on every resync and never rewritten.
+    let puts = aws_calls(&op, "PutBucketPolicy").await;
+    let reads = aws_calls(&op, "GetBucketPolicy").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(aws_calls(&op, "PutBucketPolicy").await, puts);
+    assert!(aws_calls(&op, "GetBucketPolicy").await >= reads + 2.0);
+
+    // Deleted, then replaced by another policy: rewritten each time, and reported.
+    s3.delete_bucket_policy()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    wait_for("bucket policy restored", T, || async {
+        bucket_policy(&name)
+            .await
+            .filter(|d| has_tls_only_statement(d, &name))
+    })
+    .await;
+    let other = json!({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+        "Action": "s3:GetObject", "Resource": format!("arn:aws:s3:::{name}/*"),
+    }]});
+    s3.put_bucket_policy()
+        .bucket(&name)
+        .policy(other.to_string())
+        .send()
+        .await
+        .unwrap();
+    wait_for("bucket policy rewritten", T, || async {
+        let doc = bucket_policy(&name).await?;
+        (has_tls_only_statement(&doc, &name) && doc["Statement"].as_array()?.len() == 1)
+            .then_some(())
+    })
+    .await;
+    assert!(
+        op.metric(
+            "s3_operator_drift_corrections_total",
+            &[("aspect", "policy")]
+        )
+        .await
+            >= 2.0
+    );
+    let corrected = events(&ns, "DriftCorrected").await;
+    assert!(
+        corrected
+            .iter()
+            .any(|e| e.note.as_deref().unwrap_or_default().contains("policy")),
+        "{corrected:?}"
+    );
+}
+
+/// `spec.policy` statements join the TLS-only one; a statement granting a principal outside the
+/// operator's account is refused (Ready=False naming the field and the rule, nothing created)
+/// unless the operator's allow-list names it; one naming another bucket is refused; a policy
+/// changed out of band is rewritten with both.
+#[tokio::test]
+async fn policy_statements_are_merged_guarded_and_kept() {
+    let client = admin().await;
+    let ns = namespace(&client, "pol").await;
+    let partner = "arn:aws:iam::999999999999:role/partner";
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "2s",
+        extra_args: vec!["--allowed-policy-principals".into(), partner.into()],
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let name = format!("{}pol-{}", prefix(&op.cluster), random(6));
+    let arn = format!("arn:aws:s3:::{name}");
+    let grant = |principal: &str, resource: &str| {
+        json!({"sid": "Read", "effect": "Allow", "principal": {"aws": [principal]},
+               "action": ["s3:GetObject"], "resource": [resource]})
+    };
+
+    // A principal outside the account, not allow-listed: refused before anything is created.
+    let stranger = "arn:aws:iam::888888888888:role/stranger";
+    let spec = json!({"bucketName": name, "policy": [grant(stranger, &format!("{arn}/*"))]});
+    api.create(&PostParams::default(), &bucket("p", spec))
+        .await
+        .unwrap();
+    let msg = wait_reason(&api, "p", "InvalidSpec", T).await;
+    assert!(
+        msg.contains("spec.policy[0].principal")
+            && msg.contains("888888888888")
+            && msg.contains("--allowed-policy-principals"),
+        "{msg}"
+    );
+    assert!(!bucket_exists(&name).await, "nothing created");
+
+    // Another bucket's objects: refused, naming the rule.
+    let other = format!("{arn}-other/*");
+    let patch = json!({"spec": {"policy": [grant("123456789012", &other)]}});
+    api.patch("p", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_for("resource refused", T, || async {
+        let st = api.get("p").await.ok()?.status?;
+        let c = st.conditions.first()?;
+        c.message.contains("not this bucket").then_some(())
+    })
+    .await;
+
+    // The allow-listed partner and the own account: merged after the TLS-only statement.
+    let patch = json!({"spec": {"policy": [
+        grant(partner, &format!("{arn}/*")),
+        {"sid": "OwnList", "effect": "Allow", "principal": {"aws": ["123456789012"]},
+         "action": ["s3:ListBucket"], "resource": [arn],
+         "condition": {"StringLike": {"s3:prefix": ["shared/*"]}}},
+    ]}});
+    api.patch("p", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    wait_ready(&api, "p").await;
+    let doc = bucket_policy(&name).await.expect("a bucket policy");
+    assert!(has_tls_only_statement(&doc, &name), "{doc}");
+    let all = doc["Statement"].as_array().unwrap();
+    assert_eq!(all.len(), 3, "{doc}");
+    assert!(
+        all.iter()
+            .any(|s| s["Principal"]["AWS"] == json!([partner])),
+        "{doc}"
+    );
+    assert!(
+        all.iter().any(|s| s["Sid"] == "OwnList"
+            && s["Condition"]["StringLike"]["s3:prefix"] == json!(["shared/*"])),
+        "{doc}"
+    );
+
+    // Steady state: no rewrite.
+    let puts = aws_calls(&op, "PutBucketPolicy").await;
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(aws_calls(&op, "PutBucketPolicy").await, puts);
+
+    // Out of band, the TLS statement dropped: rewritten with every statement.
+    let mut without_tls = doc.clone();
+    without_tls["Statement"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|s| s["Sid"] != "DenyInsecureTransport");
+    admin_s3()
+        .put_bucket_policy()
+        .bucket(&name)
+        .policy(without_tls.to_string())
+        .send()
+        .await
+        .unwrap();
+    wait_for("TLS-only statement restored", T, || async {
+        let d = bucket_policy(&name).await?;
+        (has_tls_only_statement(&d, &name) && d["Statement"].as_array()?.len() == 3).then_some(())
+    })
+    .await;
+}
+
+/// The emulator enforces BlockPublicPolicy as S3 does: a public policy is refused while the flag
+/// is on (the operator's default), accepted without it.
+#[tokio::test]
+async fn emulator_refuses_public_policies_under_block_public_policy() {
+    let s3 = admin_s3();
+    let name = format!("s3op-moto-pub-{}", random(6));
+    s3.create_bucket().bucket(&name).send().await.unwrap();
+    let public = json!({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": "*", "Action": "s3:GetObject",
+        "Resource": format!("arn:aws:s3:::{name}/*"),
+    }]})
+    .to_string();
+    let block = aws_sdk_s3::types::PublicAccessBlockConfiguration::builder()
+        .block_public_policy(true)
+        .build();
+    s3.put_public_access_block()
+        .bucket(&name)
+        .public_access_block_configuration(block)
+        .send()
+        .await
+        .unwrap();
+    let err = s3
+        .put_bucket_policy()
+        .bucket(&name)
+        .policy(&public)
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
+    assert!(bucket_policy(&name).await.is_none());
+    s3.delete_public_access_block()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    s3.put_bucket_policy()
+        .bucket(&name)
+        .policy(&public)
+        .send()
+        .await
+        .unwrap();
 }

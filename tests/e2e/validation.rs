@@ -72,6 +72,54 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
     assert!(msg.contains("at least one action"), "{msg}");
     let msg = refused(&buckets, bkt("b", json!({"versioning": "Off"}))).await;
     assert!(msg.contains("spec.versioning"), "{msg}");
+    let stmt = |over: serde_json::Value| {
+        let mut s = json!({"effect": "Allow", "principal": {"aws": ["arn:aws:iam::123456789012:root"]},
+                           "action": ["s3:GetObject"], "resource": ["arn:aws:s3:::s3op-x/*"]});
+        for (k, v) in over.as_object().unwrap() {
+            s[k] = v.clone();
+        }
+        bkt("b", json!({"policy": [s]}))
+    };
+    for (over, want) in [
+        (
+            json!({"principal": {"aws": ["*"]}}),
+            "would make the bucket public",
+        ),
+        (
+            json!({"principal": {}}),
+            "at least one aws or service principal",
+        ),
+        (
+            json!({"resource": ["*"]}),
+            "spec.policy[].resource must be this bucket's ARN",
+        ),
+        (
+            json!({"action": ["iam:PassRole"]}),
+            "spec.policy[].action must list S3 actions",
+        ),
+        (
+            json!({"sid": "DenyInsecureTransport"}),
+            "reserved for the operator's TLS-only statement",
+        ),
+        (json!({"effect": "Maybe"}), "spec.policy[0].effect"),
+    ] {
+        let msg = refused(&buckets, stmt(over.clone())).await;
+        assert!(msg.contains(want), "{over}: {msg}");
+    }
+    let two = json!({"policy": [
+        {"sid": "A", "effect": "Deny", "principal": {"aws": ["*"]}, "action": ["s3:*"], "resource": ["arn:aws:s3:::s3op-x"]},
+        {"sid": "A", "effect": "Deny", "principal": {"aws": ["*"]}, "action": ["s3:*"], "resource": ["arn:aws:s3:::s3op-x"]},
+    ]});
+    assert!(
+        refused(&buckets, bkt("b", two))
+            .await
+            .contains("spec.policy[].sid must be unique")
+    );
+    let msg = refused(&buckets, bkt("b", json!({"objectOwnership": "Public"}))).await;
+    assert!(
+        msg.contains("spec.objectOwnership") && msg.contains("BucketOwnerEnforced"),
+        "{msg}"
+    );
 
     let msg = refused(
         &accesses,

@@ -464,6 +464,8 @@ mod tests {
             resync_period: Duration::from_secs(600),
             boundary_arn: BOUNDARY.into(),
             allow_cross_namespace_adoption: false,
+            account_id: "123456789012".into(),
+            allowed_policy_principals: vec![],
         }
     }
 
