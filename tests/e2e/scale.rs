@@ -640,9 +640,10 @@ pub fn table(rows: &[Row]) -> String {
     line("Operator: apply to all Ready (s)", &|r| {
         format!("{:.1}", r.converge_s)
     });
-    line("Ratio operator / floor (target ≤ 1.1, at 5,000 ≤ 1.3)", &|r| {
-        format!("**{:.2}x**", r.ratio)
-    });
+    line(
+        "Ratio operator / floor (target ≤ 1.1, at 5,000 ≤ 1.3)",
+        &|r| format!("**{:.2}x**", r.ratio),
+    );
     line("Applying the objects alone (s)", &|r| {
         format!("{:.1}", r.apply_s)
     });
