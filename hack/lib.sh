@@ -23,6 +23,8 @@ export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }
+# The crate's version (Cargo.toml), which images, the bundle and the chart are tagged with.
+crate_version() { sed -n 's/^version = "\(.*\)"/\1/p' "$(dirname "${BASH_SOURCE[0]}")/../Cargo.toml" | head -n 1; }
 
 kill_pids() {  # kill_pids FILE ("NAME PID" lines): TERM in reverse start order, then KILL what is left
   [[ -f $1 ]] || return 0

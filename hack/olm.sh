@@ -129,7 +129,7 @@ CHANNEL=candidate
 # bundle_of OUT VERSION IMAGE: a copy of bundle/ as version VERSION running IMAGE.
 bundle_of() {
   local out=$1 version=$2 image=$3 current csv
-  current=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/../Cargo.toml" | head -n 1)
+  current=$(crate_version)
   rm -rf "$out"; cp -r "$here/../bundle" "$out"
   csv="$out/manifests/$PACKAGE.clusterserviceversion.yaml"
   sed -i -e "s|ghcr.io/s3-operator/s3-operator:$current|$image|" \
@@ -150,7 +150,7 @@ pinned_bundle() {
 catalog() {
   need_env
   local dir=$1 image=$2 prev_version=${3:-} prev_image=${4:-}
-  local version; version=$(sed -n 's/^version = "\(.*\)"/\1/p' "$here/../Cargo.toml" | head -n 1)
+  local version; version=$(crate_version)
   local fbc="$dir/catalog/$PACKAGE" v img entries="" prev=""
   rm -rf "$dir/catalog"; mkdir -p "$fbc"
   printf 'schema: olm.package\nname: %s\ndefaultChannel: %s\n' "$PACKAGE" "$CHANNEL" >"$fbc/package.yaml"

@@ -29,7 +29,7 @@ source "$envfile"
 py="$S3OP_CACHE/venv-moto-$MOTO_VERSION/bin/python"
 
 log "[4/8] building the images (./Dockerfile on a local base image; the application) and loading them into the node"
-version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -n 1)
+version=$(crate_version)
 read -r op_image op_archive < <(hack/images/build.sh operator "$version" | tail -n 1)
 read -r app_image app_archive < <(hack/images/build.sh app | tail -n 1)
 hack/node.sh load "$op_archive" "$app_archive" --state "$state"

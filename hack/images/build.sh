@@ -166,14 +166,13 @@ img_catalog() {
   image "localhost/s3op/s3-operator-catalog:$tag" "$here/catalog.Containerfile" "$ctx"
 }
 
-version() { sed -n 's/^version = "\(.*\)"/\1/p' "$root/Cargo.toml" | head -n 1; }
 
 # The project's Dockerfile as it is, with its base images passed as build arguments. Its build
 # stage (`$RELEASE_BUILD` on the Rust image) is replaced through BINARY_FROM by an image holding
 # the binary the same command built on the host, so no Rust image is needed and buildah skips that
 # stage.
 img_operator() {
-  local tag=${1:-$(version)}
+  local tag=${1:-$(crate_version)}
   local bin="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}/release/s3-operator"
   [[ -x $bin ]] || die "$bin is missing: run \`$RELEASE_BUILD\` first"
   img_runtime >/dev/null
@@ -194,7 +193,7 @@ img_operator() {
     log "building image $ref from ./Dockerfile (binary $bin)"
     bah bud --quiet --pull-never --network none --layers=false \
       --build-arg "BINARY_FROM=$binref" --build-arg "RUNTIME_IMAGE=$RUNTIME_IMAGE" \
-      --build-arg "VERSION=$(version)" -f "$root/Dockerfile" -t "$ref" "$root" >/dev/null
+      --build-arg "VERSION=$(crate_version)" -f "$root/Dockerfile" -t "$ref" "$root" >/dev/null
     rm -f "$archives/s3-operator-$tag"-*.tar
     bah push --quiet "$ref" "docker-archive:$archive.tmp:$ref" && mv "$archive.tmp" "$archive"
   fi
@@ -206,7 +205,7 @@ img_operator() {
 # naming another operator image) as its bundle/. The context holds only that directory, and
 # bundle.Dockerfile's own ignore file is passed as Docker would read it.
 img_bundle() {
-  local tag=${1:-v$(version)} dir=${2:-$root/bundle}
+  local tag=${1:-v$(crate_version)} dir=${2:-$root/bundle}
   [[ -f $dir/metadata/annotations.yaml ]] || die "$dir is not a bundle directory (no metadata/annotations.yaml)"
   local ctx; ctx=$(fresh_ctx "bundle-$tag")
   cp -r "$dir" "$ctx/bundle"

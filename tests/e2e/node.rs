@@ -12,9 +12,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, Secret};
-use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, PostParams};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess};
 use s3_operator::aws::tags;
 use serde_json::{Value, json};
@@ -417,16 +416,6 @@ pub(crate) async fn admin_without_retries() -> kube::Client {
     kube::Client::try_from(cfg).expect("kube client")
 }
 
-pub(crate) async fn lease_holder(ns: &str, lease: &str) -> Option<String> {
-    Api::<Lease>::namespaced(admin().await, ns)
-        .get_opt(lease)
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-        .filter(|h| !h.is_empty())
-}
-
 /// Waits until the Lease names one of `pods` as holder; returns it.
 pub(crate) async fn wait_leader(ns: &str, lease: &str, pods: &[Pod]) -> String {
     let names: Vec<String> = pods.iter().map(name_of).collect();
@@ -439,20 +428,6 @@ pub(crate) async fn wait_leader(ns: &str, lease: &str, pods: &[Pod]) -> String {
         },
     )
     .await
-}
-
-pub(crate) async fn ensure_namespace(name: &str) {
-    let api = Api::<Namespace>::all(admin().await);
-    if api.get_opt(name).await.expect("get namespace").is_none() {
-        let ns = Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let _ = api.create(&PostParams::default(), &ns).await;
-    }
 }
 
 /// The operator's AWS key pair for `cluster`: an IAM user with exactly the shipped operator

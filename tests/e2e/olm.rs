@@ -49,11 +49,11 @@ async fn olm_api(ns: &str, version: &str, kind: &str) -> Api<DynamicObject> {
 }
 
 /// Runs hack/olm.sh on the node's environment; returns its stdout.
-fn olm_sh(node: &Node, args: &[&str]) -> String {
+fn olm_sh(state_dir: &Path, args: &[&str]) -> String {
     let out = std::process::Command::new(repo().join("hack/olm.sh"))
         .args(args)
         .env("KUBECONFIG", &env().kubeconfig)
-        .env("S3OP_ENV_DIR", &node.state_dir)
+        .env("S3OP_ENV_DIR", state_dir)
         .current_dir(repo())
         .stderr(Stdio::inherit())
         .output()
@@ -76,19 +76,16 @@ async fn olm(node: &Node) -> &'static Path {
         // The bundle ships a ServiceMonitor and a PrometheusRule: OLM installs them only where
         // their CRDs exist.
         install_monitoring_crds().await;
-        let (n, current, previous) = (
-            Node {
-                state_dir: node.state_dir.clone(),
-                aws_endpoint: String::new(),
-            },
+        let (state_dir, current, previous) = (
+            node.state_dir.clone(),
             format!("{OPERATOR_REPO}:{}", images.tag),
             format!("{OPERATOR_REPO}:{}", images.upgrade_tag),
         );
         let dir = logs_dir().join(format!("olm-{}", random(5)));
         let d = dir.to_str().expect("path").to_string();
         let catalog = tokio::task::spawn_blocking(move || {
-            olm_sh(&n, &["install"]);
-            let out = olm_sh(&n, &["catalog", &d, &current, PREVIOUS, &previous]);
+            olm_sh(&state_dir, &["install"]);
+            let out = olm_sh(&state_dir, &["catalog", &d, &current, PREVIOUS, &previous]);
             out.lines().last().expect("the catalog image").to_string()
         })
         .await

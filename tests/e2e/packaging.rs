@@ -985,9 +985,9 @@ async fn kustomize_bases_and_overlays_install_and_run() {
             .chain(of_kind(&rendered, "RoleBinding").iter())
             .filter_map(|r| r["metadata"]["namespace"].as_str())
         {
-            ensure_namespace(&client, n).await;
+            ensure_namespace(n).await;
         }
-        ensure_namespace(&client, OVERLAY_NS).await;
+        ensure_namespace(OVERLAY_NS).await;
         apply(&yaml(&rendered.iter().collect::<Vec<_>>()));
         let other = namespace(&client, "kz-other").await;
         match overlay {
@@ -1016,20 +1016,6 @@ async fn kustomize_bases_and_overlays_install_and_run() {
             &["delete", "--wait=false", "-f", "-"],
             Some(&yaml(&rbac)),
         );
-    }
-}
-
-async fn ensure_namespace(client: &kube::Client, name: &str) {
-    let api = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
-    if api.get_opt(name).await.unwrap().is_none() {
-        let ns = k8s_openapi::api::core::v1::Namespace {
-            metadata: ObjectMeta {
-                name: Some(name.into()),
-                ..Default::default()
-            },
-            ..Default::default()
-        };
-        let _ = api.create(&PostParams::default(), &ns).await;
     }
 }
 

@@ -29,16 +29,6 @@ fn le_opts(namespaces: Vec<String>) -> OperatorOpts {
     }
 }
 
-async fn holder(leases: &Api<Lease>) -> Option<String> {
-    leases
-        .get_opt(LEASE)
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-        .filter(|h| !h.is_empty())
-}
-
 async fn leading(op: &Operator) -> bool {
     op.metric("leader_election_master_status", &[("name", LEASE)])
         .await
@@ -70,7 +60,7 @@ async fn one_leader_acts_and_hands_over_on_sigterm_and_on_crash() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(leading(&a).await && !leading(&b).await);
     assert_eq!(
-        holder(&leases).await.as_deref(),
+        lease_holder(&id.operator_ns, LEASE).await.as_deref(),
         Some(format!("{}-a", id.cluster).as_str())
     );
     for op in [&a, &b] {
@@ -202,7 +192,6 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_after_resuming_and_exits(
     let ns = namespace(&client, "frz").await;
     let opts = le_opts(vec![ns.clone()]);
     let id = Identity::new(&opts.namespaces, None).await;
-    let leases = Api::<Lease>::namespaced(client.clone(), &id.operator_ns);
     let proxy = FaultProxy::start(1).await;
     let started = jiff::Timestamp::now();
     let through_proxy = OperatorOpts {
@@ -252,7 +241,10 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_after_resuming_and_exits(
     wait_for(
         "the standby to take the lease",
         Duration::from_secs(30),
-        || async { (holder(&leases).await.as_deref() == Some(b_id.as_str())).then_some(()) },
+        || async {
+            (lease_holder(&id.operator_ns, LEASE).await.as_deref() == Some(b_id.as_str()))
+                .then_some(())
+        },
     )
     .await;
     let takeover = stopped.elapsed();

@@ -310,3 +310,29 @@ where
     })
     .await
 }
+
+/// Creates namespace `name` unless it exists (the fixed names packages install into).
+pub(crate) async fn ensure_namespace(name: &str) {
+    let api = Api::<Namespace>::all(admin().await);
+    if api.get_opt(name).await.expect("get namespace").is_none() {
+        let ns = Namespace {
+            metadata: ObjectMeta {
+                name: Some(name.into()),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let _ = api.create(&PostParams::default(), &ns).await;
+    }
+}
+
+/// The holder the Lease `lease` in `ns` names, if any.
+pub(crate) async fn lease_holder(ns: &str, lease: &str) -> Option<String> {
+    Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(admin().await, ns)
+        .get_opt(lease)
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+        .filter(|h| !h.is_empty())
+}
