@@ -69,12 +69,21 @@ rm -rf "$e2e_logs"
 log "cargo test (env file $S3OP_ENV_FILE)"
 rc=0
 out="$state/cargo-test.out"
-cargo test --locked --workspace "$@" -- --test-threads "${S3OP_TEST_THREADS:-4}" 2>&1 | tee "$out" || rc=$?
+cargo test --locked --workspace --no-fail-fast "$@" -- --test-threads "${S3OP_TEST_THREADS:-4}" 2>&1 | tee "$out" || rc=$?
 # One closing line with the totals of every test binary.
 totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
               END { printf "%d passed, %d failed", p, f }' "$out")
 if [[ $rc -ne 0 ]]; then
   dump_logs
+  # Last, so the tail of a long log still names what failed and why.
+  printf '\n===== failed tests and their panics =====\n' >&2
+  awk '/^---- .* stdout ----$/ { print; next }
+       /panicked at/ { n = 6 }
+       n > 0 { print; n-- }
+       /^failures:$/ { names = 1; next }
+       names && /^    [^ ]/ { failed[$1] = 1 }
+       /^test result:/ { names = 0 }
+       END { for (t in failed) print "FAILED: " t }' "$out" >&2
   log "tests failed (exit code $rc)"
 else
   log "all tests passed"
