@@ -1,6 +1,7 @@
 //! BucketAccess end to end: scoped credentials that really work (and really fail), the Secret
 //! restored, rotation with a grace period, IRSA roles, and full IAM clean-up.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
@@ -71,11 +72,29 @@ async fn credentials_grant_exactly_their_permission_and_are_cleaned_up() {
         ..Default::default()
     })
     .await;
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    let (data, other) = grants_wait_for_their_bucket_then_become_available(&client, &ns).await;
+    let (d, user_arn) =
+        secret_holds_every_sdk_key_and_is_owned(&op, &accesses, &secrets, &data).await;
+    let rw_s3 = read_write_works_on_its_bucket_only(&d, &data, &other).await;
+    let ro = read_only_reads_but_cannot_write(&secrets, &data).await;
+    let wo = write_only_writes_under_its_prefix_only(&secrets, &data).await;
+    secrets_never_reach_status_events_logs_or_metrics(&op, &client, &ns, [&d, &ro, &wo]).await;
+    access_key_age_is_exported(&op).await;
+    deleting_an_access_removes_its_user_and_secret(&accesses, &secrets, &user_arn, &rw_s3, &data)
+        .await;
+}
 
-    // Waits with a clear reason for a Bucket that does not exist yet.
+/// Waits with a clear reason for a Bucket that does not exist yet; then `rw`, `ro` (its Secret
+/// named `ro-creds`) and `wo` (under `inbox/`) on `data` become Available. Returns the physical
+/// names of `data` and `other`.
+async fn grants_wait_for_their_bucket_then_become_available(
+    client: &kube::Client,
+    ns: &str,
+) -> (String, String) {
+    let buckets = Api::<Bucket>::namespaced(client.clone(), ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), ns);
     accesses
         .create(
             &PostParams::default(),
@@ -120,8 +139,17 @@ async fn credentials_grant_exactly_their_permission_and_are_cleaned_up() {
         .unwrap();
     wait_reason(&accesses, "ro", "Available", T).await;
     wait_reason(&accesses, "wo", "Available", T).await;
+    (data, other)
+}
 
-    // The Secret: every key an SDK needs, owned by its BucketAccess, labelled as ours.
+/// The Secret: every key an SDK needs, owned by its BucketAccess, labelled as ours. Returns its
+/// data and the IAM user's ARN from status.
+async fn secret_holds_every_sdk_key_and_is_owned(
+    op: &Operator,
+    accesses: &Api<BucketAccess>,
+    secrets: &Api<Secret>,
+    data: &str,
+) -> (BTreeMap<String, String>, String) {
     let rw_secret = secrets.get("rw").await.unwrap();
     let d = secret_data(&rw_secret);
     for k in [
@@ -155,59 +183,83 @@ async fn credentials_grant_exactly_their_permission_and_are_cleaned_up() {
         user_arn.contains(&format!(":user/s3-operator/{}/", op.cluster)),
         "{user_arn}"
     );
+    (d, user_arn)
+}
 
-    // ReadWrite works on its bucket and nowhere else.
+/// ReadWrite works on its bucket and nowhere else.
+async fn read_write_works_on_its_bucket_only(
+    d: &BTreeMap<String, String>,
+    data: &str,
+    other: &str,
+) -> aws_sdk_s3::Client {
     let rw_s3 = s3_with(&d["AWS_ACCESS_KEY_ID"], &d["AWS_SECRET_ACCESS_KEY"]);
-    put(&rw_s3, &data, "a.txt")
+    put(&rw_s3, data, "a.txt")
         .await
         .expect("ReadWrite may write");
-    assert_eq!(get(&rw_s3, &data, "a.txt").await.unwrap(), b"data");
-    let err = put(&rw_s3, &other, "a.txt").await.unwrap_err();
+    assert_eq!(get(&rw_s3, data, "a.txt").await.unwrap(), b"data");
+    let err = put(&rw_s3, other, "a.txt").await.unwrap_err();
     assert!(err.contains("AccessDenied"), "{err}");
-    assert!(get(&rw_s3, &other, "x").await.is_err());
+    assert!(get(&rw_s3, other, "x").await.is_err());
+    rw_s3
+}
 
-    // ReadOnly reads but may not write.
+/// ReadOnly reads but may not write.
+async fn read_only_reads_but_cannot_write(
+    secrets: &Api<Secret>,
+    data: &str,
+) -> BTreeMap<String, String> {
     let ro = secret_data(&secrets.get("ro-creds").await.unwrap());
     let ro_s3 = s3_with(&ro["AWS_ACCESS_KEY_ID"], &ro["AWS_SECRET_ACCESS_KEY"]);
-    assert_eq!(get(&ro_s3, &data, "a.txt").await.unwrap(), b"data");
+    assert_eq!(get(&ro_s3, data, "a.txt").await.unwrap(), b"data");
     assert!(
-        put(&ro_s3, &data, "b.txt")
+        put(&ro_s3, data, "b.txt")
             .await
             .unwrap_err()
             .contains("AccessDenied")
     );
+    ro
+}
 
-    // WriteOnly under a prefix writes there only, and cannot read.
+/// WriteOnly under a prefix writes there only, and cannot read.
+async fn write_only_writes_under_its_prefix_only(
+    secrets: &Api<Secret>,
+    data: &str,
+) -> BTreeMap<String, String> {
     let wo = secret_data(&secrets.get("wo").await.unwrap());
     let wo_s3 = s3_with(&wo["AWS_ACCESS_KEY_ID"], &wo["AWS_SECRET_ACCESS_KEY"]);
-    put(&wo_s3, &data, "inbox/c.txt")
+    put(&wo_s3, data, "inbox/c.txt")
         .await
         .expect("WriteOnly may write under its prefix");
     assert!(
-        put(&wo_s3, &data, "c.txt")
+        put(&wo_s3, data, "c.txt")
             .await
             .unwrap_err()
             .contains("AccessDenied")
     );
-    assert!(get(&wo_s3, &data, "inbox/c.txt").await.is_err());
+    assert!(get(&wo_s3, data, "inbox/c.txt").await.is_err());
     // The trailing '/' is what keeps a sibling out: "inbox/" does not cover "inbox-other/".
     assert!(
-        put(&wo_s3, &data, "inbox-other/c.txt")
+        put(&wo_s3, data, "inbox-other/c.txt")
             .await
             .unwrap_err()
             .contains("AccessDenied")
     );
+    wo
+}
 
-    // Secrets never reach status, events or logs.
-    let secret_values = [
-        &d["AWS_SECRET_ACCESS_KEY"],
-        &ro["AWS_SECRET_ACCESS_KEY"],
-        &wo["AWS_SECRET_ACCESS_KEY"],
-    ];
+/// Secrets never reach status, events or logs.
+async fn secrets_never_reach_status_events_logs_or_metrics(
+    op: &Operator,
+    client: &kube::Client,
+    ns: &str,
+    issued: [&BTreeMap<String, String>; 3],
+) {
+    let secret_values = issued.map(|d| &d["AWS_SECRET_ACCESS_KEY"]);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), ns);
     let status_text =
         serde_json::to_string(&accesses.list(&ListParams::default()).await.unwrap()).unwrap();
     let events_text = serde_json::to_string(
-        &Api::<Event>::namespaced(client.clone(), &ns)
+        &Api::<Event>::namespaced(client.clone(), ns)
             .list(&ListParams::default())
             .await
             .unwrap(),
@@ -222,8 +274,10 @@ async fn credentials_grant_exactly_their_permission_and_are_cleaned_up() {
                 && !metrics_text.contains(s.as_str())
         );
     }
+}
 
-    // The oldest managed key's age is exported.
+/// The oldest managed key's age is exported.
+async fn access_key_age_is_exported(op: &Operator) {
     wait_for("access key age metric", T, || async {
         (op.metric("s3_operator_access_key_max_age_seconds", &[])
             .await
@@ -231,9 +285,17 @@ async fn credentials_grant_exactly_their_permission_and_are_cleaned_up() {
             .then_some(())
     })
     .await;
+}
 
-    // Deleting a BucketAccess removes its keys, policy and user; the Secret is garbage-collected.
-    let user = user_name(&user_arn);
+/// Deleting a BucketAccess removes its keys, policy and user; the Secret is garbage-collected.
+async fn deleting_an_access_removes_its_user_and_secret(
+    accesses: &Api<BucketAccess>,
+    secrets: &Api<Secret>,
+    user_arn: &str,
+    rw_s3: &aws_sdk_s3::Client,
+    data: &str,
+) {
+    let user = user_name(user_arn);
     assert_eq!(keys_of(&user).await.len(), 1);
     accesses
         .delete("rw", &DeleteParams::default())
@@ -262,7 +324,7 @@ async fn credentials_grant_exactly_their_permission_and_are_cleaned_up() {
     })
     .await;
     assert!(
-        put(&rw_s3, &data, "z").await.is_err(),
+        put(rw_s3, data, "z").await.is_err(),
         "old credentials no longer work"
     );
 }
@@ -277,9 +339,25 @@ async fn secret_is_restored_and_keys_rotate_without_outage() {
         ..Default::default()
     })
     .await;
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
+    let (name, user, first) = rotating_access_becomes_available(&client, &ns).await;
+    an_edited_secret_is_restored_without_a_new_key(&secrets, &name, &first).await;
+    rotation_keeps_the_old_key_through_its_grace_period(&accesses, &secrets, &user, &name, &first)
+        .await;
+    a_deleted_secret_comes_back_with_working_credentials(&secrets, &name, &user).await;
+}
+
+/// BucketAccess `app` rotating every 12s with a 4s grace period becomes Available with both
+/// rotation times in status. Returns the bucket's physical name, the IAM user and the first
+/// Secret's data.
+async fn rotating_access_becomes_available(
+    client: &kube::Client,
+    ns: &str,
+) -> (String, String, BTreeMap<String, String>) {
+    let buckets = Api::<Bucket>::namespaced(client.clone(), ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), ns);
+    let secrets = Api::<Secret>::namespaced(client.clone(), ns);
     buckets
         .create(
             &PostParams::default(),
@@ -311,8 +389,15 @@ async fn secret_is_restored_and_keys_rotate_without_outage() {
     let first = secret_data(&secrets.get("app").await.unwrap());
     let status = accesses.get("app").await.unwrap().status.unwrap();
     assert!(status.next_rotation_time.is_some() && status.last_rotation_time.is_some());
+    (name, user, first)
+}
 
-    // An edited Secret is put back (non-credential data), without issuing a new key.
+/// An edited Secret is put back (non-credential data), without issuing a new key.
+async fn an_edited_secret_is_restored_without_a_new_key(
+    secrets: &Api<Secret>,
+    name: &str,
+    first: &BTreeMap<String, String>,
+) {
     secrets
         .patch(
             "app",
@@ -330,13 +415,21 @@ async fn secret_is_restored_and_keys_rotate_without_outage() {
         secret_data(&secrets.get("app").await.unwrap())["AWS_ACCESS_KEY_ID"],
         first["AWS_ACCESS_KEY_ID"]
     );
+}
 
-    // Rotation: a new key reaches the Secret; the old one keeps working through the grace period
-    // and is deleted after it; the user never holds more than two keys.
+/// Rotation: a new key reaches the Secret; the old one keeps working through the grace period
+/// and is deleted after it; the user never holds more than two keys.
+async fn rotation_keeps_the_old_key_through_its_grace_period(
+    accesses: &Api<BucketAccess>,
+    secrets: &Api<Secret>,
+    user: &str,
+    name: &str,
+    first: &BTreeMap<String, String>,
+) {
     let max_keys = std::sync::atomic::AtomicUsize::new(0);
     let rotated = wait_for("a rotated key", Duration::from_secs(40), || async {
         max_keys.fetch_max(
-            keys_of(&user).await.len(),
+            keys_of(user).await.len(),
             std::sync::atomic::Ordering::SeqCst,
         );
         let d = secret_data(&secrets.get("app").await.ok()?);
@@ -348,10 +441,10 @@ async fn secret_is_restored_and_keys_rotate_without_outage() {
         &rotated["AWS_ACCESS_KEY_ID"],
         &rotated["AWS_SECRET_ACCESS_KEY"],
     );
-    put(&new_s3, &name, "new")
+    put(&new_s3, name, "new")
         .await
         .expect("new key works at once");
-    put(&old_s3, &name, "old")
+    put(&old_s3, name, "old")
         .await
         .expect("old key still works during the grace period");
     wait_for(
@@ -359,17 +452,14 @@ async fn secret_is_restored_and_keys_rotate_without_outage() {
         Duration::from_secs(20),
         || async {
             max_keys.fetch_max(
-                keys_of(&user).await.len(),
+                keys_of(user).await.len(),
                 std::sync::atomic::Ordering::SeqCst,
             );
-            (!keys_of(&user).await.contains(&first["AWS_ACCESS_KEY_ID"])).then_some(())
+            (!keys_of(user).await.contains(&first["AWS_ACCESS_KEY_ID"])).then_some(())
         },
     )
     .await;
-    assert!(
-        put(&old_s3, &name, "late").await.is_err(),
-        "old key revoked"
-    );
+    assert!(put(&old_s3, name, "late").await.is_err(), "old key revoked");
     let max_keys = max_keys.into_inner();
     assert!(max_keys <= 2, "never more than two keys (saw {max_keys})");
     let status = accesses.get("app").await.unwrap().status.unwrap();
@@ -377,8 +467,14 @@ async fn secret_is_restored_and_keys_rotate_without_outage() {
         status.access_key_id.as_deref(),
         Some(rotated["AWS_ACCESS_KEY_ID"].as_str())
     );
+}
 
-    // A deleted Secret comes back with working credentials.
+/// A deleted Secret comes back with working credentials.
+async fn a_deleted_secret_comes_back_with_working_credentials(
+    secrets: &Api<Secret>,
+    name: &str,
+    user: &str,
+) {
     secrets
         .delete("app", &DeleteParams::default())
         .await
@@ -391,10 +487,10 @@ async fn secret_is_restored_and_keys_rotate_without_outage() {
         &restored["AWS_ACCESS_KEY_ID"],
         &restored["AWS_SECRET_ACCESS_KEY"],
     );
-    put(&s3, &name, "after-restore")
+    put(&s3, name, "after-restore")
         .await
         .expect("restored credentials work");
-    assert!(keys_of(&user).await.len() <= 2);
+    assert!(keys_of(user).await.len() <= 2);
 }
 
 #[tokio::test]

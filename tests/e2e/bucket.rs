@@ -61,6 +61,22 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
     })
     .await;
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let (name, uid) = created_bucket_reports_its_name_arn_and_region(&api, &ns, &op).await;
+    s3_holds_the_tags_public_access_block_and_encryption(&op, &ns, &name, uid.as_ref()).await;
+    s3_holds_the_versioning_lifecycle_and_cors(&ns, &name).await;
+    steady_state_writes_nothing_and_rereads_aws(&op).await;
+    drift_is_put_back(&op, &ns, &name).await;
+    spec_update_is_applied(&api, &name).await;
+    delete_policy_removes_the_empty_bucket(&api, &op, &name).await;
+}
+
+/// `photos` becomes Ready under the operator's prefix, with its ARN, region and generation in
+/// status. Returns the S3 name and the object's uid.
+async fn created_bucket_reports_its_name_arn_and_region(
+    api: &Api<Bucket>,
+    ns: &str,
+    op: &Operator,
+) -> (String, Option<String>) {
     let spec = json!({
         "versioning": "Enabled",
         "deletionPolicy": "Delete",
@@ -71,7 +87,7 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
     api.create(&PostParams::default(), &bucket("photos", spec))
         .await
         .unwrap();
-    let name = wait_ready(&api, "photos").await;
+    let name = wait_ready(api, "photos").await;
     let want = format!("{}{ns}-photos-", prefix(&op.cluster));
     assert!(name.starts_with(&want), "{name}");
     let b = api.get("photos").await.unwrap();
@@ -82,21 +98,32 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
     );
     assert_eq!(st.region.as_deref(), Some("us-east-1"));
     assert_eq!(st.observed_generation, b.metadata.generation);
+    (name, b.metadata.uid)
+}
 
-    // What S3 holds.
+/// What S3 holds: our tags beside the user's, every public access blocked, AES256 by default.
+async fn s3_holds_the_tags_public_access_block_and_encryption(
+    op: &Operator,
+    ns: &str,
+    name: &str,
+    uid: Option<&String>,
+) {
     let s3 = admin_s3();
-    let tags = bucket_tags(&name).await;
+    let tags = bucket_tags(name).await;
     assert_eq!(tags.get("team").map(String::as_str), Some("media"));
-    assert_eq!(tags.get("s3.operator.dev/namespace"), Some(&ns));
+    assert_eq!(
+        tags.get("s3.operator.dev/namespace").map(String::as_str),
+        Some(ns)
+    );
     assert_eq!(
         tags.get("s3.operator.dev/name").map(String::as_str),
         Some("photos")
     );
-    assert_eq!(tags.get("s3.operator.dev/uid"), b.metadata.uid.as_ref());
+    assert_eq!(tags.get("s3.operator.dev/uid"), uid);
     assert_eq!(tags.get("s3.operator.dev/cluster"), Some(&op.cluster));
     let pab = s3
         .get_public_access_block()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap()
@@ -113,7 +140,7 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
     );
     let enc = s3
         .get_bucket_encryption()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap();
@@ -126,16 +153,21 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
             .as_str(),
         "AES256"
     );
+}
+
+/// What S3 holds: the spec's versioning, lifecycle rule and CORS; creation is an event.
+async fn s3_holds_the_versioning_lifecycle_and_cors(ns: &str, name: &str) {
+    let s3 = admin_s3();
     let ver = s3
         .get_bucket_versioning()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap();
     assert_eq!(ver.status.unwrap().as_str(), "Enabled");
     let lc = s3
         .get_bucket_lifecycle_configuration()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap()
@@ -147,7 +179,7 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
     );
     let cors = s3
         .get_bucket_cors()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap()
@@ -158,11 +190,13 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
         vec!["https://example.com".to_string()]
     );
     assert!(
-        !events(&ns, "Created").await.is_empty(),
+        !events(ns, "Created").await.is_empty(),
         "creation is reported as an event"
     );
+}
 
-    // Quiet steady state: several resyncs (2s) make no AWS write and no Kubernetes write.
+/// Quiet steady state: several resyncs (2s) make no AWS write and no Kubernetes write.
+async fn steady_state_writes_nothing_and_rereads_aws(op: &Operator) {
     let (aws0, kube0) = (op.aws_writes().await, op.kube_writes().await);
     let reads0 = op
         .metric(
@@ -187,17 +221,20 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
         reads1 >= reads0 + 2.0,
         "resync re-reads AWS ({reads0} -> {reads1})"
     );
+}
 
-    // Drift: public access block switched off and a tag removed out of band are put back.
+/// Drift: public access block switched off out of band is put back, counted and reported.
+async fn drift_is_put_back(op: &Operator, ns: &str, name: &str) {
+    let s3 = admin_s3();
     s3.delete_public_access_block()
-        .bucket(&name)
+        .bucket(name)
         .send()
         .await
         .unwrap();
     wait_for("public access block restored", T, || async {
         let c = s3
             .get_public_access_block()
-            .bucket(&name)
+            .bucket(name)
             .send()
             .await
             .ok()?
@@ -213,9 +250,12 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
         .await
             >= 1.0
     );
-    assert!(!events(&ns, "DriftCorrected").await.is_empty());
+    assert!(!events(ns, "DriftCorrected").await.is_empty());
+}
 
-    // Update: tags and versioning follow the spec.
+/// Update: tags and versioning follow the spec.
+async fn spec_update_is_applied(api: &Api<Bucket>, name: &str) {
+    let s3 = admin_s3();
     let patch = json!({"spec": {"versioning": "Suspended", "tags": {"team": "video"}}});
     api.patch("photos", &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -223,23 +263,25 @@ async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
     wait_for("spec update applied", T, || async {
         let v = s3
             .get_bucket_versioning()
-            .bucket(&name)
+            .bucket(name)
             .send()
             .await
             .ok()?
             .status?;
         (v.as_str() == "Suspended"
-            && bucket_tags(&name).await.get("team").map(String::as_str) == Some("video"))
+            && bucket_tags(name).await.get("team").map(String::as_str) == Some("video"))
         .then_some(())
     })
     .await;
+}
 
-    // Delete policy: the (empty) bucket goes with the object.
+/// Delete policy: the (empty) bucket goes with the object.
+async fn delete_policy_removes_the_empty_bucket(api: &Api<Bucket>, op: &Operator, name: &str) {
     api.delete("photos", &DeleteParams::default())
         .await
         .unwrap();
-    gone(&api, "photos").await;
-    assert!(!bucket_exists(&name).await);
+    gone(api, "photos").await;
+    assert!(!bucket_exists(name).await);
     let log = op.log_text();
     assert!(!log.contains("panicked"), "operator panicked:\n{log}");
 }
@@ -352,25 +394,32 @@ async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
     })
     .await;
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let s3 = admin_s3();
-    let tagging = |pairs: &[(&str, &str)]| {
-        let tags = pairs
-            .iter()
-            .map(|(k, v)| {
-                aws_sdk_s3::types::Tag::builder()
-                    .key(*k)
-                    .value(*v)
-                    .build()
-                    .unwrap()
-            })
-            .collect();
-        aws_sdk_s3::types::Tagging::builder()
-            .set_tag_set(Some(tags))
-            .build()
-            .unwrap()
-    };
+    a_foreign_bucket_is_never_touched(&api, &op).await;
+    an_unowned_bucket_is_adopted_only_when_asked(&api, &op, &ns).await;
+    a_name_outside_the_prefix_is_refused(&api).await;
+    two_buckets_cannot_share_a_name(&api, &op).await;
+}
 
-    // A bucket owned by another object: NameConflict, not modified, kept after deletion.
+fn tagging(pairs: &[(&str, &str)]) -> aws_sdk_s3::types::Tagging {
+    let tags = pairs
+        .iter()
+        .map(|(k, v)| {
+            aws_sdk_s3::types::Tag::builder()
+                .key(*k)
+                .value(*v)
+                .build()
+                .unwrap()
+        })
+        .collect();
+    aws_sdk_s3::types::Tagging::builder()
+        .set_tag_set(Some(tags))
+        .build()
+        .unwrap()
+}
+
+/// A bucket owned by another object: NameConflict, not modified, kept after deletion.
+async fn a_foreign_bucket_is_never_touched(api: &Api<Bucket>, op: &Operator) {
+    let s3 = admin_s3();
     let foreign = format!("{}foreign-{}", prefix(&op.cluster), random(6));
     s3.create_bucket().bucket(&foreign).send().await.unwrap();
     let theirs = [
@@ -386,7 +435,7 @@ async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
         .await
         .unwrap();
     api.create(&PostParams::default(), &bucket("f", json!({"bucketName": foreign, "deletionPolicy": "Delete", "adoptExisting": true, "forceDelete": true}))).await.unwrap();
-    let msg = wait_reason(&api, "f", "NameConflict", T).await;
+    let msg = wait_reason(api, "f", "NameConflict", T).await;
     assert!(msg.contains("x/y"), "{msg}");
     assert!(
         s3.get_public_access_block()
@@ -398,22 +447,29 @@ async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
     );
     assert_eq!(bucket_tags(&foreign).await.len(), 4, "tags untouched");
     api.delete("f", &DeleteParams::default()).await.unwrap();
-    gone(&api, "f").await;
+    gone(api, "f").await;
     assert!(
         bucket_exists(&foreign).await,
         "a foreign bucket survives deletion with Delete + forceDelete"
     );
+}
 
-    // An unowned bucket: NameConflict until adoptExisting, then adopted with user tags kept.
+/// An unowned bucket: NameConflict until adoptExisting, then adopted with user tags kept.
+async fn an_unowned_bucket_is_adopted_only_when_asked(api: &Api<Bucket>, op: &Operator, ns: &str) {
     let unowned = format!("{}unowned-{}", prefix(&op.cluster), random(6));
-    s3.create_bucket().bucket(&unowned).send().await.unwrap();
+    admin_s3()
+        .create_bucket()
+        .bucket(&unowned)
+        .send()
+        .await
+        .unwrap();
     api.create(
         &PostParams::default(),
         &bucket("u", json!({"bucketName": unowned, "tags": {"k": "v"}})),
     )
     .await
     .unwrap();
-    let msg = wait_reason(&api, "u", "NameConflict", T).await;
+    let msg = wait_reason(api, "u", "NameConflict", T).await;
     assert!(msg.contains("adoptExisting"), "{msg}");
     assert!(bucket_tags(&unowned).await.is_empty(), "not modified");
     api.patch(
@@ -423,30 +479,34 @@ async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
     )
     .await
     .unwrap();
-    wait_ready(&api, "u").await;
+    wait_ready(api, "u").await;
     let tags = bucket_tags(&unowned).await;
     assert_eq!(
         tags.get("s3.operator.dev/name").map(String::as_str),
         Some("u")
     );
     assert_eq!(tags.get("k").map(String::as_str), Some("v"));
-    assert!(!events(&ns, "NameConflict").await.is_empty());
+    assert!(!events(ns, "NameConflict").await.is_empty());
+}
 
-    // A name outside the operator's prefix: refused before any AWS call, naming the rule.
+/// A name outside the operator's prefix: refused before any AWS call, naming the rule.
+async fn a_name_outside_the_prefix_is_refused(api: &Api<Bucket>) {
     api.create(
         &PostParams::default(),
         &bucket("outside", json!({"bucketName": "not-ours-bucket"})),
     )
     .await
     .unwrap();
-    let msg = wait_reason(&api, "outside", "InvalidSpec", T).await;
+    let msg = wait_reason(api, "outside", "InvalidSpec", T).await;
     assert!(
         msg.contains("spec.bucketName") && msg.contains(PREFIX),
         "{msg}"
     );
     assert!(!bucket_exists("not-ours-bucket").await);
+}
 
-    // Two Buckets asking for one name: the second is a NameConflict, the first keeps it.
+/// Two Buckets asking for one name: the second is a NameConflict, the first keeps it.
+async fn two_buckets_cannot_share_a_name(api: &Api<Bucket>, op: &Operator) {
     let shared = format!("{}shared-{}", prefix(&op.cluster), random(6));
     api.create(
         &PostParams::default(),
@@ -454,14 +514,14 @@ async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
     )
     .await
     .unwrap();
-    wait_ready(&api, "first").await;
+    wait_ready(api, "first").await;
     api.create(
         &PostParams::default(),
         &bucket("second", json!({"bucketName": shared})),
     )
     .await
     .unwrap();
-    wait_reason(&api, "second", "NameConflict", T).await;
+    wait_reason(api, "second", "NameConflict", T).await;
     assert_eq!(
         bucket_tags(&shared)
             .await

@@ -610,12 +610,33 @@ async fn oversized_and_cross_namespace_input_is_refused_and_nothing_foreign_is_t
     .await;
     let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
-    let refused = |r: Result<Bucket, kube::Error>| match r {
+    oversized_specs_are_refused_naming_each_limit(&buckets).await;
+    let theirs = Api::<Bucket>::namespaced(client.clone(), &other);
+    theirs
+        .create(
+            &PostParams::default(),
+            &bucket("shared", json!({"deletionPolicy": "Delete"})),
+        )
+        .await
+        .unwrap();
+    let their_bucket = crate::bucket::wait_ready(&theirs, "shared").await;
+    a_cross_namespace_reference_is_refused_or_dropped(&client, &ns, &other).await;
+    the_other_namespaces_bucket_is_not_touched(&op, &their_bucket, &other).await;
+    let _ = theirs.delete("shared", &DeleteParams::default()).await;
+    let _ = accesses.delete("cross", &DeleteParams::default()).await;
+}
+
+/// The API server's message for a refused create.
+fn refused(r: Result<Bucket, kube::Error>) -> String {
+    match r {
         Err(kube::Error::Api(e)) => e.message,
         other => panic!("accepted: {other:?}"),
-    };
+    }
+}
 
-    // Oversized specs: each limit named in the error.
+/// Oversized specs: each limit named in the error; a body past the API server's request limit
+/// (3 MiB) is refused whole.
+async fn oversized_specs_are_refused_naming_each_limit(buckets: &Api<Bucket>) {
     let tags: serde_json::Map<String, Value> =
         (0..41).map(|i| (format!("k{i}"), json!("v"))).collect();
     let msg = refused(
@@ -658,7 +679,6 @@ async fn oversized_and_cross_namespace_input_is_refused_and_nothing_foreign_is_t
         msg.contains("spec.encryption.kmsKeyId") && msg.contains("2048"),
         "{msg}"
     );
-    // A body past the API server's request limit (3 MiB) is refused whole.
     let huge = "x".repeat(4 << 20);
     let r = buckets
         .create(
@@ -667,18 +687,16 @@ async fn oversized_and_cross_namespace_input_is_refused_and_nothing_foreign_is_t
         )
         .await;
     assert!(r.is_err(), "a 4 MiB object was accepted");
+}
 
-    // A BucketAccess naming a Bucket in another namespace: the field does not exist, so a strict
-    // client is told so, and a lax one gets a reference to its own namespace only.
-    let theirs = Api::<Bucket>::namespaced(client.clone(), &other);
-    theirs
-        .create(
-            &PostParams::default(),
-            &bucket("shared", json!({"deletionPolicy": "Delete"})),
-        )
-        .await
-        .unwrap();
-    let their_bucket = crate::bucket::wait_ready(&theirs, "shared").await;
+/// A BucketAccess naming a Bucket in another namespace: the field does not exist, so a strict
+/// client is told so, and a lax one gets a reference to its own namespace only.
+async fn a_cross_namespace_reference_is_refused_or_dropped(
+    client: &kube::Client,
+    ns: &str,
+    other: &str,
+) {
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), ns);
     let mut cross = serde_json::to_value(access(
         "cross",
         json!({"bucketRef": {"name": "shared"}, "permission": "ReadWrite"}),
@@ -688,7 +706,7 @@ async fn oversized_and_cross_namespace_input_is_refused_and_nothing_foreign_is_t
     let cross: kube::api::DynamicObject = serde_json::from_value(cross).unwrap();
     let api = Api::<kube::api::DynamicObject>::namespaced_with(
         client.clone(),
-        &ns,
+        ns,
         &kube::api::ApiResource::erase::<BucketAccess>(&()),
     );
     let strict = PatchParams::apply("e2e").validation_strict();
@@ -710,21 +728,30 @@ async fn oversized_and_cross_namespace_input_is_refused_and_nothing_foreign_is_t
     let stored = accesses.get("cross").await.unwrap();
     assert_eq!(stored.spec.bucket_ref.name, "shared");
     assert!(
-        Api::<Secret>::namespaced(client.clone(), &ns)
+        Api::<Secret>::namespaced(client.clone(), ns)
             .get_opt("cross")
             .await
             .unwrap()
             .is_none(),
         "credentials were issued for a Bucket in another namespace"
     );
-    // The other namespace's bucket was not touched: still Ready and tagged for its own owner.
-    let tags = bucket_tags(&their_bucket).await;
-    assert_eq!(tags.get("s3.operator.dev/namespace"), Some(&other));
+}
+
+/// The other namespace's bucket was not touched: still Ready and tagged for its own owner; no
+/// IAM user exists for the refused reference.
+async fn the_other_namespaces_bucket_is_not_touched(
+    op: &Operator,
+    their_bucket: &str,
+    other: &str,
+) {
+    let tags = bucket_tags(their_bucket).await;
+    assert_eq!(
+        tags.get("s3.operator.dev/namespace").map(String::as_str),
+        Some(other)
+    );
     let users = inventory(&op.cluster).await.users;
     assert!(
         users.is_empty(),
         "IAM users created for a refused reference: {users:?}"
     );
-    let _ = theirs.delete("shared", &DeleteParams::default()).await;
-    let _ = accesses.delete("cross", &DeleteParams::default()).await;
 }

@@ -482,106 +482,146 @@ async fn helm_chart_test_hook_probes_readyz() {
             "podDisruptionBudget.enabled=true",
         ],
     ] {
-        let mut args = vec![
-            "template",
-            release,
-            "charts/s3-operator",
-            "--namespace",
-            ns,
-            "--kube-version",
-            KUBE_VERSION,
-        ];
-        for s in &sets {
-            args.extend(["--set", s]);
-        }
-        let all = docs(&tool("helm", &args, None));
-        args.extend(["--show-only", "templates/tests/readyz.yaml"]);
-        let hooks = docs(&tool("helm", &args, None));
-        assert_eq!(hooks.len(), 2, "{hooks:?}");
-        for h in &hooks {
-            assert_eq!(h["metadata"]["annotations"]["helm.sh/hook"], "test", "{h}");
-        }
-        let deployment = of_kind(&all, "Deployment")[0];
-        let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
-        let selects = |selector: &Value, labels: &Value| {
-            selector
-                .as_object()
-                .unwrap()
-                .iter()
-                .all(|(k, v)| &labels[k] == v)
-        };
-        let service = of_kind(&hooks, "Service")[0];
-        assert!(
-            selects(&service["spec"]["selector"], pod_labels),
-            "{service}"
-        );
-        assert_eq!(service["spec"]["ports"][0]["targetPort"], "health");
-        let pod = of_kind(&hooks, "Pod")[0];
-        let test_labels = &pod["metadata"]["labels"];
-        for (kind, path) in [
-            ("Deployment", "/spec/selector/matchLabels"),
-            ("NetworkPolicy", "/spec/podSelector/matchLabels"),
-            ("PodDisruptionBudget", "/spec/selector/matchLabels"),
-        ] {
-            for obj in of_kind(&all, kind) {
-                let selector = obj.pointer(path).expect(path);
-                assert!(
-                    !selects(selector, test_labels),
-                    "{kind} selects the test Pod"
-                );
-            }
-        }
-        let container = &pod["spec"]["containers"][0];
-        assert_eq!(
-            container["image"],
-            deployment["spec"]["template"]["spec"]["containers"][0]["image"]
-        );
-        assert_eq!(pod["spec"]["restartPolicy"], "Never");
-        let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap();
-        let authority = format!(
-            "{}.{ns}.svc:{}",
-            service["metadata"]["name"].as_str().unwrap(),
-            service["spec"]["ports"][0]["port"]
-        );
-        // A Service just created may not route yet: the probe retries (probe.rs tests that).
-        assert_eq!(args.len(), 3, "{args:?}");
-        assert_eq!(args[1], "--wait=60s");
-        let path = args[2]
-            .strip_prefix(&format!("http://{authority}"))
-            .unwrap_or_else(|| panic!("{args:?} does not probe {authority}"));
-        assert_eq!(path, "/readyz");
+        let (all, hooks) = rendered_with_two_test_hooks(release, ns, &sets);
+        let authority = the_hook_service_routes_to_the_operator_alone(&all, &hooks, ns);
+        let args = the_hook_pod_probes_readyz_with_the_operators_image(&all, &hooks, &authority);
+        the_probe_args_pass_on_200_and_fail_on_503(&args, &authority);
+    }
+}
 
-        for (status, ok) in [("200 OK", true), ("503 Service Unavailable", false)] {
-            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            let local = listener.local_addr().unwrap();
-            let server = std::thread::spawn(move || {
-                use std::io::{Read, Write};
-                let (mut conn, _) = listener.accept().unwrap();
-                let mut request = Vec::new();
-                let mut buf = [0u8; 1024];
-                while !request.ends_with(b"\r\n\r\n") {
-                    let n = conn.read(&mut buf).unwrap();
-                    assert!(n > 0, "the request ended early");
-                    request.extend_from_slice(&buf[..n]);
-                }
-                let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
-                conn.write_all(answer.as_bytes()).unwrap();
-                String::from_utf8_lossy(&request).into_owned()
-            });
-            let local_args: Vec<String> = args
-                .iter()
-                .map(|a| a.replace(&authority, &local.to_string()))
-                // One attempt: this server answers once.
-                .map(|a| a.replace("--wait=60s", "--wait=0s"))
-                .collect();
-            let out = std::process::Command::new(env!("CARGO_BIN_EXE_s3-operator"))
-                .args(&local_args)
-                .output()
-                .unwrap();
-            assert_eq!(out.status.success(), ok, "{status}: {out:?}");
-            let request = server.join().unwrap();
-            assert!(request.starts_with("GET /readyz HTTP/1.1\r\n"), "{request}");
+/// `helm template` of the chart with `sets`: every document, and the two test hooks.
+fn rendered_with_two_test_hooks(
+    release: &str,
+    ns: &str,
+    sets: &[&str],
+) -> (Vec<Value>, Vec<Value>) {
+    let mut args = vec![
+        "template",
+        release,
+        "charts/s3-operator",
+        "--namespace",
+        ns,
+        "--kube-version",
+        KUBE_VERSION,
+    ];
+    for s in sets {
+        args.extend(["--set", s]);
+    }
+    let all = docs(&tool("helm", &args, None));
+    args.extend(["--show-only", "templates/tests/readyz.yaml"]);
+    let hooks = docs(&tool("helm", &args, None));
+    assert_eq!(hooks.len(), 2, "{hooks:?}");
+    for h in &hooks {
+        assert_eq!(h["metadata"]["annotations"]["helm.sh/hook"], "test", "{h}");
+    }
+    (all, hooks)
+}
+
+/// Whether a label selector (a map) selects these labels.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .unwrap()
+        .iter()
+        .all(|(k, v)| &labels[k] == v)
+}
+
+/// The hook's Service selects the operator's Pods on the health port, and nothing of the
+/// operator's (Deployment, NetworkPolicy, PDB) selects the test Pod. Returns the Service's
+/// in-cluster authority.
+fn the_hook_service_routes_to_the_operator_alone(
+    all: &[Value],
+    hooks: &[Value],
+    ns: &str,
+) -> String {
+    let deployment = of_kind(all, "Deployment")[0];
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    let service = of_kind(hooks, "Service")[0];
+    assert!(
+        selects(&service["spec"]["selector"], pod_labels),
+        "{service}"
+    );
+    assert_eq!(service["spec"]["ports"][0]["targetPort"], "health");
+    let test_labels = &of_kind(hooks, "Pod")[0]["metadata"]["labels"];
+    for (kind, path) in [
+        ("Deployment", "/spec/selector/matchLabels"),
+        ("NetworkPolicy", "/spec/podSelector/matchLabels"),
+        ("PodDisruptionBudget", "/spec/selector/matchLabels"),
+    ] {
+        for obj in of_kind(all, kind) {
+            let selector = obj.pointer(path).expect(path);
+            assert!(
+                !selects(selector, test_labels),
+                "{kind} selects the test Pod"
+            );
         }
+    }
+    format!(
+        "{}.{ns}.svc:{}",
+        service["metadata"]["name"].as_str().unwrap(),
+        service["spec"]["ports"][0]["port"]
+    )
+}
+
+/// The hook's Pod runs the operator's image once, probing the Service's /readyz with retries.
+/// Returns its args.
+fn the_hook_pod_probes_readyz_with_the_operators_image(
+    all: &[Value],
+    hooks: &[Value],
+    authority: &str,
+) -> Vec<String> {
+    let deployment = of_kind(all, "Deployment")[0];
+    let pod = of_kind(hooks, "Pod")[0];
+    let container = &pod["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        deployment["spec"]["template"]["spec"]["containers"][0]["image"]
+    );
+    assert_eq!(pod["spec"]["restartPolicy"], "Never");
+    let args: Vec<String> = serde_json::from_value(container["args"].clone()).unwrap();
+    // A Service just created may not route yet: the probe retries (probe.rs tests that).
+    assert_eq!(args.len(), 3, "{args:?}");
+    assert_eq!(args[1], "--wait=60s");
+    let path = args[2]
+        .strip_prefix(&format!("http://{authority}"))
+        .unwrap_or_else(|| panic!("{args:?} does not probe {authority}"));
+    assert_eq!(path, "/readyz");
+    args
+}
+
+/// The hook's args, pointed at a stand-in server, make the binary exit 0 on a 200 and fail on a
+/// 503, after a GET of /readyz.
+fn the_probe_args_pass_on_200_and_fail_on_503(args: &[String], authority: &str) {
+    for (status, ok) in [("200 OK", true), ("503 Service Unavailable", false)] {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let server = std::thread::spawn(move || {
+            use std::io::{Read, Write};
+            let (mut conn, _) = listener.accept().unwrap();
+            let mut request = Vec::new();
+            let mut buf = [0u8; 1024];
+            while !request.ends_with(b"\r\n\r\n") {
+                let n = conn.read(&mut buf).unwrap();
+                assert!(n > 0, "the request ended early");
+                request.extend_from_slice(&buf[..n]);
+            }
+            let answer = format!("HTTP/1.1 {status}\r\nContent-Length: 0\r\n\r\n");
+            conn.write_all(answer.as_bytes()).unwrap();
+            String::from_utf8_lossy(&request).into_owned()
+        });
+        let local_args: Vec<String> = args
+            .iter()
+            .map(|a| a.replace(authority, &local.to_string()))
+            // One attempt: this server answers once.
+            .map(|a| a.replace("--wait=60s", "--wait=0s"))
+            .collect();
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_s3-operator"))
+            .args(&local_args)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.success(), ok, "{status}: {out:?}");
+        let request = server.join().unwrap();
+        assert!(request.starts_with("GET /readyz HTTP/1.1\r\n"), "{request}");
     }
 }
 

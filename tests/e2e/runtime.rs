@@ -51,26 +51,36 @@ async fn one_leader_acts_and_hands_over_on_sigterm_and_on_crash() {
     let ns = namespace(&client, "le").await;
     let opts = le_opts(vec![ns.clone()]);
     let id = Identity::new(&opts.namespaces, None).await;
-    let leases = Api::<Lease>::namespaced(client.clone(), &id.operator_ns);
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let a = Operator::start_as(&id, &opts, "a").await;
     wait_leading(&a, Duration::from_secs(10)).await;
     let b = Operator::start_as(&id, &opts, "b").await;
+    exactly_one_leads_and_the_standby_is_healthy(&id, &a, &b).await;
+    only_the_leader_writes(&buckets, &a, &b).await;
+    sigterm_hands_over_within_3s(a, &b).await;
+    let c = Operator::start_as(&id, &opts, "c").await;
+    crash_handover_within_the_lease_while_objects_arrive(b, &c, &buckets, &accesses).await;
+    objects_created_during_the_handover_converge_without_duplicate_keys(&buckets, &accesses).await;
+    losing_the_lease_stops_the_leader_at_once(&id, c).await;
+}
 
-    // Exactly one leads; the metric and the Lease agree; the standby is ready and healthy.
+/// Exactly one leads; the metric and the Lease agree; the standby is ready and healthy.
+async fn exactly_one_leads_and_the_standby_is_healthy(id: &Identity, a: &Operator, b: &Operator) {
     tokio::time::sleep(Duration::from_secs(2)).await;
-    assert!(leading(&a).await && !leading(&b).await);
+    assert!(leading(a).await && !leading(b).await);
     assert_eq!(
         lease_holder(&id.operator_ns, LEASE).await.as_deref(),
         Some(format!("{}-a", id.cluster).as_str())
     );
-    for op in [&a, &b] {
+    for op in [a, b] {
         assert_eq!(http_get(&op.probe_addr, "/readyz").await.unwrap().0, 200);
         assert_eq!(http_get(&op.probe_addr, "/healthz").await.unwrap().0, 200);
     }
+}
 
-    // Only the leader writes.
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+/// Only the leader writes.
+async fn only_the_leader_writes(buckets: &Api<Bucket>, a: &Operator, b: &Operator) {
     buckets
         .create(
             &PostParams::default(),
@@ -78,18 +88,20 @@ async fn one_leader_acts_and_hands_over_on_sigterm_and_on_crash() {
         )
         .await
         .unwrap();
-    wait_ready(&buckets, "one").await;
+    wait_ready(buckets, "one").await;
     assert!(a.aws_writes().await > 0.0);
     assert_eq!(
         (b.aws_writes().await, b.kube_writes().await),
         (0.0, 0.0),
         "the standby wrote"
     );
+}
 
-    // SIGTERM: the leader drains, releases the lease and exits 0; the standby leads within 3s.
+/// SIGTERM: the leader drains, releases the lease and exits 0; the standby leads within 3s.
+async fn sigterm_hands_over_within_3s(a: Operator, b: &Operator) {
     let t0 = Instant::now();
     let code = a.terminate().await;
-    wait_leading(&b, Duration::from_secs(10)).await;
+    wait_leading(b, Duration::from_secs(10)).await;
     let sigterm_handover = t0.elapsed();
     assert_eq!(code, Some(0), "a SIGTERMed leader exits 0");
     assert!(
@@ -97,9 +109,16 @@ async fn one_leader_acts_and_hands_over_on_sigterm_and_on_crash() {
         "SIGTERM handover took {sigterm_handover:?}"
     );
     eprintln!("measured: SIGTERM handover {sigterm_handover:?}");
+}
 
-    // Objects created during a crash handover all converge, with no duplicate keys.
-    let c = Operator::start_as(&id, &opts, "c").await;
+/// The leader `b` is killed (-9) while Buckets and BucketAccesses `h0`..`h2` are created; the
+/// standby `c` leads within the lease (4s) plus renewal and start-up slack.
+async fn crash_handover_within_the_lease_while_objects_arrive(
+    b: Operator,
+    c: &Operator,
+    buckets: &Api<Bucket>,
+    accesses: &Api<BucketAccess>,
+) {
     let t0 = Instant::now();
     b.kill9().await;
     for i in 0..3 {
@@ -115,17 +134,24 @@ async fn one_leader_acts_and_hands_over_on_sigterm_and_on_crash() {
         let a: BucketAccess = serde_json::from_value(json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess", "metadata": {"name": name}, "spec": spec})).unwrap();
         accesses.create(&PostParams::default(), &a).await.unwrap();
     }
-    wait_leading(&c, Duration::from_secs(15)).await;
+    wait_leading(c, Duration::from_secs(15)).await;
     let crash_handover = t0.elapsed();
     assert!(
         crash_handover < Duration::from_millis(4000 + 500 + 1500),
         "crash handover took {crash_handover:?}"
     );
     eprintln!("measured: kill -9 handover {crash_handover:?} (lease 4s, renew 500ms)");
+}
+
+/// Objects created during a crash handover all converge, with no duplicate keys.
+async fn objects_created_during_the_handover_converge_without_duplicate_keys(
+    buckets: &Api<Bucket>,
+    accesses: &Api<BucketAccess>,
+) {
     for i in 0..3 {
         let name = format!("h{i}");
-        wait_ready(&buckets, &name).await;
-        wait_reason(&accesses, &name, "Available", Duration::from_secs(60)).await;
+        wait_ready(buckets, &name).await;
+        wait_reason(accesses, &name, "Available", Duration::from_secs(60)).await;
         let arn = accesses
             .get(&name)
             .await
@@ -144,9 +170,11 @@ async fn one_leader_acts_and_hands_over_on_sigterm_and_on_crash() {
             .access_key_metadata;
         assert_eq!(keys.len(), 1, "{name} has duplicate keys");
     }
+}
 
-    // Losing the lease to another holder stops the leader at once with a non-zero exit.
-    let mut c = c;
+/// Losing the lease to another holder stops the leader at once with a non-zero exit.
+async fn losing_the_lease_stops_the_leader_at_once(id: &Identity, mut c: Operator) {
+    let leases = Api::<Lease>::namespaced(admin().await, &id.operator_ns);
     let patch = json!({"spec": {"holderIdentity": "intruder", "renewTime": jiff::Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()}});
     leases
         .patch(LEASE, &PatchParams::default(), &Patch::Merge(patch))
@@ -198,17 +226,35 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_after_resuming_and_exits(
         aws_endpoint: Some(proxy.url()),
         ..le_opts(vec![ns.clone()])
     };
-    let mut a = Operator::start_as(&id, &through_proxy, "a").await;
+    let a = Operator::start_as(&id, &through_proxy, "a").await;
     wait_leading(&a, Duration::from_secs(10)).await;
     let b = Operator::start_as(&id, &opts, "b").await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    let names = slow_aws_keeps_reconciles_in_flight(&proxy, &buckets, &accesses).await;
+    let a_agent = format!("({}-a)", id.cluster);
+    both_counters_see_the_leaders_writes(&a, &proxy, &a_agent, started).await;
+    a.signal("STOP");
+    let stopped = Instant::now();
+    let takeover = the_standby_takes_the_expired_lease_and_acts(&id, &b, &buckets, stopped).await;
+    the_resumed_leader_writes_nothing_and_exits(a, &proxy, &a_agent, stopped, takeover).await;
+    // The new leader finishes what the old one left half done.
+    for name in &names {
+        wait_ready(&buckets, name).await;
+        wait_reason(&accesses, name, "Available", Duration::from_secs(90)).await;
+    }
+}
 
-    // Slow AWS answers keep the leader's reconciles in flight when it is stopped: once resumed,
-    // each would go straight on to its next write.
+/// Slow AWS answers keep the leader's reconciles in flight when it is stopped: once resumed,
+/// each would go straight on to its next write. Returns the names of the objects created.
+async fn slow_aws_keeps_reconciles_in_flight(
+    proxy: &FaultProxy,
+    buckets: &Api<Bucket>,
+    accesses: &Api<BucketAccess>,
+) -> Vec<String> {
     proxy
         .set(json!({"latency": 1.0, "latency_ms": [300, 600]}))
         .await;
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let names: Vec<String> = (0..6).map(|i| format!("f{i}")).collect();
     for name in &names {
         let b = bucket(name, json!({"deletionPolicy": "Delete"}));
@@ -217,26 +263,40 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_after_resuming_and_exits(
         let x = access(name, spec);
         accesses.create(&PostParams::default(), &x).await.unwrap();
     }
+    names
+}
+
+/// Both counters see the leader's writes: a broken one would pass the test below.
+async fn both_counters_see_the_leaders_writes(
+    a: &Operator,
+    proxy: &FaultProxy,
+    a_agent: &str,
+    started: jiff::Timestamp,
+) {
     wait_for(
         "the leader to write to AWS",
         Duration::from_secs(60),
         || async { (a.aws_writes().await > 0.0).then_some(()) },
     )
     .await;
-    // Both counters see its writes: a broken one would pass the test below.
-    let a_agent = format!("({}-a)", id.cluster);
     wait_for(
         "its writes in the audit log",
         Duration::from_secs(10),
-        || async { (!audited_writes(&a_agent, started).is_empty()).then_some(()) },
+        || async { (!audited_writes(a_agent, started).is_empty()).then_some(()) },
     )
     .await;
     let proxied = by_operation(&proxy.stats().await);
     assert!(proxied.keys().any(|op| aws_write(op)), "{proxied:?}");
-    a.signal("STOP");
-    let stopped = Instant::now();
+}
 
-    // The standby takes the lease once it has expired, and acts.
+/// The standby takes the lease once it has expired, and acts. Returns how long after the
+/// leader stopped it took the lease.
+async fn the_standby_takes_the_expired_lease_and_acts(
+    id: &Identity,
+    b: &Operator,
+    buckets: &Api<Bucket>,
+    stopped: Instant,
+) -> Duration {
     let b_id = format!("{}-b", id.cluster);
     wait_for(
         "the standby to take the lease",
@@ -255,9 +315,19 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_after_resuming_and_exits(
         )
         .await
         .unwrap();
-    wait_ready(&buckets, "after").await;
-    assert!(leading(&b).await);
+    wait_ready(buckets, "after").await;
+    assert!(leading(b).await);
+    takeover
+}
 
+/// Resumed (SIGCONT), the old leader sends no write to AWS or Kubernetes and exits non-zero.
+async fn the_resumed_leader_writes_nothing_and_exits(
+    mut a: Operator,
+    proxy: &FaultProxy,
+    a_agent: &str,
+    stopped: Instant,
+    takeover: Duration,
+) {
     let before = by_operation(&proxy.stats().await);
     let resumed = jiff::Timestamp::now();
     let frozen = stopped.elapsed();
@@ -272,7 +342,7 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_after_resuming_and_exits(
         .filter(|(_, n)| *n > 0)
         .collect();
     let aws_writes: Vec<_> = sent.iter().filter(|(op, _)| aws_write(op)).collect();
-    let kube_writes = audited_writes(&a_agent, resumed);
+    let kube_writes = audited_writes(a_agent, resumed);
     eprintln!(
         "measured: stopped {frozen:?} (takeover after {takeover:?}); after SIGCONT the old \
          leader exited with {code:?}, sent AWS {sent:?}, Kubernetes writes {kube_writes:?}"
@@ -286,12 +356,6 @@ async fn a_leader_frozen_past_its_lease_writes_nothing_after_resuming_and_exits(
         code.is_some_and(|c| c != 0),
         "the old leader must exit non-zero, got {code:?}"
     );
-
-    // The new leader finishes what the old one left half done.
-    for name in &names {
-        wait_ready(&buckets, name).await;
-        wait_reason(&accesses, name, "Available", Duration::from_secs(90)).await;
-    }
 }
 
 #[tokio::test]

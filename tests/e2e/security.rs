@@ -49,13 +49,32 @@ async fn operator_credentials_cannot_mint_an_admin() {
         name("outside"),
         name("evil"),
     );
+    no_user_or_role_without_the_boundary(&iam, path, &nb, &ob).await;
+    only_the_boundary_policy_is_readable_and_none_is_created(&iam, path, &boundary).await;
+    // With the boundary it may, as it must to do its job.
+    iam.create_user()
+        .user_name(&wb)
+        .path(path)
+        .permissions_boundary(&boundary)
+        .send()
+        .await
+        .expect("a user with the boundary");
+    the_boundary_cannot_be_removed_replaced_or_escaped(&iam, &boundary, &wb, &outside).await;
+    an_admin_policy_on_a_bounded_user_changes_nothing(&iam, &wb, &evil).await;
+}
 
-    // Without the boundary, or with another one, no user or role is created in its own path.
-    let r = iam.create_user().user_name(&nb).path(path).send().await;
+/// Without the boundary, or with another one, no user or role is created in its own path.
+async fn no_user_or_role_without_the_boundary(
+    iam: &aws_sdk_iam::Client,
+    path: &str,
+    nb: &str,
+    ob: &str,
+) {
+    let r = iam.create_user().user_name(nb).path(path).send().await;
     assert_eq!(code(r), "AccessDenied", "a user without the boundary");
     let r = iam
         .create_user()
-        .user_name(&ob)
+        .user_name(ob)
         .path(path)
         .permissions_boundary("arn:aws:iam::aws:policy/AdministratorAccess")
         .send()
@@ -64,17 +83,23 @@ async fn operator_credentials_cannot_mint_an_admin() {
     let trust = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}]});
     let r = iam
         .create_role()
-        .role_name(&nb)
+        .role_name(nb)
         .path(path)
         .assume_role_policy_document(trust.to_string())
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied", "a role without the boundary");
+}
 
-    // It may read the boundary (to check at start-up that it exists), and no other policy; nor
-    // create a managed policy (changing the boundary is refused below).
+/// It may read the boundary (to check at start-up that it exists), and no other policy; nor
+/// create a managed policy (changing the boundary is refused later).
+async fn only_the_boundary_policy_is_readable_and_none_is_created(
+    iam: &aws_sdk_iam::Client,
+    path: &str,
+    boundary: &str,
+) {
     iam.get_policy()
-        .policy_arn(&boundary)
+        .policy_arn(boundary)
         .send()
         .await
         .expect("GetPolicy on the boundary");
@@ -92,58 +117,62 @@ async fn operator_credentials_cannot_mint_an_admin() {
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied", "a managed policy of its own");
+}
 
-    // With the boundary it may, as it must to do its job.
-    iam.create_user()
-        .user_name(&wb)
-        .path(path)
-        .permissions_boundary(&boundary)
-        .send()
-        .await
-        .expect("a user with the boundary");
-
-    // The boundary cannot be removed, replaced, nor an admin managed policy attached.
+/// The boundary cannot be removed, replaced, nor an admin managed policy attached; and no user
+/// is made outside the operator's path, even with the boundary.
+async fn the_boundary_cannot_be_removed_replaced_or_escaped(
+    iam: &aws_sdk_iam::Client,
+    boundary: &str,
+    wb: &str,
+    outside: &str,
+) {
     let r = iam
         .delete_user_permissions_boundary()
-        .user_name(&wb)
+        .user_name(wb)
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied", "delete the boundary");
     let r = iam
         .put_user_permissions_boundary()
-        .user_name(&wb)
+        .user_name(wb)
         .permissions_boundary("arn:aws:iam::aws:policy/AdministratorAccess")
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied", "replace the boundary");
     let r = iam
         .attach_user_policy()
-        .user_name(&wb)
+        .user_name(wb)
         .policy_arn("arn:aws:iam::aws:policy/AdministratorAccess")
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied", "attach an admin policy");
     let r = iam
         .create_policy_version()
-        .policy_arn(&boundary)
+        .policy_arn(boundary)
         .policy_document(admin_policy())
         .set_as_default(true)
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied", "rewrite the boundary itself");
-    // No user outside its path, even with the boundary.
     let r = iam
         .create_user()
-        .user_name(&outside)
+        .user_name(outside)
         .path("/")
-        .permissions_boundary(&boundary)
+        .permissions_boundary(boundary)
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied", "a user outside the path");
+}
 
-    // An admin inline policy on a bounded user changes nothing: the boundary caps it.
+/// An admin inline policy on a bounded user changes nothing: the boundary caps it.
+async fn an_admin_policy_on_a_bounded_user_changes_nothing(
+    iam: &aws_sdk_iam::Client,
+    wb: &str,
+    evil: &str,
+) {
     iam.put_user_policy()
-        .user_name(&wb)
+        .user_name(wb)
         .policy_name("admin")
         .policy_document(admin_policy())
         .send()
@@ -151,7 +180,7 @@ async fn operator_credentials_cannot_mint_an_admin() {
         .expect("IAM accepts the document");
     let key = iam
         .create_access_key()
-        .user_name(&wb)
+        .user_name(wb)
         .send()
         .await
         .unwrap()
@@ -161,7 +190,7 @@ async fn operator_credentials_cannot_mint_an_admin() {
         iam_with(&key.access_key_id, &key.secret_access_key),
         s3_with(&key.access_key_id, &key.secret_access_key),
     );
-    let r = minted_iam.create_user().user_name(&evil).send().await;
+    let r = minted_iam.create_user().user_name(evil).send().await;
     assert_eq!(code(r), "AccessDenied", "a bounded user cannot use IAM");
     let outside = format!("elsewhere-{}", random(6));
     let r = minted_s3.create_bucket().bucket(&outside).send().await;
@@ -176,7 +205,19 @@ async fn emulator_evaluates_conditions_boundaries_and_key_status() {
     let cluster = format!("t{}", random(6));
     let boundary = create_boundary(&cluster).await;
     let bucket = format!("{}cond-{}", prefix(&cluster), random(6));
-    let doc = json!({"Version": "2012-10-17", "Statement": [
+    let name = format!("cond-{}", random(6));
+    let doc = conditions_policy(&boundary, &bucket);
+    let (k, s) = iam_user_with_policy(&name, "/", Some(&doc)).await;
+    let (iam, s3) = (iam_with(&k, &s), s3_with(&k, &s));
+    string_equals_fails_on_a_missing_key(&iam, &name, &boundary).await;
+    tags_at_creation_need_tag_resource(&s3, &bucket).await;
+    s3_prefix_condition_limits_listing(&s3, &bucket).await;
+    a_boundary_caps_a_user_and_an_inactive_key_is_refused(&format!("{name}-b"), &bucket, &boundary)
+        .await;
+}
+
+fn conditions_policy(boundary: &str, bucket: &str) -> serde_json::Value {
+    json!({"Version": "2012-10-17", "Statement": [
         // A missing key fails StringEquals: without a boundary, no user is created.
         {"Effect": "Allow", "Action": "iam:CreateUser", "Resource": "*",
          "Condition": {"StringEquals": {"iam:PermissionsBoundary": boundary}}},
@@ -187,10 +228,15 @@ async fn emulator_evaluates_conditions_boundaries_and_key_status() {
         // A Deny whose condition does not hold does not apply (stock moto denied).
         {"Effect": "Deny", "Action": "s3:CreateBucket", "Resource": "*",
          "Condition": {"Bool": {"aws:SecureTransport": "true"}}},
-    ]});
-    let name = format!("cond-{}", random(6));
-    let (k, s) = iam_user_with_policy(&name, "/", Some(&doc)).await;
-    let (iam, s3) = (iam_with(&k, &s), s3_with(&k, &s));
+    ]})
+}
+
+/// StringEquals on a missing key fails; on a matching key it holds (and makes `{name}-b`).
+async fn string_equals_fails_on_a_missing_key(
+    iam: &aws_sdk_iam::Client,
+    name: &str,
+    boundary: &str,
+) {
     let r = iam
         .create_user()
         .user_name(format!("{name}-a"))
@@ -199,11 +245,15 @@ async fn emulator_evaluates_conditions_boundaries_and_key_status() {
     assert_eq!(code(r), "AccessDenied", "StringEquals on a missing key");
     iam.create_user()
         .user_name(format!("{name}-b"))
-        .permissions_boundary(&boundary)
+        .permissions_boundary(boundary)
         .send()
         .await
         .expect("StringEquals on a matching key");
-    // CreateBucket without s3:TagResource: tags at creation are refused and nothing is made.
+}
+
+/// CreateBucket without s3:TagResource: tags at creation are refused and nothing is made; the
+/// admin creates it with tags in the same call.
+async fn tags_at_creation_need_tag_resource(s3: &aws_sdk_s3::Client, bucket: &str) {
     let tagged = aws_sdk_s3::types::CreateBucketConfiguration::builder()
         .tags(
             aws_sdk_s3::types::Tag::builder()
@@ -215,7 +265,7 @@ async fn emulator_evaluates_conditions_boundaries_and_key_status() {
         .build();
     let r = s3
         .create_bucket()
-        .bucket(&bucket)
+        .bucket(bucket)
         .create_bucket_configuration(tagged.clone())
         .send()
         .await;
@@ -224,22 +274,25 @@ async fn emulator_evaluates_conditions_boundaries_and_key_status() {
         "AccessDenied",
         "tags at creation need s3:TagResource"
     );
-    assert!(!bucket_exists(&bucket).await);
-    // The admin creates it with tags in the same call.
+    assert!(!bucket_exists(bucket).await);
     admin_s3()
         .create_bucket()
-        .bucket(&bucket)
+        .bucket(bucket)
         .create_bucket_configuration(tagged)
         .send()
         .await
         .unwrap();
     assert_eq!(
-        bucket_tags(&bucket).await.get("k").map(String::as_str),
+        bucket_tags(bucket).await.get("k").map(String::as_str),
         Some("v")
     );
+}
+
+/// StringLike on s3:prefix: only listings under `team/` are allowed, and none without a prefix.
+async fn s3_prefix_condition_limits_listing(s3: &aws_sdk_s3::Client, bucket: &str) {
     let list = |p: Option<&str>| {
         s3.list_objects_v2()
-            .bucket(&bucket)
+            .bucket(bucket)
             .set_prefix(p.map(Into::into))
             .send()
     };
@@ -250,13 +303,18 @@ async fn emulator_evaluates_conditions_boundaries_and_key_status() {
         "AccessDenied",
         "no prefix, no match"
     );
+}
 
-    // A user's boundary caps it; an inactive key authenticates nothing.
+/// A user's boundary caps it; an inactive key authenticates nothing.
+async fn a_boundary_caps_a_user_and_an_inactive_key_is_refused(
+    user: &str,
+    bucket: &str,
+    boundary: &str,
+) {
     let iam_admin = admin_iam();
-    let user = format!("{name}-b");
     iam_admin
         .put_user_policy()
-        .user_name(&user)
+        .user_name(user)
         .policy_name("admin")
         .policy_document(admin_policy())
         .send()
@@ -264,7 +322,7 @@ async fn emulator_evaluates_conditions_boundaries_and_key_status() {
         .unwrap();
     let key = iam_admin
         .create_access_key()
-        .user_name(&user)
+        .user_name(user)
         .send()
         .await
         .unwrap()
@@ -272,7 +330,7 @@ async fn emulator_evaluates_conditions_boundaries_and_key_status() {
         .unwrap();
     let bounded = s3_with(&key.access_key_id, &key.secret_access_key);
     assert_eq!(
-        code(bounded.list_objects_v2().bucket(&bucket).send().await),
+        code(bounded.list_objects_v2().bucket(bucket).send().await),
         "ok"
     );
     let r = iam_with(&key.access_key_id, &key.secret_access_key)
@@ -280,18 +338,18 @@ async fn emulator_evaluates_conditions_boundaries_and_key_status() {
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied", "the boundary allows no IAM");
-    let got = iam_admin.get_user().user_name(&user).send().await.unwrap();
+    let got = iam_admin.get_user().user_name(user).send().await.unwrap();
     let reported = got.user.unwrap().permissions_boundary.unwrap();
-    assert_eq!(reported.permissions_boundary_arn(), Some(boundary.as_str()));
+    assert_eq!(reported.permissions_boundary_arn(), Some(boundary));
     iam_admin
         .update_access_key()
-        .user_name(&user)
+        .user_name(user)
         .access_key_id(&key.access_key_id)
         .status(aws_sdk_iam::types::StatusType::Inactive)
         .send()
         .await
         .unwrap();
-    let r = bounded.list_objects_v2().bucket(&bucket).send().await;
+    let r = bounded.list_objects_v2().bucket(bucket).send().await;
     assert_eq!(code(r), "InvalidAccessKeyId", "an inactive key is refused");
 }
 
@@ -417,7 +475,38 @@ async fn status_cannot_redirect_a_grant_or_a_deletion() {
         ..Default::default()
     })
     .await;
-    let victim = Api::<Bucket>::namespaced(client.clone(), &victim_ns);
+    let target = victim_keeps_an_object_in_a_retained_bucket(&client, &victim_ns).await;
+    let attacker = Attacker::in_namespace(&client, &attacker_ns);
+    let (own, forged) = attacker_forges_status_to_name_the_victims_bucket(&attacker, &target).await;
+    its_own_bucket_never_grants_the_one_status_names(&attacker, &own, &target).await;
+    a_forged_ready_never_grants_the_victims_bucket(&attacker, &forged, &target).await;
+    deleting_the_attackers_buckets_leaves_the_victims_whole(&attacker, &own, &target, &victim_ns)
+        .await;
+    drop(op);
+}
+
+/// What an attacker owning one namespace works with.
+struct Attacker {
+    buckets: Api<Bucket>,
+    accesses: Api<BucketAccess>,
+    secrets: Api<Secret>,
+    events: Api<Event>,
+}
+
+impl Attacker {
+    fn in_namespace(client: &kube::Client, ns: &str) -> Attacker {
+        Attacker {
+            buckets: Api::namespaced(client.clone(), ns),
+            accesses: Api::namespaced(client.clone(), ns),
+            secrets: Api::namespaced(client.clone(), ns),
+            events: Api::namespaced(client.clone(), ns),
+        }
+    }
+}
+
+/// The victim's Retain Bucket `data`, holding `secret.txt`. Returns its S3 name.
+async fn victim_keeps_an_object_in_a_retained_bucket(client: &kube::Client, ns: &str) -> String {
+    let victim = Api::<Bucket>::namespaced(client.clone(), ns);
     victim
         .create(
             &PostParams::default(),
@@ -434,10 +523,18 @@ async fn status_cannot_redirect_a_grant_or_a_deletion() {
         .send()
         .await
         .unwrap();
+    target
+}
 
-    // The attacker's Bucket names nothing, but its status is forged to name the victim's.
-    let attacker = Api::<Bucket>::namespaced(client.clone(), &attacker_ns);
+/// The attacker's Bucket `mine` names nothing and `named` names the victim's bucket (refused as
+/// another owner's); both get a status forged to name the victim's, and a ReadOnly access each.
+/// Returns `mine`'s own S3 name and the forged status.
+async fn attacker_forges_status_to_name_the_victims_bucket(
+    attacker: &Attacker,
+    target: &str,
+) -> (String, serde_json::Value) {
     attacker
+        .buckets
         .create(
             &PostParams::default(),
             &bucket(
@@ -447,9 +544,10 @@ async fn status_cannot_redirect_a_grant_or_a_deletion() {
         )
         .await
         .unwrap();
-    let own = wait_ready(&attacker, "mine").await;
+    let own = wait_ready(&attacker.buckets, "mine").await;
     // The victim's bucket, by explicit name: refused as another owner's.
     attacker
+        .buckets
         .create(
             &PostParams::default(),
             &bucket(
@@ -459,17 +557,18 @@ async fn status_cannot_redirect_a_grant_or_a_deletion() {
         )
         .await
         .unwrap();
-    wait_reason(&attacker, "named", "NameConflict", T).await;
+    wait_reason(&attacker.buckets, "named", "NameConflict", T).await;
     let forged = json!({"status": {"bucketName": target, "conditions": [{"type": "Ready", "status": "True", "reason": "Available", "message": "forged", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
     for name in ["mine", "named"] {
         attacker
+            .buckets
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&forged))
             .await
             .unwrap();
     }
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &attacker_ns);
     for (name, bucket_ref) in [("via-mine", "mine"), ("via-named", "named")] {
-        accesses
+        attacker
+            .accesses
             .create(
                 &PostParams::default(),
                 &access(
@@ -480,27 +579,46 @@ async fn status_cannot_redirect_a_grant_or_a_deletion() {
             .await
             .unwrap();
     }
-    // Through its own Bucket it gets its own bucket, never the one status names.
-    wait_reason(&accesses, "via-mine", "Available", T).await;
-    let secrets = Api::<Secret>::namespaced(client.clone(), &attacker_ns);
-    let d = secret_data(&secrets.get("via-mine").await.unwrap());
+    (own, forged)
+}
+
+/// Through its own Bucket it gets its own bucket, never the one status names.
+async fn its_own_bucket_never_grants_the_one_status_names(
+    attacker: &Attacker,
+    own: &str,
+    target: &str,
+) {
+    wait_reason(&attacker.accesses, "via-mine", "Available", T).await;
+    let d = secret_data(&attacker.secrets.get("via-mine").await.unwrap());
     assert_eq!(d["BUCKET_NAME"], own);
     let s3 = s3_with(&d["AWS_ACCESS_KEY_ID"], &d["AWS_SECRET_ACCESS_KEY"]);
     let r = s3
         .get_object()
-        .bucket(&target)
+        .bucket(target)
         .key("secret.txt")
         .send()
         .await;
     assert_eq!(code(r), "AccessDenied");
-    // Through the Bucket that names the victim's bucket: nothing, however often the attacker
-    // forges its status back to Ready. The operator corrects the Bucket's status (NameConflict,
-    // so the access waits: BucketNotReady); each forged Ready makes the access look the bucket
-    // up in AWS, where its tags name the victim (BucketNotOwned). Never a grant.
-    let events = Api::<Event>::namespaced(client.clone(), &attacker_ns);
+}
+
+/// Through the Bucket that names the victim's bucket: nothing, however often the attacker
+/// forges its status back to Ready. The operator corrects the Bucket's status (NameConflict,
+/// so the access waits: BucketNotReady); each forged Ready makes the access look the bucket
+/// up in AWS, where its tags name the victim (BucketNotOwned). Never a grant.
+async fn a_forged_ready_never_grants_the_victims_bucket(
+    attacker: &Attacker,
+    forged: &serde_json::Value,
+    target: &str,
+) {
+    let Attacker {
+        buckets,
+        accesses,
+        secrets,
+        events,
+    } = attacker;
     let msg = wait_for("via-named to be refused as not owned", T, || async {
-        attacker
-            .patch_status("named", &PatchParams::default(), &Patch::Merge(&forged))
+        buckets
+            .patch_status("named", &PatchParams::default(), &Patch::Merge(forged))
             .await
             .unwrap();
         tokio::time::sleep(Duration::from_millis(300)).await;
@@ -520,25 +638,38 @@ async fn status_cannot_redirect_a_grant_or_a_deletion() {
             .and_then(|e| e.note)
     })
     .await;
-    assert!(msg.contains(&target), "{msg}");
+    assert!(msg.contains(target), "{msg}");
     assert!(secrets.get_opt("via-named").await.unwrap().is_none());
+}
 
-    // Deleting both attacker Buckets (Delete + forceDelete) leaves the victim's bucket whole.
+/// Deleting both attacker Buckets (Delete + forceDelete) leaves the victim's bucket whole.
+async fn deleting_the_attackers_buckets_leaves_the_victims_whole(
+    attacker: &Attacker,
+    own: &str,
+    target: &str,
+    victim_ns: &str,
+) {
     for name in ["mine", "named"] {
         attacker
+            .buckets
             .delete(name, &DeleteParams::default())
             .await
             .unwrap();
     }
     wait_for("the attacker's Buckets to go", T, || async {
-        let left = attacker.list(&Default::default()).await.unwrap().items;
+        let left = attacker
+            .buckets
+            .list(&Default::default())
+            .await
+            .unwrap()
+            .items;
         left.is_empty().then_some(())
     })
     .await;
-    assert!(!bucket_exists(&own).await, "its own bucket was deleted");
+    assert!(!bucket_exists(own).await, "its own bucket was deleted");
     let body = admin_s3()
         .get_object()
-        .bucket(&target)
+        .bucket(target)
         .key("secret.txt")
         .send()
         .await
@@ -548,10 +679,12 @@ async fn status_cannot_redirect_a_grant_or_a_deletion() {
         b"victim"
     );
     assert_eq!(
-        bucket_tags(&target).await.get("s3.operator.dev/namespace"),
-        Some(&victim_ns)
+        bucket_tags(target)
+            .await
+            .get("s3.operator.dev/namespace")
+            .map(String::as_str),
+        Some(victim_ns)
     );
-    drop(op);
 }
 
 /// A refusal during deletion keeps the finalizer and names the refused operation; once the

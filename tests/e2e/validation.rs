@@ -39,7 +39,17 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
     let ns = namespace(&client, "val").await;
     let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    bucket_names_tags_encryption_lifecycle_and_versioning_are_checked(&buckets).await;
+    bucket_policy_statements_are_checked(&buckets).await;
+    object_ownership_must_be_enforced(&buckets).await;
+    access_permission_credentials_and_rotation_are_checked(&accesses).await;
+    access_prefix_is_checked(&accesses).await;
+    bucket_name_and_region_are_immutable(&buckets).await;
+    bucket_ref_is_immutable_and_permission_is_not(&accesses).await;
+}
 
+/// Bucket names, reserved tags, encryption, lifecycle rules and versioning.
+async fn bucket_names_tags_encryption_lifecycle_and_versioning_are_checked(buckets: &Api<Bucket>) {
     for (name, want) in [
         ("Bad_Name", "spec.bucketName may contain only lowercase"),
         ("a..b", "two adjacent periods"),
@@ -47,11 +57,11 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
         ("xn--abc", "reserved prefixes"),
         ("ab", "spec.bucketName"),
     ] {
-        let msg = refused(&buckets, bkt("b", json!({"bucketName": name}))).await;
+        let msg = refused(buckets, bkt("b", json!({"bucketName": name}))).await;
         assert!(msg.contains(want), "{name}: {msg}");
     }
     let msg = refused(
-        &buckets,
+        buckets,
         bkt("b", json!({"tags": {"s3.operator.dev/uid": "x"}})),
     )
     .await;
@@ -60,7 +70,7 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
         "{msg}"
     );
     let msg = refused(
-        &buckets,
+        buckets,
         bkt(
             "b",
             json!({"encryption": {"algorithm": "AES256", "kmsKeyId": "k"}}),
@@ -68,10 +78,15 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
     )
     .await;
     assert!(msg.contains("kmsKeyId"), "{msg}");
-    let msg = refused(&buckets, bkt("b", json!({"lifecycleRules": [{"id": "x"}]}))).await;
+    let msg = refused(buckets, bkt("b", json!({"lifecycleRules": [{"id": "x"}]}))).await;
     assert!(msg.contains("at least one action"), "{msg}");
-    let msg = refused(&buckets, bkt("b", json!({"versioning": "Off"}))).await;
+    let msg = refused(buckets, bkt("b", json!({"versioning": "Off"}))).await;
     assert!(msg.contains("spec.versioning"), "{msg}");
+}
+
+/// Bucket policy statements: never public, principals, this bucket's ARN, S3 actions, the
+/// operator's reserved and unique sids.
+async fn bucket_policy_statements_are_checked(buckets: &Api<Bucket>) {
     let stmt = |over: serde_json::Value| {
         let mut s = json!({"effect": "Allow", "principal": {"aws": ["arn:aws:iam::123456789012:root"]},
                            "action": ["s3:GetObject"], "resource": ["arn:aws:s3:::s3op-x/*"]});
@@ -103,7 +118,7 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
         ),
         (json!({"effect": "Maybe"}), "spec.policy[0].effect"),
     ] {
-        let msg = refused(&buckets, stmt(over.clone())).await;
+        let msg = refused(buckets, stmt(over.clone())).await;
         assert!(msg.contains(want), "{over}: {msg}");
     }
     let two = json!({"policy": [
@@ -111,18 +126,25 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
         {"sid": "A", "effect": "Deny", "principal": {"aws": ["*"]}, "action": ["s3:*"], "resource": ["arn:aws:s3:::s3op-x"]},
     ]});
     assert!(
-        refused(&buckets, bkt("b", two))
+        refused(buckets, bkt("b", two))
             .await
             .contains("spec.policy[].sid must be unique")
     );
-    let msg = refused(&buckets, bkt("b", json!({"objectOwnership": "Public"}))).await;
+}
+
+/// Object ownership is BucketOwnerEnforced.
+async fn object_ownership_must_be_enforced(buckets: &Api<Bucket>) {
+    let msg = refused(buckets, bkt("b", json!({"objectOwnership": "Public"}))).await;
     assert!(
         msg.contains("spec.objectOwnership") && msg.contains("BucketOwnerEnforced"),
         "{msg}"
     );
+}
 
+/// BucketAccess permission, ServiceAccountRole credentials and rotation periods.
+async fn access_permission_credentials_and_rotation_are_checked(accesses: &Api<BucketAccess>) {
     let msg = refused(
-        &accesses,
+        accesses,
         bka(
             "a",
             json!({"bucketRef": {"name": "b"}, "permission": "Admin"}),
@@ -130,22 +152,26 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
     )
     .await;
     assert!(msg.contains("spec.permission"), "{msg}");
-    let msg = refused(&accesses, bka("a", json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"type": "ServiceAccountRole"}}))).await;
+    let msg = refused(accesses, bka("a", json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"type": "ServiceAccountRole"}}))).await;
     assert!(msg.contains("serviceAccountName is required"), "{msg}");
     let rot = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"rotation": {"interval": "1h", "gracePeriod": "2h"}}});
     assert!(
-        refused(&accesses, bka("a", rot))
+        refused(accesses, bka("a", rot))
             .await
             .contains("gracePeriod must be shorter than interval")
     );
     let rot = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"rotation": {"interval": "1s", "gracePeriod": "0s"}}});
     assert!(
-        refused(&accesses, bka("a", rot))
+        refused(accesses, bka("a", rot))
             .await
             .contains("interval must be at least 10s")
     );
+}
+
+/// BucketAccess prefix: relative, no wildcard, no IAM policy variable.
+async fn access_prefix_is_checked(accesses: &Api<BucketAccess>) {
     let msg = refused(
-        &accesses,
+        accesses,
         bka(
             "a",
             json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "prefix": "/abs*"}),
@@ -156,7 +182,7 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
     // An IAM policy variable would let the grant's resource follow the caller: refused.
     for prefix in ["${aws:username}/", "team/${s3:prefix}"] {
         let msg = refused(
-            &accesses,
+            accesses,
             bka(
                 "a",
                 json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "prefix": prefix}),
@@ -165,8 +191,10 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
         .await;
         assert!(msg.contains("spec.prefix") && msg.contains("${"), "{msg}");
     }
+}
 
-    // Immutable fields.
+/// Immutable fields: a Bucket's name and region.
+async fn bucket_name_and_region_are_immutable(buckets: &Api<Bucket>) {
     let b: Bucket =
         serde_json::from_value(bkt("imm", json!({"bucketName": "s3op-immutable-test"}))).unwrap();
     buckets.create(&PostParams::default(), &b).await.unwrap();
@@ -194,6 +222,10 @@ async fn invalid_specs_are_refused_naming_field_and_rule() {
         format!("{err}").contains("spec.region is immutable"),
         "{err}"
     );
+}
+
+/// Immutable fields: a BucketAccess's bucketRef; mutable fields still change.
+async fn bucket_ref_is_immutable_and_permission_is_not(accesses: &Api<BucketAccess>) {
     let a: BucketAccess = serde_json::from_value(bka(
         "imm",
         json!({"bucketRef": {"name": "imm"}, "permission": "ReadOnly"}),
