@@ -173,7 +173,8 @@ pub struct ObjectLock {
 #[x_kube(validation = Rule::new("has(self.days) != has(self.years)").message("spec.objectLock.defaultRetention needs exactly one of days or years"))]
 pub struct DefaultRetention {
     /// `GOVERNANCE` (users with s3:BypassGovernanceRetention may delete early) or `COMPLIANCE`
-    /// (no one, the root user included, may delete a version before its retention ends).
+    /// (no one, the root user included, may delete a version before its retention ends;
+    /// refused unless the operator runs with `--allow-compliance-retention`).
     pub mode: RetentionMode,
     /// Retention period in days (1-36500).
     #[serde(default, skip_serializing_if = "Option::is_none")]

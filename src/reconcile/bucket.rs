@@ -297,7 +297,8 @@ pub fn desired(
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
-    if let Some(why) = bucket_protection::spec_refused(spec, &name) {
+    let compliance = ctx_settings.allow_compliance_retention;
+    if let Some(why) = bucket_protection::spec_refused(spec, &name, compliance) {
         return Err(why);
     }
     let arn = naming::bucket_arn(naming::partition(&region), &name);
@@ -772,6 +773,7 @@ mod tests {
             allow_cross_namespace_adoption: false,
             account_id: "123456789012".into(),
             allowed_policy_principals: vec![],
+            allow_compliance_retention: false,
         }
     }
 

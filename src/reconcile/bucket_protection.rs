@@ -7,12 +7,26 @@ use std::collections::BTreeMap;
 use super::Blocked;
 use super::bucket::{Change, Config, Desired};
 use crate::api::condition::Reason;
-use crate::api::{BucketSpec, IntelligentTiering, TransferAcceleration};
+use crate::api::{BucketSpec, IntelligentTiering, RetentionMode, TransferAcceleration};
 use crate::aws::s3_protection::{LockState, normalize_tiering};
 use crate::aws::{Aws, Error};
 
-/// Why the spec cannot be served whatever S3 holds (pure).
-pub fn spec_refused(spec: &BucketSpec, name: &str) -> Option<Blocked> {
+/// Why the spec cannot be served whatever S3 holds (pure). `allow_compliance`: the operator's
+/// `--allow-compliance-retention`.
+pub fn spec_refused(spec: &BucketSpec, name: &str, allow_compliance: bool) -> Option<Blocked> {
+    let mode = spec
+        .object_lock
+        .as_ref()
+        .and_then(|l| l.default_retention)
+        .map(|r| r.mode);
+    if mode == Some(RetentionMode::COMPLIANCE) && !allow_compliance {
+        // Whoever may create a Bucket must not be able to store data the account can never
+        // delete before its retention ends.
+        return Some(Blocked::new(
+            Reason::InvalidSpec,
+            "spec.objectLock.defaultRetention.mode COMPLIANCE is not allowed by this operator: no one in the account could delete the objects before their retention ends; use GOVERNANCE, or ask the operator's administrator for --allow-compliance-retention".to_string(),
+        ));
+    }
     // The CRD refuses it for a spec.bucketName; a generated name may carry a '.' of the prefix.
     (spec.transfer_acceleration.is_some() && name.contains('.')).then(|| {
         Blocked::new(
@@ -343,9 +357,33 @@ mod tests {
             transfer_acceleration: Some(TransferAcceleration::Enabled),
             ..Default::default()
         };
-        let why = spec_refused(&spec, "s3op.team-b").expect("refused");
+        let why = spec_refused(&spec, "s3op.team-b", false).expect("refused");
         assert!(why.message.contains("spec.transferAcceleration"), "{why}");
-        assert!(spec_refused(&spec, "s3op-team-b").is_none());
-        assert!(spec_refused(&BucketSpec::default(), "s3op.team-b").is_none());
+        assert!(spec_refused(&spec, "s3op-team-b", false).is_none());
+        assert!(spec_refused(&BucketSpec::default(), "s3op.team-b", false).is_none());
+    }
+
+    #[test]
+    fn compliance_retention_needs_the_operators_consent() {
+        let spec = |mode| BucketSpec {
+            object_lock: Some(ObjectLock {
+                default_retention: Some(DefaultRetention {
+                    mode,
+                    days: Some(1),
+                    years: None,
+                }),
+            }),
+            ..Default::default()
+        };
+        let why = spec_refused(&spec(RetentionMode::COMPLIANCE), "s3op-b", false).expect("refused");
+        assert_eq!(why.reason, Reason::InvalidSpec);
+        assert!(
+            why.message
+                .contains("spec.objectLock.defaultRetention.mode")
+                && why.message.contains("--allow-compliance-retention"),
+            "{why}"
+        );
+        assert!(spec_refused(&spec(RetentionMode::COMPLIANCE), "s3op-b", true).is_none());
+        assert!(spec_refused(&spec(RetentionMode::GOVERNANCE), "s3op-b", false).is_none());
     }
 }

@@ -232,6 +232,23 @@ async fn object_lock_is_refused_for_an_existing_bucket() {
     );
     assert!(bucket_tags(&existing).await.is_empty(), "not adopted");
     assert_eq!(lock_of(&existing).await, None);
+
+    // COMPLIANCE retention, which no one could shorten, needs the operator's consent.
+    let spec = json!({"objectLock": {"defaultRetention": {"mode": "COMPLIANCE", "days": 1}}});
+    api.create(&PostParams::default(), &bucket("compliance", spec))
+        .await
+        .unwrap();
+    let msg = wait_reason(&api, "compliance", "InvalidSpec", T).await;
+    assert!(msg.contains("--allow-compliance-retention"), "{msg}");
+    assert!(
+        api.get("compliance")
+            .await
+            .unwrap()
+            .status
+            .unwrap()
+            .bucket_name
+            .is_none()
+    );
 }
 
 async fn tiering_ids(bucket: &str) -> BTreeSet<String> {
