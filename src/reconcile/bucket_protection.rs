@@ -275,6 +275,25 @@ mod tests {
     }
 
     #[test]
+    fn a_locked_bucket_is_versioned_by_its_create_call_alone() {
+        use super::super::bucket::{Observed as S3, Plan, plan};
+        let mut d = desired();
+        d.versioning = Some(crate::api::Versioning::Enabled);
+        d.object_lock = Some(ObjectLock {
+            default_retention: retention(1),
+        });
+        let Plan::Apply(all) = plan(&d, &S3::Absent) else {
+            panic!("not applied")
+        };
+        assert_eq!(all.first(), Some(&Change::Create));
+        assert!(all.contains(&Change::ObjectLock), "{all:?}");
+        assert!(
+            !all.iter().any(|c| matches!(c, Change::Versioning(_))),
+            "{all:?}"
+        );
+    }
+
+    #[test]
     fn object_lock_on_a_bucket_created_without_it_is_refused_with_the_reason() {
         let mut d = desired();
         d.object_lock = Some(ObjectLock::default());

@@ -419,6 +419,19 @@ async fn intelligent_tiering_and_acceleration_are_kept_and_free_when_unused() {
         done.then_some(())
     })
     .await;
+
+    // Deleting Buckets without object lock never reads it either.
+    for b in ["plain", "tiered"] {
+        api.delete(b, &DeleteParams::default()).await.unwrap();
+    }
+    wait_for("both Buckets deleted", T, || async {
+        let left = api.list(&ListParams::default()).await.ok()?.items;
+        left.is_empty().then_some(())
+    })
+    .await;
+    for operation in ["GetObjectLockConfiguration", "PutObjectLockConfiguration"] {
+        assert_eq!(aws_calls(&op, operation).await, 0.0, "{operation}");
+    }
 }
 
 /// The operator's writes to the APIs these features add, in [`NEW_OPERATIONS`] order.
