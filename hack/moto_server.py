@@ -28,7 +28,15 @@ parts the operator relies on. Everything else is stock moto.
   does (stock moto stores it).
 - Bulk DeleteObjects is authorized as s3:DeleteObject on the objects; encryption and public
   access block requests are checked against the IAM actions AWS uses.
-- The GetBucketVersioning answer's root element is `VersioningConfiguration`, as S3 names it.
+- The GetBucketVersioning answer's root element is `VersioningConfiguration`, and
+  GetBucketAccelerateConfiguration's `AccelerateConfiguration`, as S3 names them.
+- Object lock, intelligent tiering and transfer acceleration as S3 has them: the object lock
+  configuration is authorized as s3:Get/PutBucketObjectLockConfiguration (stock moto checks
+  ListBucket/CreateBucket) and CreateBucket with ObjectLockEnabledForBucket also needs
+  s3:PutBucketObjectLockConfiguration and s3:PutBucketVersioning; the default retention of a
+  bucket that already has object lock may change while it holds objects (stock moto refuses);
+  Get/Put/Delete/ListBucketIntelligentTieringConfiguration(s) exist (stock moto has none),
+  authorized as s3:Get/PutIntelligentTieringConfiguration.
 - IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
   shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
   shape), which the AWS SDKs for Rust and Go cannot read, so the code would be lost.
@@ -47,7 +55,8 @@ from moto.iam.access_control import IAMPolicy, PermissionResult
 from moto.iam.exceptions import NotFoundException
 from moto.iam.models import User, iam_backends
 from moto.iam.responses import IamResponse
-from moto.s3.exceptions import S3ClientError
+from moto.s3.exceptions import MalformedXML, S3ClientError
+from moto.s3.models import S3Backend
 from moto.s3.responses import ACTION_MAP, S3Response
 from moto.s3.utils import bucket_policy_is_public
 from moto.server import main
@@ -95,6 +104,15 @@ for _method, _ownership in (
 ):
     _bucket_actions[_method]["ownershipControls"] = _ownership
 
+for _method, _lock, _tiering in (
+    ("GET", "GetBucketObjectLockConfiguration", "GetIntelligentTieringConfiguration"),
+    ("PUT", "PutBucketObjectLockConfiguration", "PutIntelligentTieringConfiguration"),
+    ("DELETE", None, "PutIntelligentTieringConfiguration"),
+):
+    if _lock:
+        _bucket_actions[_method]["object-lock"] = _lock
+    _bucket_actions[_method]["intelligent-tiering"] = _tiering
+
 _get_bucket_versioning = S3Response.get_bucket_versioning
 
 
@@ -108,6 +126,21 @@ def _get_bucket_versioning_as_s3(self):
 
 
 S3Response.get_bucket_versioning = _get_bucket_versioning_as_s3
+
+_get_bucket_accelerate = S3Response.get_bucket_accelerate_configuration
+
+
+def _get_bucket_accelerate_as_s3(self):
+    status, headers, body = _get_bucket_accelerate(self)
+    old, new = "GetBucketAccelerateConfigurationResponse", "AccelerateConfiguration"
+    if isinstance(body, bytes):
+        body = body.replace(old.encode(), new.encode())
+    else:
+        body = body.replace(old, new)
+    return status, headers, body
+
+
+S3Response.get_bucket_accelerate_configuration = _get_bucket_accelerate_as_s3
 
 _authorize_s3 = S3Response._authenticate_and_authorize_s3_action
 
@@ -401,6 +434,10 @@ def _bucket_put_with_tags(self, request, bucket_name, querystring):
     if request.headers.get("x-amz-object-ownership"):
         self.data["Action"] = "PutBucketOwnershipControls"
         self._authenticate_and_authorize_s3_action(bucket_name=bucket_name)
+    if request.headers.get("x-amz-bucket-object-lock-enabled", "").lower() == "true":
+        for action in ("PutBucketObjectLockConfiguration", "PutBucketVersioning"):
+            self.data["Action"] = action
+            self._authenticate_and_authorize_s3_action(bucket_name=bucket_name)
     existed = bucket_name in self.backend.buckets
     result = _bucket_put(self, request, bucket_name, querystring)
     bucket = self.backend.buckets.get(bucket_name)
@@ -422,6 +459,106 @@ def _key_put_without_acls(self, query, key_name):
 
 
 S3Response._key_response_put = _key_put_without_acls
+
+# ---------------------------------------------------------------- object lock retention changes
+
+_put_lock = S3Backend.put_object_lock_configuration
+
+
+def _put_lock_on_locked_bucket(self, bucket_name, lock_enabled, mode=None, days=None, years=None):
+    """S3 lets the default retention of a bucket with object lock change while it holds objects;
+    stock moto refuses any change once the bucket has a key."""
+    bucket = self.get_bucket(bucket_name)
+    if not bucket.object_lock_enabled:
+        return _put_lock(self, bucket_name, lock_enabled, mode, days, years)
+    bucket.default_lock_mode = mode
+    bucket.default_lock_days = days
+    bucket.default_lock_years = years
+
+
+S3Backend.put_object_lock_configuration = _put_lock_on_locked_bucket
+
+# ---------------------------------------------------------------- intelligent tiering
+
+
+class NoSuchConfiguration(S3ClientError):
+    def __init__(self):
+        super().__init__("NoSuchConfiguration", "The specified configuration does not exist.")
+
+
+_TIERING_NS = "http://s3.amazonaws.com/doc/2006-03-01/"
+
+
+def _tiering_configs(bucket):
+    if not hasattr(bucket, "intelligent_tiering"):
+        bucket.intelligent_tiering = {}
+    return bucket.intelligent_tiering
+
+
+def _tiering_request(self, bucket_name, querystring, method):
+    """Get/Put/Delete/ListBucketIntelligentTieringConfiguration(s): the configuration is kept as
+    the parsed XML document S3 was sent and answered as S3 answers it."""
+    self.data["Action"] = "PutIntelligentTieringConfiguration" if method != "GET" else (
+        "GetIntelligentTieringConfiguration")
+    self._authenticate_and_authorize_s3_action(bucket_name=bucket_name)
+    configs = _tiering_configs(self.backend.get_bucket(bucket_name))
+    config_id = (querystring.get("id") or [None])[0]
+    if method == "PUT":
+        if not config_id:
+            raise MalformedXML()
+        try:
+            config = xmltodict.parse(self.body)["IntelligentTieringConfiguration"]
+        except Exception:
+            raise MalformedXML()
+        if config.get("Id") != config_id or not config.get("Tiering"):
+            raise MalformedXML()
+        config.pop("@xmlns", None)
+        configs[config_id] = config
+        return 200, {}, ""
+    if method == "DELETE":
+        if configs.pop(config_id, None) is None:
+            raise NoSuchConfiguration()
+        return 204, {}, ""
+    if config_id:
+        if config_id not in configs:
+            raise NoSuchConfiguration()
+        doc = {"IntelligentTieringConfiguration": {"@xmlns": _TIERING_NS, **configs[config_id]}}
+    else:
+        listed = [configs[k] for k in sorted(configs)]
+        doc = {"ListBucketIntelligentTieringConfigurationsOutput": {
+            "@xmlns": _TIERING_NS,
+            "IsTruncated": "false",
+            **({"IntelligentTieringConfiguration": listed} if listed else {}),
+        }}
+    return 200, {"Content-Type": "application/xml"}, xmltodict.unparse(doc)
+
+
+_tiering_get = S3Response._bucket_response_get
+_tiering_put = S3Response._bucket_response_put
+_tiering_delete = S3Response._bucket_response_delete
+
+
+def _bucket_get_with_tiering(self, bucket_name, querystring):
+    if "intelligent-tiering" in querystring:
+        return _tiering_request(self, bucket_name, querystring, "GET")
+    return _tiering_get(self, bucket_name, querystring)
+
+
+def _bucket_put_with_tiering(self, request, bucket_name, querystring):
+    if "intelligent-tiering" in querystring:
+        return _tiering_request(self, bucket_name, querystring, "PUT")
+    return _tiering_put(self, request, bucket_name, querystring)
+
+
+def _bucket_delete_with_tiering(self, bucket_name, querystring):
+    if "intelligent-tiering" in querystring:
+        return _tiering_request(self, bucket_name, querystring, "DELETE")
+    return _tiering_delete(self, bucket_name, querystring)
+
+
+S3Response._bucket_response_get = _bucket_get_with_tiering
+S3Response._bucket_response_put = _bucket_put_with_tiering
+S3Response._bucket_response_delete = _bucket_delete_with_tiering
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

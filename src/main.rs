@@ -107,6 +107,11 @@ struct RunArgs {
         default_value = ""
     )]
     allowed_policy_principals: Vec<String>,
+    /// Let a Bucket's `spec.objectLock` choose a COMPLIANCE default retention, which no one in
+    /// the account (root included) can shorten or bypass: whoever can create a Bucket could
+    /// then store data the account can never delete before it ends. Off: only GOVERNANCE.
+    #[arg(long, env = "ALLOW_COMPLIANCE_RETENTION", default_value_t = false)]
+    allow_compliance_retention: bool,
     /// Namespaces to watch, comma-separated; empty watches all (OLM's olm.targetNamespaces format).
     #[arg(
         long,
@@ -266,6 +271,7 @@ fn run(args: RunArgs) -> ExitCode {
                 .map(|p| p.trim().to_string())
                 .filter(|p| !p.is_empty())
                 .collect(),
+            allow_compliance_retention: args.allow_compliance_retention,
             default_deletion_policy: args.default_deletion_policy,
             oidc_provider_arn: args.oidc_provider_arn,
             resync_period: args.resync_period,

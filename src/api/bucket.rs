@@ -28,6 +28,15 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new(
     "has(self.region) == has(oldSelf.region) && (!has(self.region) || self.region == oldSelf.region)"
 ).message("spec.region is immutable: it cannot be added, changed or removed after creation").field_path(".region"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.objectLock) || has(oldSelf.objectLock)"
+).message("spec.objectLock can only be chosen when the Bucket is created: S3 cannot turn object lock on for an existing bucket").field_path(".objectLock"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.objectLock) || !has(self.versioning) || self.versioning != 'Suspended'"
+).message("spec.versioning must not be Suspended with spec.objectLock: object lock keeps versioning enabled").field_path(".versioning"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.transferAcceleration) || !has(self.bucketName) || !self.bucketName.contains('.')"
+).message("spec.transferAcceleration is not available for a bucket name containing '.': S3 cannot accelerate such buckets").field_path(".transferAcceleration"))]
 pub struct BucketSpec {
     /// Name of the S3 bucket. When omitted the operator generates a name that is valid under
     /// every S3 naming rule and stable for the object's life: the operator's bucket-name prefix,
@@ -118,6 +127,132 @@ pub struct BucketSpec {
     /// owner's tags. Off by default: an existing bucket is reported as a NameConflict.
     #[serde(default)]
     pub adopt_existing: bool,
+
+    /// S3 Object Lock (WORM): object versions cannot be deleted or overwritten while a retention
+    /// period holds them. It can only be chosen when the bucket is created (S3 cannot turn it
+    /// on later, nor off), and it keeps versioning enabled. A Bucket that adopts an existing
+    /// S3 bucket without object lock is refused (Ready=False, `InvalidSpec`). The default
+    /// retention is kept and drift is corrected. When omitted, the bucket's object lock
+    /// configuration is left alone and not read; removing it stops managing the default
+    /// retention (S3 keeps the lock). A `forceDelete` never bypasses retention: versions still
+    /// held block deletion, which is reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_lock: Option<ObjectLock>,
+
+    /// S3 Intelligent-Tiering archive configurations, compared with the bucket's by `id`: a
+    /// configuration that differs is rewritten and one the list does not name is deleted. When
+    /// omitted the operator leaves them alone and does not read them; an empty list removes
+    /// every configuration of the bucket.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 50))]
+    #[x_kube(validation = Rule::new("self.all(c, self.exists_one(o, o.id == c.id))").message("spec.intelligentTiering[].id must be unique"))]
+    pub intelligent_tiering: Option<Vec<IntelligentTiering>>,
+
+    /// S3 Transfer Acceleration: `Enabled` or `Suspended`. Not available for bucket names
+    /// containing '.'. When omitted the operator leaves it alone and does not read it; when set,
+    /// it is kept and drift is corrected.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_acceleration: Option<TransferAcceleration>,
+}
+
+// Object lock chosen at creation, with an optional default retention (no doc comment: on an
+// `Option` field it would replace the field's own `kubectl explain` text).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObjectLock {
+    /// The retention S3 applies to every new object version that names none. When omitted the
+    /// bucket has no default retention (one set outside the operator is removed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_retention: Option<DefaultRetention>,
+}
+
+// A default retention: a mode and a period of exactly one of `days` or `years` (no doc
+// comment, as above).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("has(self.days) != has(self.years)").message("spec.objectLock.defaultRetention needs exactly one of days or years"))]
+pub struct DefaultRetention {
+    /// `GOVERNANCE` (users with s3:BypassGovernanceRetention may delete early) or `COMPLIANCE`
+    /// (no one, the root user included, may delete a version before its retention ends;
+    /// refused unless the operator runs with `--allow-compliance-retention`).
+    pub mode: RetentionMode,
+    /// Retention period in days (1-36500).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 36500))]
+    pub days: Option<i32>,
+    /// Retention period in years (1-100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100))]
+    pub years: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+#[allow(clippy::upper_case_acronyms)]
+pub enum RetentionMode {
+    GOVERNANCE,
+    COMPLIANCE,
+}
+
+/// One Intelligent-Tiering archive configuration.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IntelligentTiering {
+    /// Identifier of the configuration, unique in the bucket.
+    #[schemars(length(min = 1, max = 64))]
+    #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9._-]+$')").message("spec.intelligentTiering[].id may contain only letters, digits, '.', '_' and '-'"))]
+    pub id: String,
+    /// `Enabled` (default) or `Disabled`.
+    #[serde(default)]
+    pub status: TieringStatus,
+    /// Apply the configuration only to keys under this prefix (all keys when omitted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub prefix: Option<String>,
+    /// Apply the configuration only to objects carrying all these tags.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 10))]
+    pub tags: BTreeMap<String, String>,
+    /// Archive tiers objects move to after days without access; each tier at most once.
+    #[schemars(length(min = 1, max = 2))]
+    #[x_kube(validation = Rule::new("self.all(t, self.exists_one(o, o.accessTier == t.accessTier))").message("spec.intelligentTiering[].tierings[].accessTier must be unique"))]
+    pub tierings: Vec<Tiering>,
+}
+
+/// After how many days without access objects move to an archive tier.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("self.accessTier == 'ARCHIVE_ACCESS' ? (self.days >= 90 && self.days <= 730) : (self.days >= 180 && self.days <= 730)").message("spec.intelligentTiering[].tierings[].days must be 90-730 for ARCHIVE_ACCESS and 180-730 for DEEP_ARCHIVE_ACCESS"))]
+pub struct Tiering {
+    /// `ARCHIVE_ACCESS` (90-730 days) or `DEEP_ARCHIVE_ACCESS` (180-730 days).
+    pub access_tier: AccessTier,
+    /// Consecutive days without access before objects move to the tier.
+    pub days: i32,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, schemars::JsonSchema,
+)]
+#[allow(non_camel_case_types, clippy::upper_case_acronyms)]
+pub enum AccessTier {
+    ARCHIVE_ACCESS,
+    DEEP_ARCHIVE_ACCESS,
+}
+
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum TieringStatus {
+    #[default]
+    Enabled,
+    Disabled,
+}
+
+// S3 Transfer Acceleration of a bucket (no doc comment: on an `Option` field it would replace
+// the field's own `kubectl explain` text).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub enum TransferAcceleration {
+    Enabled,
+    Suspended,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]

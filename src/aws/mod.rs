@@ -7,6 +7,7 @@ pub mod iam;
 pub mod naming;
 pub mod policy;
 pub mod s3;
+pub mod s3_protection;
 pub mod tags;
 
 use std::collections::HashMap;
@@ -95,6 +96,9 @@ const NOT_FOUND: &[&str] = &[
     "OwnershipControlsNotFoundError",
     "NoSuchBucketPolicy",
     "NotFound",
+    "ObjectLockConfigurationNotFoundError",
+    // An intelligent-tiering configuration id the bucket does not have.
+    "NoSuchConfiguration",
 ];
 const ACCESS_DENIED: &[&str] = &[
     "AccessDenied",

@@ -234,6 +234,11 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     // CreateBucket with an ObjectOwnership needs the Put as well.
                     "s3:GetBucketOwnershipControls", "s3:PutBucketOwnershipControls",
                     "s3:GetBucketPolicy", "s3:PutBucketPolicy",
+                    // CreateBucket with ObjectLockEnabledForBucket needs the Put (and
+                    // s3:PutBucketVersioning) as well.
+                    "s3:GetBucketObjectLockConfiguration", "s3:PutBucketObjectLockConfiguration",
+                    "s3:GetIntelligentTieringConfiguration", "s3:PutIntelligentTieringConfiguration",
+                    "s3:GetAccelerateConfiguration", "s3:PutAccelerateConfiguration",
                 ],
                 "Resource": buckets,
             },
@@ -823,5 +828,38 @@ mod tests {
         .to_string();
         assert_eq!(decode_document(&enc), Some(v.clone()));
         assert_eq!(decode_document(&v.to_string()), Some(v));
+    }
+
+    /// Object lock, intelligent tiering and acceleration: the operator gains exactly their
+    /// Get/Put actions, on its prefix only, and never the right to bypass retention; the
+    /// identities it creates gain none of them.
+    #[test]
+    fn protection_actions_are_the_operators_alone() {
+        let new = [
+            "s3:GetBucketObjectLockConfiguration",
+            "s3:PutBucketObjectLockConfiguration",
+            "s3:GetIntelligentTieringConfiguration",
+            "s3:PutIntelligentTieringConfiguration",
+            "s3:GetAccelerateConfiguration",
+            "s3:PutAccelerateConfiguration",
+        ];
+        let doc = operator_policy(&scope());
+        let manage = doc["Statement"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["Sid"] == "ManageBuckets")
+            .unwrap();
+        assert_eq!(manage["Resource"], "arn:aws:s3:::s3op-prod-*");
+        let granted = actions_of(manage);
+        for a in new {
+            assert!(granted.contains(&a.to_string()), "{a}");
+        }
+        let all = actions(&doc);
+        assert!(!all.iter().any(|a| a.contains("Bypass")), "{all:?}");
+        let boundary = actions(&boundary_policy(&scope()));
+        for a in new.iter().chain(&["s3:BypassGovernanceRetention"]) {
+            assert!(!boundary.contains(&a.to_string()), "{a}");
+        }
     }
 }

@@ -225,7 +225,7 @@ impl Aws {
             .map(drop)
     }
 
-    /// Creates the bucket with its tags and object ownership in the same call, so no bucket of
+    /// Creates the bucket with its tags, object ownership and object lock in the same call, so no bucket of
     /// the operator ever exists without its ownership tags (a crash between two calls cannot
     /// strand one), and the ownership default costs no request of its own.
     pub async fn create_bucket(
@@ -234,6 +234,19 @@ impl Aws {
         bucket: &str,
         tags: &BTreeMap<String, String>,
         ownership: ObjectOwnership,
+    ) -> Result<(), Error> {
+        self.create_bucket_with_lock(region, bucket, tags, ownership, false)
+            .await
+    }
+
+    /// [`Aws::create_bucket`], with object lock on when `object_lock`.
+    pub async fn create_bucket_with_lock(
+        &self,
+        region: &str,
+        bucket: &str,
+        tags: &BTreeMap<String, String>,
+        ownership: ObjectOwnership,
+        object_lock: bool,
     ) -> Result<(), Error> {
         let mut conf = s3::CreateBucketConfiguration::builder().set_tags(Some(to_s3_tags(tags)));
         // us-east-1 is the default location and must not be named.
@@ -246,6 +259,13 @@ impl Aws {
             .bucket(bucket)
             .object_ownership(ownership_to_aws(ownership))
             .create_bucket_configuration(conf.build());
+        // Object lock can only be chosen here (it turns versioning on as well); omitted when
+        // off, so a plain create stays the request it was.
+        let req = if object_lock {
+            req.object_lock_enabled_for_bucket(true)
+        } else {
+            req
+        };
         Aws::call(S3, "CreateBucket", req.send()).await.map(drop)
     }
 

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
+use super::bucket_protection;
 use super::{
     Blocked, Context, Error, Requeue, deletion_policy, ensure_finalizer, has_finalizer, object_key,
     owner, remove_finalizer, report_blocked, served, tag_reads, update_status,
@@ -14,7 +15,9 @@ use crate::api::{
     Bucket, BucketStatus, CorsRule, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule,
     ObjectOwnership, PublicAccessBlock, Versioning,
 };
+use crate::api::{IntelligentTiering, ObjectLock, TransferAcceleration};
 use crate::aws::s3::Emptied;
+use crate::aws::s3_protection::LockState;
 use crate::aws::tags::{Owner, Ownership, released, with_ownership};
 use crate::aws::{ErrorKind, naming, policy};
 use crate::metrics::METRICS;
@@ -45,6 +48,12 @@ pub struct Desired {
     /// The whole bucket policy: always managed, as it carries the TLS-only statement. `Err`:
     /// why `spec.policy` is refused (the plan blocks on it; deletion does not).
     pub policy: Result<serde_json::Value, String>,
+    /// `None`: not managed (and not read); the bucket is created without object lock.
+    pub object_lock: Option<ObjectLock>,
+    /// `None`: not managed (and not read).
+    pub intelligent_tiering: Option<Vec<IntelligentTiering>>,
+    /// `None`: not managed (and not read).
+    pub transfer_acceleration: Option<TransferAcceleration>,
 }
 
 impl Desired {
@@ -81,6 +90,11 @@ pub struct Config {
     pub object_ownership: Option<ObjectOwnership>,
     /// `None` when the bucket has no policy.
     pub policy: Option<serde_json::Value>,
+    /// `None` when unmanaged (not read).
+    pub object_lock: Option<LockState>,
+    pub intelligent_tiering: Option<Vec<IntelligentTiering>>,
+    /// `None` when unmanaged (not read) or never set.
+    pub transfer_acceleration: Option<TransferAcceleration>,
 }
 
 /// One write to S3.
@@ -95,6 +109,14 @@ pub enum Change {
     Cors,
     ObjectOwnership(ObjectOwnership),
     Policy,
+    /// The default retention of a bucket with object lock.
+    ObjectLock,
+    /// Intelligent-tiering configurations to write and to delete, by id.
+    IntelligentTiering {
+        put: Vec<String>,
+        delete: Vec<String>,
+    },
+    TransferAcceleration(TransferAcceleration),
 }
 
 impl Change {
@@ -110,6 +132,9 @@ impl Change {
             Change::Cors => "cors",
             Change::ObjectOwnership(_) => "objectOwnership",
             Change::Policy => "policy",
+            Change::ObjectLock => "objectLock",
+            Change::IntelligentTiering { .. } => "intelligentTiering",
+            Change::TransferAcceleration(_) => "transferAcceleration",
         }
     }
 }
@@ -150,8 +175,9 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
                 Change::Policy,
             ];
             if let Some(v) = desired.versioning {
-                // A new bucket is unversioned, which is what Suspended means for it.
-                if v == Versioning::Enabled {
+                // A new bucket is unversioned, which is what Suspended means for it; object
+                // lock turns versioning on in the CreateBucket call.
+                if v == Versioning::Enabled && desired.object_lock.is_none() {
                     all.push(Change::Versioning(v));
                 }
             }
@@ -165,10 +191,14 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
             if desired.cors.as_ref().is_some_and(|r| !r.is_empty()) {
                 all.push(Change::Cors);
             }
+            all.extend(bucket_protection::on_create(desired));
             return Plan::Apply(all);
         }
         Observed::Present(config) => config,
     };
+    if let Some(why) = bucket_protection::refused(desired, config) {
+        return Plan::Blocked(why);
+    }
     let mut changes = Vec::new();
     if config.tags != desired.tags {
         changes.push(Change::Tags);
@@ -212,6 +242,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
     {
         changes.push(Change::Policy);
     }
+    changes.extend(bucket_protection::changes(desired, config));
     Plan::Apply(changes)
 }
 
@@ -266,6 +297,10 @@ pub fn desired(
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
+    let compliance = ctx_settings.allow_compliance_retention;
+    if let Some(why) = bucket_protection::spec_refused(spec, &name, compliance) {
+        return Err(why);
+    }
     let arn = naming::bucket_arn(naming::partition(&region), &name);
     let statements = policy::bucket_statements(
         &spec.policy,
@@ -284,6 +319,9 @@ pub fn desired(
         lifecycle_rules: spec.lifecycle_rules.clone(),
         cors: spec.cors.clone(),
         object_ownership: spec.object_ownership,
+        object_lock: spec.object_lock.clone(),
+        intelligent_tiering: spec.intelligent_tiering.clone(),
+        transfer_acceleration: spec.transfer_acceleration,
     })
 }
 
@@ -374,6 +412,7 @@ async fn observe(
         Some(_) => aws.object_ownership(r, n).await?,
         None => None,
     };
+    let protection = bucket_protection::observe(aws, d).await?;
     Ok(Observed::Present(Config {
         tags,
         public_access_block,
@@ -383,6 +422,9 @@ async fn observe(
         cors,
         object_ownership,
         policy,
+        object_lock: protection.object_lock,
+        intelligent_tiering: protection.intelligent_tiering,
+        transfer_acceleration: protection.transfer_acceleration,
     }))
 }
 
@@ -503,7 +545,8 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
     }
     match change {
         Change::Create => {
-            aws.create_bucket(r, n, &d.tags, d.creation_ownership())
+            let lock = d.object_lock.is_some();
+            aws.create_bucket_with_lock(r, n, &d.tags, d.creation_ownership(), lock)
                 .await
         }
         Change::Tags => aws.put_tags(r, n, &d.tags).await,
@@ -527,6 +570,11 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
             // The plan blocks on a refused policy before any write.
             Err(_) => Ok(()),
         },
+        Change::ObjectLock
+        | Change::IntelligentTiering { .. }
+        | Change::TransferAcceleration(_) => bucket_protection::write(aws, d, change)
+            .await
+            .unwrap_or(Ok(())),
     }
 }
 
@@ -663,8 +711,15 @@ async fn release_or_delete(
         }
         DeletionPolicy::Delete => {
             if bucket.spec.force_delete {
-                let Emptied { deleted, empty } =
-                    aws.empty_bucket(r, n, EMPTY_PAGES_PER_PASS).await?;
+                let emptied = aws.empty_bucket(r, n, EMPTY_PAGES_PER_PASS).await;
+                let Emptied { deleted, empty } = match emptied {
+                    // Retention refused the deletes: report it, keep the bucket and its objects.
+                    Err(e) if d.object_lock.is_some() && e.kind == ErrorKind::AccessDenied => {
+                        let msg = bucket_protection::retention_holds(n, &e);
+                        return Err(hold(bucket, ctx, d, msg).await);
+                    }
+                    other => other?,
+                };
                 if deleted > 0 {
                     ctx.event(
                         bucket,
@@ -718,6 +773,7 @@ mod tests {
             allow_cross_namespace_adoption: false,
             account_id: "123456789012".into(),
             allowed_policy_principals: vec![],
+            allow_compliance_retention: false,
         }
     }
 
@@ -749,6 +805,12 @@ mod tests {
             cors: d.cors.clone(),
             object_ownership: d.object_ownership,
             policy: d.policy.clone().ok(),
+            object_lock: d.object_lock.as_ref().map(|l| LockState {
+                enabled: true,
+                default_retention: l.default_retention,
+            }),
+            intelligent_tiering: d.intelligent_tiering.clone(),
+            transfer_acceleration: d.transfer_acceleration,
         }
     }
 

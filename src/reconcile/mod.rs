@@ -3,6 +3,7 @@
 
 pub mod bucket;
 pub mod bucket_access;
+pub mod bucket_protection;
 pub mod tag_reads;
 
 use std::collections::HashMap;
@@ -69,6 +70,8 @@ pub struct Settings {
     /// Principals outside that account (ARNs, account ids, service names) a bucket policy's
     /// `Allow` may name (`--allowed-policy-principals`); none by default.
     pub allowed_policy_principals: Vec<String>,
+    /// A Bucket may choose a COMPLIANCE object lock retention (`--allow-compliance-retention`).
+    pub allow_compliance_retention: bool,
 }
 
 /// Shared by every reconcile.
