@@ -45,91 +45,151 @@ async fn helm_chart_runs_as_pods_on_a_real_node() {
     let started = Instant::now();
     let images = images(&node).await;
     let client = admin().await;
-    let ns = namespace(&client, "helm-pods").await;
-    let team = namespace(&client, "helm-team").await;
-    let cluster = format!("h{}", random(6));
-    let mut scene = Scene::new(&[&ns, &team]);
-    scene.run(
-        "helm",
-        &[
-            "uninstall",
-            RELEASE,
-            "-n",
-            &ns,
-            "--wait",
-            "--timeout",
-            "90s",
-        ],
-    );
-    scene.undo.push(Undo::Release(team.clone()));
-    scene.run(
-        "kubectl",
-        &["delete", "namespace", &ns, &team, "--wait=false"],
-    );
-    let binding = format!("{ns}-scraper");
-    scene.run(
-        "kubectl",
-        &[
-            "delete",
-            "clusterrolebinding",
-            &binding,
-            "--ignore-not-found",
-        ],
+    let release = HelmRelease {
+        ns: namespace(&client, "helm-pods").await,
+        team: namespace(&client, "helm-team").await,
+        cluster: format!("h{}", random(6)),
+        aws_endpoint: node.aws_endpoint.clone(),
+    };
+    let scene = release.scene();
+    release.install(&images.tag).await;
+    eprintln!("helm install --wait: done at {:.0?}", started.elapsed());
+
+    let pods = two_replicas_run(&release.ns, &images.tag).await;
+    let leader = helm_test_passes_with_one_leader(&release.ns, &pods).await;
+    let samples = samples_ready(&release.team).await;
+    eprintln!("samples Ready at {:.0?}", started.elapsed());
+    let app_key = app_writes_through_the_secret(&release.team, &images.app, &samples).await;
+    eprintln!("application Pod succeeded at {:.0?}", started.elapsed());
+
+    // The PodDisruptionBudget: one eviction allowed, the next refused until the replacement is
+    // Ready.
+    pdb_allows_one_eviction(&release.ns, &pods, &leader).await;
+    let pods = wait_rolled_out(&release.ns, RELEASE, 2).await;
+    eprintln!("PDB checked at {:.0?}", started.elapsed());
+
+    let (pods, leader) = upgrade_rolls_both_while_ready(&release, &images, &pods, &samples).await;
+    eprintln!(
+        "helm upgrade rolled both replicas at {:.0?}",
+        started.elapsed()
     );
 
-    // The operator's key pair reaches its Pods only through a Secret and the chart's extraEnv.
-    let key = operator_key(&cluster).await;
-    create_aws_secret(&ns, &key).await;
-    let values = |tag: &str| {
+    // Deleting the leader hands over: it releases the Lease on SIGTERM and the standby (or, if
+    // it is quicker, the leader's replacement Pod) takes it.
+    leader_hands_over(&release.ns, &release.lease(), &pods, &leader).await;
+
+    uninstall_keeps_crds_objects_and_data(&release, &samples, &app_key).await;
+    eprintln!("helm uninstall checked at {:.0?}", started.elapsed());
+
+    // What the uninstall left by design goes now, so no other test meets it.
+    purge_aws(&release.cluster).await;
+    drop(scene);
+    eprintln!("helm test done in {:.0?}", started.elapsed());
+}
+
+/// The test's Helm release: the operator in `ns`, watching only `team`.
+struct HelmRelease {
+    ns: String,
+    team: String,
+    cluster: String,
+    aws_endpoint: String,
+}
+
+impl HelmRelease {
+    /// What a failure explains, and what the end (or a panic) undoes.
+    fn scene(&self) -> Scene {
+        let (ns, team) = (&self.ns, &self.team);
+        let mut scene = Scene::new(&[ns, team]);
+        scene.run(
+            "helm",
+            &["uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "90s"],
+        );
+        scene.undo.push(Undo::Release(team.clone()));
+        scene.run(
+            "kubectl",
+            &["delete", "namespace", ns, team, "--wait=false"],
+        );
+        let binding = format!("{ns}-scraper");
+        scene.run(
+            "kubectl",
+            &[
+                "delete",
+                "clusterrolebinding",
+                &binding,
+                "--ignore-not-found",
+            ],
+        );
+        scene
+    }
+
+    fn lease(&self) -> String {
+        format!("{RELEASE}-leader")
+    }
+
+    /// The chart's values for image `tag`, written to a file kept with the e2e logs.
+    fn values(&self, tag: &str) -> String {
         let v = json!({
             "image": {"repository": OPERATOR_REPO, "tag": tag, "pullPolicy": "Never"},
             "replicaCount": 2,
-            "clusterName": cluster,
+            "clusterName": self.cluster,
             // Its own namespace only: objects other tests left elsewhere are no business of this
             // installation (the cluster overlay's test runs one that watches everything).
-            "watchNamespaces": [team],
+            "watchNamespaces": [self.team],
             "logLevel": "info,s3_operator=debug",
             // moto on the node's bridge address, which Pods reach.
-            "aws": {"endpointUrl": node.aws_endpoint, "region": env().region},
+            "aws": {"endpointUrl": self.aws_endpoint, "region": env().region},
             "extraEnv": aws_secret_env(),
         });
-        let path = logs_dir().join(format!("helm-values-{cluster}-{tag}.yaml"));
+        let path = logs_dir().join(format!("helm-values-{}-{tag}.yaml", self.cluster));
         std::fs::write(&path, serde_json::to_string_pretty(&v).unwrap()).unwrap();
         path.display().to_string()
-    };
-    let helm = |verb: &str, tag: &str| {
-        strings(&[
+    }
+
+    /// `helm install` or `helm upgrade` to image `tag`, waiting for the rollout.
+    async fn helm(&self, verb: &str, tag: &str) {
+        let args = strings(&[
             verb,
             RELEASE,
             "charts/s3-operator",
             "-n",
-            &ns,
+            &self.ns,
             "-f",
-            &values(tag),
+            &self.values(tag),
             "--wait",
             "--timeout",
             "5m",
-        ])
-    };
-    tool_async("helm", helm("install", &images.tag)).await;
-    eprintln!("helm install --wait: done at {:.0?}", started.elapsed());
+        ]);
+        tool_async("helm", args).await;
+    }
 
-    // Two replicas, Running and probed Ready, exactly one of them leading.
-    let pods = wait_rolled_out(&ns, RELEASE, 2).await;
+    /// The operator's key pair reaches its Pods only through a Secret and the chart's extraEnv.
+    async fn install(&self, tag: &str) {
+        let key = operator_key(&self.cluster).await;
+        create_aws_secret(&self.ns, &key).await;
+        self.helm("install", tag).await;
+    }
+}
+
+/// Two replicas of image `tag`, Running and probed Ready.
+async fn two_replicas_run(ns: &str, tag: &str) -> Vec<Pod> {
+    let pods = wait_rolled_out(ns, RELEASE, 2).await;
     for p in &pods {
         let c = &p.spec.as_ref().unwrap().containers[0];
         assert_eq!(
             c.image.as_deref(),
-            Some(format!("{OPERATOR_REPO}:{}", images.tag).as_str())
+            Some(format!("{OPERATOR_REPO}:{tag}").as_str())
         );
     }
-    let lease = format!("{RELEASE}-leader");
-    let leader = wait_leader(&ns, &lease, &pods).await;
-    // The chart's own check, as a user runs it: a Pod of the operator image probes /readyz
-    // through a Service made for the test.
+    pods
+}
+
+/// Exactly one replica leads; the chart's own check passes, as a user runs it: a Pod of the
+/// operator image probes /readyz through a Service made for the test. Returns the leader.
+async fn helm_test_passes_with_one_leader(ns: &str, pods: &[Pod]) -> String {
+    let leader = wait_leader(ns, &format!("{RELEASE}-leader"), pods).await;
     let out = tool_async(
         "helm",
-        strings(&["test", RELEASE, "-n", &ns, "--timeout", "2m"]),
+        strings(&["test", RELEASE, "-n", ns, "--timeout", "2m"]),
     )
     .await;
     let phases: Vec<&str> = out
@@ -141,25 +201,19 @@ async fn helm_chart_runs_as_pods_on_a_real_node() {
         !phases.is_empty() && phases.iter().all(|p| *p == "Succeeded"),
         "helm test: {out}"
     );
-    only_the_leader_reports_leading(&ns, &pods, &leader).await;
+    only_the_leader_reports_leading(ns, pods, &leader).await;
+    leader
+}
 
-    // The samples become Ready in a team namespace.
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &team);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &team);
-    let Samples {
-        bucket: b_name,
-        access: a_name,
-        s3_name,
-        secret_name,
-    } = samples_ready(&team).await;
-    eprintln!("samples Ready at {:.0?}", started.elapsed());
-
-    // An application takes the Secret as it is and writes through the SDK's default chain.
+/// An application takes the Secret as it is and writes through the SDK's default chain;
+/// returns the key it wrote.
+async fn app_writes_through_the_secret(team: &str, image: &str, samples: &Samples) -> String {
     let app_key = format!("e2e/{}.txt", random(6));
-    run_app(&team, "bucket-app", &images.app, &secret_name, &app_key).await;
+    let s3_name = &samples.s3_name;
+    run_app(team, "bucket-app", image, &samples.secret_name, &app_key).await;
     let got = admin_s3()
         .get_object()
-        .bucket(&s3_name)
+        .bucket(s3_name)
         .key(&app_key)
         .send()
         .await
@@ -169,19 +223,23 @@ async fn helm_chart_runs_as_pods_on_a_real_node() {
         String::from_utf8_lossy(&body).starts_with("written by bucket-app"),
         "{body:?}"
     );
-    eprintln!("application Pod succeeded at {:.0?}", started.elapsed());
+    app_key
+}
 
-    // The PodDisruptionBudget: one eviction allowed, the next refused until the replacement is
-    // Ready.
-    pdb_allows_one_eviction(&ns, &pods, &leader).await;
-    let pods = wait_rolled_out(&ns, RELEASE, 2).await;
-    eprintln!("PDB checked at {:.0?}", started.elapsed());
-
-    // helm upgrade to another tag rolls both replicas while the objects stay Ready.
+/// helm upgrade to another tag rolls both replicas while the objects stay Ready, and leaves
+/// one bucket and one IAM user that audit clean. Returns the new Pods and their leader.
+async fn upgrade_rolls_both_while_ready(
+    release: &HelmRelease,
+    images: &Images,
+    pods: &[Pod],
+    samples: &Samples,
+) -> (Vec<Pod>, String) {
+    let (ns, team) = (&release.ns, &release.team);
+    let client = admin().await;
     let before: Vec<String> = pods.iter().map(name_of).collect();
-    let watch = ReadyWatch::start(&team, &b_name, &a_name);
-    tool_async("helm", helm("upgrade", &images.upgrade_tag)).await;
-    let pods = wait_rolled_out(&ns, RELEASE, 2).await;
+    let watch = ReadyWatch::start(team, &samples.bucket, &samples.access);
+    release.helm("upgrade", &images.upgrade_tag).await;
+    let pods = wait_rolled_out(ns, RELEASE, 2).await;
     let not_ready = watch.finish().await;
     assert!(
         not_ready.is_empty(),
@@ -199,39 +257,42 @@ async fn helm_chart_runs_as_pods_on_a_real_node() {
             Some(format!("{OPERATOR_REPO}:{}", images.upgrade_tag).as_str())
         );
     }
-    let leader = wait_leader(&ns, &lease, &pods).await;
-    wait_reason(&buckets, &b_name, "Available", T).await;
-    wait_reason(&accesses, &a_name, "Available", T).await;
-    let problems = audit(&cluster, std::slice::from_ref(&team)).await;
+    let leader = wait_leader(ns, &release.lease(), &pods).await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), team);
+    let accesses = Api::<BucketAccess>::namespaced(client, team);
+    wait_reason(&buckets, &samples.bucket, "Available", T).await;
+    wait_reason(&accesses, &samples.access, "Available", T).await;
+    let problems = audit(&release.cluster, std::slice::from_ref(team)).await;
     assert!(problems.is_empty(), "after the upgrade: {problems:#?}");
-    let inv = inventory(&cluster).await;
+    let inv = inventory(&release.cluster).await;
     assert_eq!(inv.buckets.len(), 1, "one bucket: {:?}", inv.buckets.keys());
     assert_eq!(inv.users.len(), 1, "one IAM user: {:?}", inv.users.keys());
-    eprintln!(
-        "helm upgrade rolled both replicas at {:.0?}",
-        started.elapsed()
-    );
+    (pods, leader)
+}
 
-    // Deleting the leader hands over: it releases the Lease on SIGTERM and the standby (or, if
-    // it is quicker, the leader's replacement Pod) takes it.
-    leader_hands_over(&ns, &lease, &pods, &leader).await;
-
-    // helm uninstall: the chart's README says Helm never deletes the CRDs of crds/. The Buckets
-    // and BucketAccesses are the users' objects, not the release's, so they stay, and so do the
-    // bucket and its data (nothing deletes a bucket but the operator acting on a deleted Bucket).
+/// helm uninstall: the chart's README says Helm never deletes the CRDs of crds/. The Buckets
+/// and BucketAccesses are the users' objects, not the release's, so they stay, and so do the
+/// bucket and its data (nothing deletes a bucket but the operator acting on a deleted Bucket).
+async fn uninstall_keeps_crds_objects_and_data(
+    release: &HelmRelease,
+    samples: &Samples,
+    app_key: &str,
+) {
+    let (ns, team, s3_name) = (&release.ns, &release.team, &samples.s3_name);
     tool_async(
         "helm",
-        strings(&["uninstall", RELEASE, "-n", &ns, "--wait", "--timeout", "2m"]),
+        strings(&["uninstall", RELEASE, "-n", ns, "--wait", "--timeout", "2m"]),
     )
     .await;
     wait_for("the operator Pods to be gone", T, || async {
-        let left = Api::<Pod>::namespaced(admin().await, &ns)
+        let left = Api::<Pod>::namespaced(admin().await, ns)
             .list(&ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}")))
             .await
             .ok()?;
         left.items.is_empty().then_some(())
     })
     .await;
+    let client = admin().await;
     let crds = Api::<CustomResourceDefinition>::all(client.clone());
     for crd in ["buckets.s3.operator.dev", "bucketaccesses.s3.operator.dev"] {
         let c = crds.get_opt(crd).await.unwrap();
@@ -240,31 +301,30 @@ async fn helm_chart_runs_as_pods_on_a_real_node() {
             "the CRD {crd} stays after helm uninstall"
         );
     }
-    let kept = buckets.get(&b_name).await.expect("the Bucket stays");
+    let buckets = Api::<Bucket>::namespaced(client.clone(), team);
+    let kept = buckets
+        .get(&samples.bucket)
+        .await
+        .expect("the Bucket stays");
     assert!(kept.metadata.deletion_timestamp.is_none());
     assert_eq!(
         kept.status.and_then(|s| s.bucket_name).as_deref(),
         Some(s3_name.as_str())
     );
-    accesses.get(&a_name).await.expect("the BucketAccess stays");
-    assert!(bucket_exists(&s3_name).await, "the bucket {s3_name} stays");
+    Api::<BucketAccess>::namespaced(client, team)
+        .get(&samples.access)
+        .await
+        .expect("the BucketAccess stays");
+    assert!(bucket_exists(s3_name).await, "the bucket {s3_name} stays");
     let data = admin_s3()
         .get_object()
-        .bucket(&s3_name)
-        .key(&app_key)
+        .bucket(s3_name)
+        .key(app_key)
         .send()
         .await;
     assert!(data.is_ok(), "the app's object stays: {data:?}");
-    eprintln!("helm uninstall checked at {:.0?}", started.elapsed());
-
-    // What the uninstall left by design goes now, so no other test meets it.
-    purge_aws(&cluster).await;
-    drop(scene);
-    eprintln!("helm test done in {:.0?}", started.elapsed());
 }
 
-/// Runs the application image as a non-root Pod with the BucketAccess's Secret as its whole
-/// environment (`envFrom`); waits for it to succeed.
 async fn run_app(ns: &str, name: &str, image: &str, secret: &str, key: &str) {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"app": "bucket-app"}},
