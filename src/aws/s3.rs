@@ -225,22 +225,10 @@ impl Aws {
             .map(drop)
     }
 
-    /// Creates the bucket with its tags, object ownership and object lock in the same call, so no bucket of
-    /// the operator ever exists without its ownership tags (a crash between two calls cannot
-    /// strand one), and the ownership default costs no request of its own.
+    /// Creates the bucket with its tags, object ownership and object lock in the same call, so
+    /// no bucket of the operator ever exists without its ownership tags (a crash between two
+    /// calls cannot strand one), and the ownership default costs no request of its own.
     pub async fn create_bucket(
-        &self,
-        region: &str,
-        bucket: &str,
-        tags: &BTreeMap<String, String>,
-        ownership: ObjectOwnership,
-    ) -> Result<(), Error> {
-        self.create_bucket_with_lock(region, bucket, tags, ownership, false)
-            .await
-    }
-
-    /// [`Aws::create_bucket`], with object lock on when `object_lock`.
-    pub async fn create_bucket_with_lock(
         &self,
         region: &str,
         bucket: &str,

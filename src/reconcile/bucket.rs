@@ -546,7 +546,7 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
     match change {
         Change::Create => {
             let lock = d.object_lock.is_some();
-            aws.create_bucket_with_lock(r, n, &d.tags, d.creation_ownership(), lock)
+            aws.create_bucket(r, n, &d.tags, d.creation_ownership(), lock)
                 .await
         }
         Change::Tags => aws.put_tags(r, n, &d.tags).await,

@@ -188,7 +188,7 @@ async fn floor(id: &Identity, ns: &str, n: usize) -> (f64, BTreeMap<String, f64>
             {
                 let _slot = buckets.acquire().await.unwrap();
                 assert!(aws.bucket_tags(&region, &bucket).await.unwrap().is_none());
-                aws.create_bucket(&region, &bucket, &owner.tags(), Default::default())
+                aws.create_bucket(&region, &bucket, &owner.tags(), Default::default(), false)
                     .await
                     .unwrap();
                 aws.put_public_access_block(&region, &bucket, &PublicAccessBlock::default())
