@@ -300,16 +300,27 @@ fn ids(list: &[&str]) -> BTreeSet<String> {
 #[tokio::test]
 async fn intelligent_tiering_and_acceleration_are_kept_and_free_when_unused() {
     let (op, api, ns) = operator("tier").await;
-    let s3 = admin_s3();
+    a_plain_bucket_reads_none_of_them(&op, &api).await;
+    let name = tiering_and_acceleration_are_created(&api).await;
+    steady_state_reads_and_writes_nothing(&op).await;
+    tiering_and_acceleration_drift_is_corrected(&op, &ns, &name).await;
+    an_empty_list_removes_every_configuration(&api, &name).await;
+    deleting_never_reads_object_lock(&op, &api).await;
+}
+
+async fn a_plain_bucket_reads_none_of_them(op: &Operator, api: &Api<Bucket>) {
     api.create(&PostParams::default(), &bucket("plain", json!({})))
         .await
         .unwrap();
-    wait_ready(&api, "plain").await;
+    wait_ready(api, "plain").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     for operation in NEW_OPERATIONS {
-        assert_eq!(aws_calls(&op, operation).await, 0.0, "{operation}");
+        assert_eq!(aws_calls(op, operation).await, 0.0, "{operation}");
     }
+}
 
+/// Returns the S3 name of the Bucket `tiered`.
+async fn tiering_and_acceleration_are_created(api: &Api<Bucket>) -> String {
     let spec = json!({
         "intelligentTiering": [
             {"id": "archive", "prefix": "logs/",
@@ -323,9 +334,9 @@ async fn intelligent_tiering_and_acceleration_are_kept_and_free_when_unused() {
     api.create(&PostParams::default(), &bucket("tiered", spec))
         .await
         .unwrap();
-    let name = wait_ready(&api, "tiered").await;
+    let name = wait_ready(api, "tiered").await;
     assert_eq!(tiering_ids(&name).await, ids(&["archive", "deep"]));
-    let deep = s3
+    let deep = admin_s3()
         .get_bucket_intelligent_tiering_configuration()
         .bucket(&name)
         .id("deep")
@@ -339,19 +350,63 @@ async fn intelligent_tiering_and_acceleration_are_kept_and_free_when_unused() {
     let and = deep.filter.and_then(|f| f.and).expect("an And filter");
     assert_eq!(and.tags.unwrap_or_default().len(), 2);
     assert_eq!(acceleration(&name).await.as_deref(), Some("Enabled"));
+    name
+}
 
-    // Steady state: read on every resync, nothing written.
-    let writes: Vec<f64> = new_writes(&op).await;
+/// Read on every resync, nothing written; the plain Bucket still costs nothing.
+async fn steady_state_reads_and_writes_nothing(op: &Operator) {
+    let writes: Vec<f64> = new_writes(op).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(new_writes(&op).await, writes);
-    assert!(aws_calls(&op, "ListBucketIntelligentTieringConfigurations").await >= 2.0);
-    assert!(aws_calls(&op, "GetBucketAccelerateConfiguration").await >= 2.0);
-    // The plain Bucket still costs nothing: only "tiered" reads these.
-    assert_eq!(aws_calls(&op, "GetObjectLockConfiguration").await, 0.0);
+    assert_eq!(new_writes(op).await, writes);
+    assert!(aws_calls(op, "ListBucketIntelligentTieringConfigurations").await >= 2.0);
+    assert!(aws_calls(op, "GetBucketAccelerateConfiguration").await >= 2.0);
+    // Only "tiered" reads these.
+    assert_eq!(aws_calls(op, "GetObjectLockConfiguration").await, 0.0);
+}
 
-    // Drift: acceleration suspended, one configuration changed, one deleted, one added.
+/// Acceleration suspended, one configuration changed, one deleted, one added: all put back,
+/// writing only what differs, reported as drift.
+async fn tiering_and_acceleration_drift_is_corrected(op: &Operator, ns: &str, name: &str) {
+    let archive_puts = aws_calls(op, "PutBucketIntelligentTieringConfiguration").await;
+    drift_tiering_and_acceleration(name).await;
+    wait_for("tiering and acceleration restored", T, || async {
+        let archive = admin_s3()
+            .get_bucket_intelligent_tiering_configuration()
+            .bucket(name)
+            .id("archive")
+            .send()
+            .await
+            .ok()?
+            .intelligent_tiering_configuration?;
+        let restored = tiering_ids(name).await == ids(&["archive", "deep"])
+            && archive.tierings.first().map(|t| t.days) == Some(90)
+            && acceleration(name).await.as_deref() == Some("Enabled");
+        restored.then_some(())
+    })
+    .await;
+    // Only the two that differed were written (not the whole list again), and one deleted.
+    assert_eq!(
+        aws_calls(op, "PutBucketIntelligentTieringConfiguration").await,
+        archive_puts + 2.0
+    );
+    assert!(aws_calls(op, "DeleteBucketIntelligentTieringConfiguration").await >= 1.0);
+    for aspect in ["intelligentTiering", "transferAcceleration"] {
+        assert!(drift(op, aspect).await >= 1.0, "{aspect}");
+    }
+    let notes = event_notes(ns, "DriftCorrected").await;
+    for aspect in ["intelligentTiering", "transferAcceleration"] {
+        assert!(
+            notes.iter().any(|n| n.contains(aspect)),
+            "{aspect}: {notes:?}"
+        );
+    }
+}
+
+/// What someone outside the operator does to the bucket `name`.
+async fn drift_tiering_and_acceleration(name: &str) {
+    let s3 = admin_s3();
     s3.put_bucket_accelerate_configuration()
-        .bucket(&name)
+        .bucket(name)
         .accelerate_configuration(
             aws_sdk_s3::types::AccelerateConfiguration::builder()
                 .status(BucketAccelerateStatus::Suspended)
@@ -360,10 +415,9 @@ async fn intelligent_tiering_and_acceleration_are_kept_and_free_when_unused() {
         .send()
         .await
         .unwrap();
-    let archive_puts = aws_calls(&op, "PutBucketIntelligentTieringConfiguration").await;
     for (id, days) in [("archive", 300), ("extra", 90)] {
         s3.put_bucket_intelligent_tiering_configuration()
-            .bucket(&name)
+            .bucket(name)
             .id(id)
             .intelligent_tiering_configuration(tiering_config(id, days))
             .send()
@@ -371,56 +425,29 @@ async fn intelligent_tiering_and_acceleration_are_kept_and_free_when_unused() {
             .unwrap();
     }
     s3.delete_bucket_intelligent_tiering_configuration()
-        .bucket(&name)
+        .bucket(name)
         .id("deep")
         .send()
         .await
         .unwrap();
-    wait_for("tiering and acceleration restored", T, || async {
-        let archive = s3
-            .get_bucket_intelligent_tiering_configuration()
-            .bucket(&name)
-            .id("archive")
-            .send()
-            .await
-            .ok()?
-            .intelligent_tiering_configuration?;
-        let restored = tiering_ids(&name).await == ids(&["archive", "deep"])
-            && archive.tierings.first().map(|t| t.days) == Some(90)
-            && acceleration(&name).await.as_deref() == Some("Enabled");
-        restored.then_some(())
-    })
-    .await;
-    // Only the two that differed were written (not the whole list again), and one deleted.
-    assert_eq!(
-        aws_calls(&op, "PutBucketIntelligentTieringConfiguration").await,
-        archive_puts + 2.0
-    );
-    assert!(aws_calls(&op, "DeleteBucketIntelligentTieringConfiguration").await >= 1.0);
-    for aspect in ["intelligentTiering", "transferAcceleration"] {
-        assert!(drift(&op, aspect).await >= 1.0, "{aspect}");
-    }
-    let notes = event_notes(&ns, "DriftCorrected").await;
-    for aspect in ["intelligentTiering", "transferAcceleration"] {
-        assert!(
-            notes.iter().any(|n| n.contains(aspect)),
-            "{aspect}: {notes:?}"
-        );
-    }
+}
 
-    // An empty list removes every configuration; acceleration can be suspended.
+/// An empty list removes every configuration; acceleration can be suspended.
+async fn an_empty_list_removes_every_configuration(api: &Api<Bucket>, name: &str) {
     let patch = json!({"spec": {"intelligentTiering": [], "transferAcceleration": "Suspended"}});
     api.patch("tiered", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
     wait_for("configurations removed", T, || async {
-        let done = tiering_ids(&name).await.is_empty()
-            && acceleration(&name).await.as_deref() == Some("Suspended");
+        let done = tiering_ids(name).await.is_empty()
+            && acceleration(name).await.as_deref() == Some("Suspended");
         done.then_some(())
     })
     .await;
+}
 
-    // Deleting Buckets without object lock never reads it either.
+/// Deleting Buckets without object lock never reads it either.
+async fn deleting_never_reads_object_lock(op: &Operator, api: &Api<Bucket>) {
     for b in ["plain", "tiered"] {
         api.delete(b, &DeleteParams::default()).await.unwrap();
     }
@@ -430,7 +457,7 @@ async fn intelligent_tiering_and_acceleration_are_kept_and_free_when_unused() {
     })
     .await;
     for operation in ["GetObjectLockConfiguration", "PutObjectLockConfiguration"] {
-        assert_eq!(aws_calls(&op, operation).await, 0.0, "{operation}");
+        assert_eq!(aws_calls(op, operation).await, 0.0, "{operation}");
     }
 }
 
@@ -533,19 +560,24 @@ async fn protection_specs_are_refused_naming_field_and_rule() {
 #[tokio::test]
 async fn emulator_protection_apis_match_s3() {
     let pfx = format!("s3op-moto-{}", random(6));
+    let plain = emulator_refuses_them_without_their_actions(&pfx).await;
+    let full = emulator_allows_them_with_their_actions(&pfx, &plain).await;
+    emulator_keeps_tiering_configurations_by_id(&full, &plain).await;
+}
+
+/// An identity allowed `actions` on buckets named `pfx*`.
+async fn emulator_identity(pfx: &str, user: &str, actions: &[&str]) -> aws_sdk_s3::Client {
     let arn = format!("arn:aws:s3:::{pfx}*");
-    let policy = |actions: &[&str]| {
-        json!({"Version": "2012-10-17", "Statement": [{
-            "Effect": "Allow", "Action": actions, "Resource": [arn, format!("{arn}/*")],
-        }]})
-    };
-    let (key, secret) = iam_user_with_policy(
-        &format!("{pfx}-bare"),
-        "/",
-        Some(&policy(&["s3:CreateBucket", "s3:PutBucketVersioning"])),
-    )
-    .await;
-    let bare = s3_with(&key, &secret);
+    let policy = json!({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Action": actions, "Resource": [arn, format!("{arn}/*")],
+    }]});
+    let (key, secret) = iam_user_with_policy(&format!("{pfx}-{user}"), "/", Some(&policy)).await;
+    s3_with(&key, &secret)
+}
+
+/// Without their own actions, each API is denied. Returns the plain bucket it creates.
+async fn emulator_refuses_them_without_their_actions(pfx: &str) -> String {
+    let bare = emulator_identity(pfx, "bare", &["s3:CreateBucket", "s3:PutBucketVersioning"]).await;
     let err = bare
         .create_bucket()
         .bucket(format!("{pfx}-locked"))
@@ -593,10 +625,15 @@ async fn emulator_protection_apis_match_s3() {
         "{denied:?}"
     );
 
-    let (key, secret) = iam_user_with_policy(
-        &format!("{pfx}-full"),
-        "/",
-        Some(&policy(&[
+    plain
+}
+
+/// With them, object lock is created, set and read back as S3 does. Returns the identity.
+async fn emulator_allows_them_with_their_actions(pfx: &str, plain: &str) -> aws_sdk_s3::Client {
+    let full = emulator_identity(
+        pfx,
+        "full",
+        &[
             "s3:CreateBucket",
             "s3:PutBucketVersioning",
             "s3:PutObject",
@@ -604,10 +641,9 @@ async fn emulator_protection_apis_match_s3() {
             "s3:PutBucketObjectLockConfiguration",
             "s3:GetIntelligentTieringConfiguration",
             "s3:PutIntelligentTieringConfiguration",
-        ])),
+        ],
     )
     .await;
-    let full = s3_with(&key, &secret);
     let locked = format!("{pfx}-locked");
     full.create_bucket()
         .bucket(&locked)
@@ -636,25 +672,30 @@ async fn emulator_protection_apis_match_s3() {
     // A bucket created without object lock has no configuration (S3's own error).
     let err = full
         .get_object_lock_configuration()
-        .bucket(&plain)
+        .bucket(plain)
         .send()
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("ObjectLockConfigurationNotFoundError"));
 
+    full
+}
+
+/// Intelligent-tiering configurations are put, read, listed and deleted by id.
+async fn emulator_keeps_tiering_configurations_by_id(full: &aws_sdk_s3::Client, plain: &str) {
     for (id, days) in [("b", 200), ("a", 90)] {
         full.put_bucket_intelligent_tiering_configuration()
-            .bucket(&plain)
+            .bucket(plain)
             .id(id)
             .intelligent_tiering_configuration(tiering_config(id, days))
             .send()
             .await
             .unwrap();
     }
-    assert_eq!(tiering_ids(&plain).await, ids(&["a", "b"]));
+    assert_eq!(tiering_ids(plain).await, ids(&["a", "b"]));
     let b = full
         .get_bucket_intelligent_tiering_configuration()
-        .bucket(&plain)
+        .bucket(plain)
         .id("b")
         .send()
         .await
@@ -663,15 +704,15 @@ async fn emulator_protection_apis_match_s3() {
         .unwrap();
     assert_eq!(b.tierings[0].days, 200);
     full.delete_bucket_intelligent_tiering_configuration()
-        .bucket(&plain)
+        .bucket(plain)
         .id("b")
         .send()
         .await
         .unwrap();
-    assert_eq!(tiering_ids(&plain).await, ids(&["a"]));
+    assert_eq!(tiering_ids(plain).await, ids(&["a"]));
     let err = full
         .get_bucket_intelligent_tiering_configuration()
-        .bucket(&plain)
+        .bucket(plain)
         .id("b")
         .send()
         .await

@@ -68,7 +68,7 @@ async fn helm_chart_runs_as_pods_on_a_real_node() {
     let pods = wait_rolled_out(&release.ns, RELEASE, 2).await;
     eprintln!("PDB checked at {:.0?}", started.elapsed());
 
-    let (pods, leader) = upgrade_rolls_both_while_ready(&release, &images, &pods, &samples).await;
+    let (pods, leader) = upgrade_rolls_both_while_ready(&release, images, &pods, &samples).await;
     eprintln!(
         "helm upgrade rolled both replicas at {:.0?}",
         started.elapsed()
