@@ -28,6 +28,8 @@ parts the operator relies on. Everything else is stock moto.
   does (stock moto stores it).
 - Bulk DeleteObjects is authorized as s3:DeleteObject on the objects; encryption and public
   access block requests are checked against the IAM actions AWS uses.
+- GetBucketNotificationConfiguration reports `EventBridgeConfiguration` when it is on, as S3
+  does (stock moto stores it, and sends events to EventBridge, but leaves it out of the answer).
 - The GetBucketVersioning answer's root element is `VersioningConfiguration`, as S3 names it.
 - IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
   shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
@@ -37,6 +39,7 @@ Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 """
 
 import fnmatch
+import re
 import sys
 
 import xmltodict
@@ -422,6 +425,26 @@ def _key_put_without_acls(self, query, key_name):
 
 
 S3Response._key_response_put = _key_put_without_acls
+
+# ---------------------------------------------------------------- EventBridge notifications
+
+_get_bucket_notification = S3Response.get_bucket_notification
+
+
+def _get_bucket_notification_with_eventbridge(self):
+    status, headers, body = _get_bucket_notification(self)
+    bucket = self.backend.buckets.get(self.bucket_name)
+    config = bucket.notification_configuration if bucket is not None else None
+    if config is None or config.event_bridge is None:
+        return status, headers, body
+    text = body.decode() if isinstance(body, bytes) else body
+    # Either `<NotificationConfiguration .../>` (nothing else configured) or a closing tag.
+    text, n = re.subn(r"<NotificationConfiguration([^>]*)/>", r"<NotificationConfiguration\1></NotificationConfiguration>", text)
+    text = text.replace("</NotificationConfiguration>", "<EventBridgeConfiguration></EventBridgeConfiguration></NotificationConfiguration>")
+    return status, headers, text.encode() if isinstance(body, bytes) else text
+
+
+S3Response.get_bucket_notification = _get_bucket_notification_with_eventbridge
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

@@ -107,6 +107,17 @@ struct RunArgs {
         default_value = ""
     )]
     allowed_policy_principals: Vec<String>,
+    /// SQS queue and SNS topic ARNs a Bucket's `spec.notifications` may send events to,
+    /// comma-separated; an entry ending in `*` allows every ARN that starts with the rest
+    /// (`arn:aws:sqs:eu-west-1:123456789012:team-*`). Empty (the default): none, only
+    /// EventBridge.
+    #[arg(
+        long,
+        env = "ALLOWED_NOTIFICATION_TARGETS",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    allowed_notification_targets: Vec<String>,
     /// Namespaces to watch, comma-separated; empty watches all (OLM's olm.targetNamespaces format).
     #[arg(
         long,
@@ -262,6 +273,12 @@ fn run(args: RunArgs) -> ExitCode {
             account_id: String::new(),
             allowed_policy_principals: args
                 .allowed_policy_principals
+                .into_iter()
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .collect(),
+            allowed_notification_targets: args
+                .allowed_notification_targets
                 .into_iter()
                 .map(|p| p.trim().to_string())
                 .filter(|p| !p.is_empty())

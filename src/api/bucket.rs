@@ -118,6 +118,17 @@ pub struct BucketSpec {
     /// owner's tags. Off by default: an existing bucket is reported as a NameConflict.
     #[serde(default)]
     pub adopt_existing: bool,
+
+    /// S3 event notifications: to Amazon EventBridge (`eventBridge: true`) and to SQS queues
+    /// and SNS topics, each with its event types and an optional key prefix/suffix filter. A
+    /// queue or topic must be in the bucket's region and on the operator's
+    /// `--allowed-notification-targets` list; one that is not stops every change to the bucket
+    /// and sets Ready=False (`InvalidSpec`) naming it and the rule. When omitted the bucket's
+    /// notification configuration is left alone and not read; when set, the operator owns the
+    /// whole configuration (anything added outside it, Lambda functions included, is removed)
+    /// and corrects drift; `{}` removes every notification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<crate::api::Notifications>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]

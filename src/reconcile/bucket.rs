@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
+use super::bucket_notifications;
 use super::{
     Blocked, Context, Error, Requeue, deletion_policy, ensure_finalizer, has_finalizer, object_key,
     owner, remove_finalizer, report_blocked, served, tag_reads, update_status,
@@ -45,6 +46,8 @@ pub struct Desired {
     /// The whole bucket policy: always managed, as it carries the TLS-only statement. `Err`:
     /// why `spec.policy` is refused (the plan blocks on it; deletion does not).
     pub policy: Result<serde_json::Value, String>,
+    /// `None`: not managed (and not read). `Some(Err)`: why `spec.notifications` is refused.
+    pub notifications: Option<Result<crate::api::Notifications, String>>,
 }
 
 impl Desired {
@@ -81,6 +84,8 @@ pub struct Config {
     pub object_ownership: Option<ObjectOwnership>,
     /// `None` when the bucket has no policy.
     pub policy: Option<serde_json::Value>,
+    /// `None` when unmanaged (not read).
+    pub notifications: Option<crate::aws::s3_notifications::ObservedNotifications>,
 }
 
 /// One write to S3.
@@ -95,6 +100,7 @@ pub enum Change {
     Cors,
     ObjectOwnership(ObjectOwnership),
     Policy,
+    Notifications,
 }
 
 impl Change {
@@ -110,6 +116,7 @@ impl Change {
             Change::Cors => "cors",
             Change::ObjectOwnership(_) => "objectOwnership",
             Change::Policy => "policy",
+            Change::Notifications => "notifications",
         }
     }
 }
@@ -141,6 +148,12 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
             let why = desired.policy.clone().err().unwrap_or_default();
             return Plan::Blocked(Blocked::new(Reason::InvalidSpec, why));
         }
+        Observed::Absent | Observed::Present(_)
+            if matches!(desired.notifications, Some(Err(_))) =>
+        {
+            let why = notifications_refusal(desired);
+            return Plan::Blocked(Blocked::new(Reason::InvalidSpec, why));
+        }
         Observed::Absent => {
             // The bucket is created with its tags and object ownership in one call.
             let mut all = vec![
@@ -164,6 +177,11 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
             }
             if desired.cors.as_ref().is_some_and(|r| !r.is_empty()) {
                 all.push(Change::Cors);
+            }
+            if let Some(Ok(n)) = &desired.notifications
+                && !n.is_empty()
+            {
+                all.push(Change::Notifications);
             }
             return Plan::Apply(all);
         }
@@ -212,7 +230,19 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
     {
         changes.push(Change::Policy);
     }
+    if let Some(Ok(want)) = &desired.notifications
+        && bucket_notifications::drifted(want, config.notifications.as_ref())
+    {
+        changes.push(Change::Notifications);
+    }
     Plan::Apply(changes)
+}
+
+fn notifications_refusal(desired: &Desired) -> String {
+    match &desired.notifications {
+        Some(Err(why)) => why.clone(),
+        _ => String::new(),
+    }
 }
 
 fn normalize_encryption(e: &Encryption) -> Encryption {
@@ -273,6 +303,11 @@ pub fn desired(
         &ctx_settings.account_id,
         &ctx_settings.allowed_policy_principals,
     );
+    let allowed_targets = &ctx_settings.allowed_notification_targets;
+    let notifications = spec
+        .notifications
+        .as_ref()
+        .map(|n| bucket_notifications::desired(n, &region, allowed_targets));
     Ok(Desired {
         policy: statements.map(|s| policy::bucket_policy(&arn, &s)),
         name,
@@ -284,6 +319,7 @@ pub fn desired(
         lifecycle_rules: spec.lifecycle_rules.clone(),
         cors: spec.cors.clone(),
         object_ownership: spec.object_ownership,
+        notifications,
     })
 }
 
@@ -374,7 +410,12 @@ async fn observe(
         Some(_) => aws.object_ownership(r, n).await?,
         None => None,
     };
+    let notifications = match d.notifications {
+        Some(Ok(_)) => Some(aws.notifications(r, n).await?),
+        _ => None,
+    };
     Ok(Observed::Present(Config {
+        notifications,
         tags,
         public_access_block,
         encryption,
@@ -526,6 +567,11 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
             Ok(p) => aws.put_bucket_policy(r, n, p).await,
             // The plan blocks on a refused policy before any write.
             Err(_) => Ok(()),
+        },
+        Change::Notifications => match &d.notifications {
+            Some(Ok(want)) => aws.put_notifications(r, n, want).await,
+            // Unmanaged is never planned; the plan blocks on a refusal before any write.
+            _ => Ok(()),
         },
     }
 }
@@ -718,6 +764,7 @@ mod tests {
             allow_cross_namespace_adoption: false,
             account_id: "123456789012".into(),
             allowed_policy_principals: vec![],
+            allowed_notification_targets: vec![],
         }
     }
 
@@ -749,6 +796,13 @@ mod tests {
             cors: d.cors.clone(),
             object_ownership: d.object_ownership,
             policy: d.policy.clone().ok(),
+            notifications: match &d.notifications {
+                Some(Ok(n)) => Some(crate::aws::s3_notifications::ObservedNotifications {
+                    config: n.clone(),
+                    lambda_functions: 0,
+                }),
+                _ => None,
+            },
         }
     }
 
@@ -1310,5 +1364,80 @@ mod tests {
             desired(&b, &settings, "us-east-1", &owner()).unwrap().name,
             generated
         );
+    }
+
+    fn with_notifications(n: crate::api::Notifications, allowed: &[&str]) -> Desired {
+        let mut b = Bucket::new(
+            "b",
+            BucketSpec {
+                notifications: Some(n),
+                ..Default::default()
+            },
+        );
+        b.metadata.namespace = Some("ns".into());
+        b.metadata.uid = Some("uid-1".into());
+        let mut settings = settings();
+        settings.allowed_notification_targets = allowed.iter().map(|p| p.to_string()).collect();
+        desired(&b, &settings, "us-east-1", &owner()).unwrap()
+    }
+
+    #[test]
+    fn notifications_are_written_kept_and_unmanaged_when_omitted() {
+        let queue = "arn:aws:sqs:us-east-1:123456789012:q";
+        let n = crate::api::Notifications {
+            event_bridge: true,
+            queues: vec![crate::api::NotificationTarget {
+                id: None,
+                arn: queue.into(),
+                events: vec!["s3:ObjectCreated:*".into()],
+                filter: None,
+            }],
+            topics: vec![],
+        };
+        let d = with_notifications(n.clone(), &[queue]);
+        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert_eq!(changes.last(), Some(&Change::Notifications));
+        assert_eq!(plan(&d, &Observed::Present(converged(&d))), Plan::Apply(vec![]));
+        let mut c = converged(&d);
+        c.notifications.as_mut().unwrap().config.event_bridge = false;
+        assert_eq!(
+            plan(&d, &Observed::Present(c)),
+            Plan::Apply(vec![Change::Notifications])
+        );
+        assert_eq!(Change::Notifications.aspect(), "notifications");
+        // `{}` on a new bucket needs no write; on one with notifications it removes them.
+        let none = with_notifications(Default::default(), &[]);
+        let Plan::Apply(changes) = plan(&none, &Observed::Absent) else {
+            panic!()
+        };
+        assert!(!changes.contains(&Change::Notifications));
+        let mut c = converged(&none);
+        c.notifications = converged(&d).notifications;
+        assert_eq!(
+            plan(&none, &Observed::Present(c)),
+            Plan::Apply(vec![Change::Notifications])
+        );
+        // Omitted: whatever S3 holds is left alone.
+        let omitted = desired_for(BucketSpec::default());
+        assert_eq!(omitted.notifications, None);
+        let mut c = converged(&omitted);
+        c.notifications = converged(&d).notifications;
+        assert_eq!(plan(&omitted, &Observed::Present(c)), Plan::Apply(vec![]));
+        // Not allow-listed: refused before anything is created or changed.
+        let refused = with_notifications(n, &[]);
+        for observed in [Observed::Absent, Observed::Present(converged(&d))] {
+            match plan(&refused, &observed) {
+                Plan::Blocked(Blocked {
+                    reason: Reason::InvalidSpec,
+                    message,
+                }) => assert!(
+                    message.contains("spec.notifications.queues[0].arn"),
+                    "{message}"
+                ),
+                other => panic!("not refused: {other:?}"),
+            }
+        }
     }
 }

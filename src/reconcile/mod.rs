@@ -3,6 +3,7 @@
 
 pub mod bucket;
 pub mod bucket_access;
+pub mod bucket_notifications;
 pub mod tag_reads;
 
 use std::collections::HashMap;
@@ -69,6 +70,10 @@ pub struct Settings {
     /// Principals outside that account (ARNs, account ids, service names) a bucket policy's
     /// `Allow` may name (`--allowed-policy-principals`); none by default.
     pub allowed_policy_principals: Vec<String>,
+    /// SQS queue and SNS topic ARNs a Bucket's `spec.notifications` may name
+    /// (`--allowed-notification-targets`; an entry ending in `*` is an ARN prefix); none by
+    /// default.
+    pub allowed_notification_targets: Vec<String>,
 }
 
 /// Shared by every reconcile.

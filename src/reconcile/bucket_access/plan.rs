@@ -466,6 +466,7 @@ mod tests {
             allow_cross_namespace_adoption: false,
             account_id: "123456789012".into(),
             allowed_policy_principals: vec![],
+            allowed_notification_targets: vec![],
         }
     }
 
