@@ -29,7 +29,9 @@ parts the operator relies on. Everything else is stock moto.
 - Bulk DeleteObjects is authorized as s3:DeleteObject on the objects; encryption and public
   access block requests are checked against the IAM actions AWS uses.
 - GetBucketNotificationConfiguration reports `EventBridgeConfiguration` when it is on, as S3
-  does (stock moto stores it, and sends events to EventBridge, but leaves it out of the answer).
+  does (stock moto stores it, and sends events to EventBridge, but leaves it out of the answer),
+  and names its root element `NotificationConfiguration` when the bucket has none (stock moto
+  says `GetBucketNotificationResponse`, which the Rust SDK cannot read).
 - The GetBucketVersioning answer's root element is `VersioningConfiguration`, as S3 names it.
 - IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
   shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
@@ -431,20 +433,28 @@ S3Response._key_response_put = _key_put_without_acls
 _get_bucket_notification = S3Response.get_bucket_notification
 
 
-def _get_bucket_notification_with_eventbridge(self):
+def _get_bucket_notification_as_s3(self):
     status, headers, body = _get_bucket_notification(self)
+    text = body.decode() if isinstance(body, bytes) else body
+    # S3's root element; moto names an empty answer after the operation.
+    text = text.replace("GetBucketNotificationResponse", "NotificationConfiguration")
     bucket = self.backend.buckets.get(self.bucket_name)
     config = bucket.notification_configuration if bucket is not None else None
-    if config is None or config.event_bridge is None:
-        return status, headers, body
-    text = body.decode() if isinstance(body, bytes) else body
-    # Either `<NotificationConfiguration .../>` (nothing else configured) or a closing tag.
-    text, n = re.subn(r"<NotificationConfiguration([^>]*)/>", r"<NotificationConfiguration\1></NotificationConfiguration>", text)
-    text = text.replace("</NotificationConfiguration>", "<EventBridgeConfiguration></EventBridgeConfiguration></NotificationConfiguration>")
+    if config is not None and config.event_bridge is not None:
+        # Either `<NotificationConfiguration .../>` (nothing else configured) or a closing tag.
+        text = re.sub(
+            r"<NotificationConfiguration([^>]*)/>",
+            r"<NotificationConfiguration\1></NotificationConfiguration>",
+            text,
+        )
+        text = text.replace(
+            "</NotificationConfiguration>",
+            "<EventBridgeConfiguration></EventBridgeConfiguration></NotificationConfiguration>",
+        )
     return status, headers, text.encode() if isinstance(body, bytes) else text
 
 
-S3Response.get_bucket_notification = _get_bucket_notification_with_eventbridge
+S3Response.get_bucket_notification = _get_bucket_notification_as_s3
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

@@ -234,6 +234,8 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     // CreateBucket with an ObjectOwnership needs the Put as well.
                     "s3:GetBucketOwnershipControls", "s3:PutBucketOwnershipControls",
                     "s3:GetBucketPolicy", "s3:PutBucketPolicy",
+                    // Get/PutBucketNotificationConfiguration (spec.notifications).
+                    "s3:GetBucketNotification", "s3:PutBucketNotification",
                 ],
                 "Resource": buckets,
             },
@@ -753,6 +755,7 @@ mod tests {
         // Applications never reconfigure their bucket: what the operator manages stays its own.
         for a in [
             "s3:PutBucketOwnershipControls",
+            "s3:PutBucketNotification",
             "s3:PutBucketAcl",
             "s3:PutObjectAcl",
             "s3:PutBucketPolicy",

@@ -115,7 +115,11 @@ fn target_from_aws(
     {
         let value = rule.value;
         // S3 spells the names `Prefix`/`Suffix`, moto `prefix`/`suffix`.
-        match rule.name.map(|n| n.as_str().to_ascii_lowercase()).as_deref() {
+        match rule
+            .name
+            .map(|n| n.as_str().to_ascii_lowercase())
+            .as_deref()
+        {
             Some("prefix") => key.prefix = value,
             Some("suffix") => key.suffix = value,
             _ => {}
@@ -149,7 +153,9 @@ fn filter_to_aws(f: Option<&KeyFilter>) -> Option<s3::NotificationConfigurationF
     if rules.is_empty() {
         return None;
     }
-    let key = s3::S3KeyFilter::builder().set_filter_rules(Some(rules)).build();
+    let key = s3::S3KeyFilter::builder()
+        .set_filter_rules(Some(rules))
+        .build();
     Some(
         s3::NotificationConfigurationFilter::builder()
             .key(key)
@@ -166,7 +172,10 @@ mod tests {
         let t = NotificationTarget {
             id: Some("q".into()),
             arn: "arn:aws:sqs:us-east-1:123456789012:q".into(),
-            events: vec!["s3:ObjectCreated:*".into(), "s3:ObjectRemoved:Delete".into()],
+            events: vec![
+                "s3:ObjectCreated:*".into(),
+                "s3:ObjectRemoved:Delete".into(),
+            ],
             filter: Some(KeyFilter {
                 prefix: Some("in/".into()),
                 suffix: Some(".json".into()),

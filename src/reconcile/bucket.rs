@@ -1399,7 +1399,10 @@ mod tests {
             panic!()
         };
         assert_eq!(changes.last(), Some(&Change::Notifications));
-        assert_eq!(plan(&d, &Observed::Present(converged(&d))), Plan::Apply(vec![]));
+        assert_eq!(
+            plan(&d, &Observed::Present(converged(&d))),
+            Plan::Apply(vec![])
+        );
         let mut c = converged(&d);
         c.notifications.as_mut().unwrap().config.event_bridge = false;
         assert_eq!(

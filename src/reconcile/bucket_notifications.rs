@@ -1,14 +1,18 @@
 //! `spec.notifications` of a Bucket: the guarded, normalized desired configuration and how it
 //! compares with what S3 holds (pure; the Bucket reconciler reads and writes it).
 
-use crate::api::{Notifications, NotificationTarget};
+use crate::api::{NotificationTarget, Notifications};
 use crate::aws::naming;
 use crate::aws::s3_notifications::ObservedNotifications;
 
 /// The spec's notifications as S3 will hold them (ids defaulted, events sorted), or why they
 /// are refused. `allowed`: the operator's `--allowed-notification-targets` (exact ARNs, or an
 /// ARN prefix ending in `*`); EventBridge needs none, as it is the bucket account's own bus.
-pub fn desired(spec: &Notifications, region: &str, allowed: &[String]) -> Result<Notifications, String> {
+pub fn desired(
+    spec: &Notifications,
+    region: &str,
+    allowed: &[String],
+) -> Result<Notifications, String> {
     let partition = naming::partition(region);
     let mut ids: Vec<(String, String)> = Vec::new();
     let mut out = Notifications {
@@ -80,7 +84,10 @@ fn allows(entry: &str, arn: &str) -> bool {
 fn normalize_target(mut t: NotificationTarget) -> NotificationTarget {
     t.events.sort();
     t.events.dedup();
-    if t.filter.as_ref().is_some_and(|f| f.prefix.is_none() && f.suffix.is_none()) {
+    if t.filter
+        .as_ref()
+        .is_some_and(|f| f.prefix.is_none() && f.suffix.is_none())
+    {
         t.filter = None;
     }
     t
@@ -140,7 +147,11 @@ mod tests {
     #[test]
     fn allow_listed_targets_get_default_ids_and_sorted_events() {
         let s = spec(
-            vec![target(None, QUEUE, &["s3:ObjectRemoved:*", "s3:ObjectCreated:*"])],
+            vec![target(
+                None,
+                QUEUE,
+                &["s3:ObjectRemoved:*", "s3:ObjectCreated:*"],
+            )],
             vec![target(
                 Some("mine"),
                 "arn:aws:sns:us-east-1:123456789012:t",
@@ -150,7 +161,10 @@ mod tests {
         let list = allowed(&[QUEUE, "arn:aws:sns:us-east-1:123456789012:*"]);
         let d = desired(&s, "us-east-1", &list).unwrap();
         assert_eq!(d.queues[0].id.as_deref(), Some("queue-0"));
-        assert_eq!(d.queues[0].events, ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]);
+        assert_eq!(
+            d.queues[0].events,
+            ["s3:ObjectCreated:*", "s3:ObjectRemoved:*"]
+        );
         assert_eq!(d.topics[0].id.as_deref(), Some("mine"));
     }
 
@@ -172,7 +186,10 @@ mod tests {
             );
         }
         let ok = allowed(&["arn:aws:sqs:us-east-1:123456789012:ev*"]);
-        assert!(desired(&s, "us-east-1", &ok).is_ok(), "a trailing * is a prefix");
+        assert!(
+            desired(&s, "us-east-1", &ok).is_ok(),
+            "a trailing * is a prefix"
+        );
     }
 
     #[test]
@@ -180,7 +197,10 @@ mod tests {
         let gov = "arn:aws-us-gov:sqs:us-east-1:123456789012:q";
         let west = "arn:aws:sqs:us-west-2:123456789012:q";
         let list = allowed(&[gov, west]);
-        for (i, (arn, rule)) in [(gov, "partition"), (west, "region")].into_iter().enumerate() {
+        for (i, (arn, rule)) in [(gov, "partition"), (west, "region")]
+            .into_iter()
+            .enumerate()
+        {
             let s = spec(vec![], vec![target(None, arn, &["s3:ObjectCreated:*"])]);
             let msg = desired(&s, "us-east-1", &list).unwrap_err();
             assert!(
@@ -213,7 +233,10 @@ mod tests {
         let d = desired(&s, "us-east-1", &[]).unwrap();
         assert!(d.event_bridge && !d.is_empty());
         assert!(drifted(&d, None));
-        assert!(!drifted(&Notifications::default(), None), "{{}} on an empty bucket");
+        assert!(
+            !drifted(&Notifications::default(), None),
+            "{{}} on an empty bucket"
+        );
     }
 
     #[test]
@@ -246,6 +269,9 @@ mod tests {
             config: want.clone(),
             lambda_functions: 1,
         };
-        assert!(drifted(&want, Some(&lambda)), "a Lambda added outside the spec");
+        assert!(
+            drifted(&want, Some(&lambda)),
+            "a Lambda added outside the spec"
+        );
     }
 }

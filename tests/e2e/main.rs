@@ -5,6 +5,7 @@
 mod access;
 mod audit;
 mod bucket;
+mod bucket_notifications;
 mod cli;
 mod cluster;
 mod faults;
