@@ -9,6 +9,7 @@ use aws_sdk_s3::types::{EventBridgeConfiguration, NotificationConfiguration};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use s3_operator::api::Bucket;
+use serde::Deserialize;
 use serde_json::json;
 
 use crate::bucket::{bucket, wait_ready};
@@ -428,4 +429,66 @@ async fn emulator_reports_eventbridge_notifications() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
+}
+
+/// The chart passes both allow-lists to the operator (comma-joined, as its flags read them),
+/// sets neither by default (the container stays config/manager's), and its schema refuses an
+/// entry that is no SQS or SNS ARN.
+#[test]
+fn helm_chart_passes_the_allow_lists_to_the_operator() {
+    let env_of = |sets: &[&str]| -> Vec<(String, String)> {
+        let mut args = vec!["template", "x", "charts/s3-operator"];
+        for s in sets {
+            args.extend(["--set-string", s]);
+        }
+        let out = tool("helm", &args, None);
+        serde_yaml::Deserializer::from_str(&out)
+            .filter_map(|d| serde_json::to_value(serde_yaml::Value::deserialize(d).ok()?).ok())
+            .filter(|d| d["kind"] == "Deployment")
+            .flat_map(|d| {
+                d["spec"]["template"]["spec"]["containers"][0]["env"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default()
+            })
+            .filter(|e| e["name"].as_str().unwrap_or_default().starts_with("ALLOWED_"))
+            .map(|e| {
+                let name = e["name"].as_str().unwrap_or_default().to_string();
+                (name, e["value"].as_str().unwrap_or_default().to_string())
+            })
+            .collect()
+    };
+    assert_eq!(env_of(&[]), vec![]);
+    let queues = "arn:aws:sqs:us-east-1:123456789012:team-*";
+    let topic = "arn:aws:sns:us-east-1:123456789012:t";
+    let got = env_of(&[
+        &format!("allowedNotificationTargets={{{queues},{topic}}}"),
+        "allowedPolicyPrincipals={123456789012,logging.s3.amazonaws.com}",
+    ]);
+    assert_eq!(
+        got,
+        vec![
+            (
+                "ALLOWED_POLICY_PRINCIPALS".to_string(),
+                "123456789012,logging.s3.amazonaws.com".to_string()
+            ),
+            (
+                "ALLOWED_NOTIFICATION_TARGETS".to_string(),
+                format!("{queues},{topic}")
+            ),
+        ]
+    );
+    let (code, out, err) = try_tool(
+        "helm",
+        &[
+            "template",
+            "x",
+            "charts/s3-operator",
+            "--set",
+            "allowedNotificationTargets={arn:aws:lambda:us-east-1:123456789012:function:f}",
+        ],
+        None,
+    );
+    assert_ne!(code, 0, "a Lambda ARN was accepted:\n{out}");
+    assert!(err.contains("allowedNotificationTargets"), "{err}");
 }
