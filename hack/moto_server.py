@@ -32,6 +32,9 @@ parts the operator relies on. Everything else is stock moto.
   does (stock moto stores it, and sends events to EventBridge, but leaves it out of the answer),
   and names its root element `NotificationConfiguration` when the bucket has none (stock moto
   says `GetBucketNotificationResponse`, which the Rust SDK cannot read).
+- PutBucketNotificationConfiguration refuses a queue or topic that does not exist with
+  `InvalidArgument` ("Unable to validate the following destination configurations"), as S3
+  does after its test message fails (stock moto stores any ARN).
 - The GetBucketVersioning answer's root element is `VersioningConfiguration`, as S3 names it.
 - IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
   shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
@@ -53,9 +56,12 @@ from moto.iam.exceptions import NotFoundException
 from moto.iam.models import User, iam_backends
 from moto.iam.responses import IamResponse
 from moto.s3.exceptions import S3ClientError
+from moto.s3.models import S3Backend
 from moto.s3.responses import ACTION_MAP, S3Response
 from moto.s3.utils import bucket_policy_is_public
 from moto.server import main
+from moto.sns.models import sns_backends
+from moto.sqs.models import sqs_backends
 
 
 def _determine_resource(self) -> str:
@@ -455,6 +461,40 @@ def _get_bucket_notification_as_s3(self):
 
 
 S3Response.get_bucket_notification = _get_bucket_notification_as_s3
+
+# ---------------------------------------------------------------- notification destinations
+
+_put_notification_configuration = S3Backend.put_bucket_notification_configuration
+
+
+class UnableToValidateDestination(S3ClientError):
+    code = "InvalidArgument"
+
+    def __init__(self, arn):
+        super().__init__(
+            "InvalidArgument",
+            f"Unable to validate the following destination configurations: {arn} does not exist",
+        )
+
+
+def _destination_exists(arn):
+    _, _, service, region, account, name = arn.split(":", 5)
+    if service == "sqs":
+        return name in sqs_backends[account][region].queues
+    if service == "sns":
+        return arn in sns_backends[account][region].topics
+    return True  # Lambda: not checked
+
+
+def _put_notification_configuration_checked(self, bucket_name, notification_config):
+    for kind, key in (("QueueConfiguration", "Queue"), ("TopicConfiguration", "Topic")):
+        for target in (notification_config or {}).get(kind) or []:
+            if not _destination_exists(target[key]):
+                raise UnableToValidateDestination(target[key])
+    return _put_notification_configuration(self, bucket_name, notification_config)
+
+
+S3Backend.put_bucket_notification_configuration = _put_notification_configuration_checked
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

@@ -18,6 +18,8 @@ use crate::support::*;
 const T: Duration = Duration::from_secs(60);
 const GET: &str = "GetBucketNotificationConfiguration";
 const PUT: &str = "PutBucketNotificationConfiguration";
+/// Queues under this prefix are allow-listed but never created.
+const MISSING: &str = "arn:aws:sqs:us-east-1:123456789012:s3op-missing-";
 
 /// The moto virtualenv's python (with boto3), which `hack/env.sh` runs moto from: the tests
 /// reach SQS through it, as the crate has no SQS client.
@@ -179,7 +181,11 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
     let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
         resync: "2s",
-        extra_args: vec!["--allowed-notification-targets".into(), arn.into()],
+        // The queue by its ARN, and missing ones through a prefix entry.
+        extra_args: vec![
+            "--allowed-notification-targets".into(),
+            format!("{arn},{MISSING}*"),
+        ],
         ..Default::default()
     })
     .await;
@@ -315,6 +321,19 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
     assert_eq!(notifications(&name).await, (true, vec![]));
     // The plain Bucket was never concerned.
     assert_eq!(notifications(&plain).await, (false, vec![]));
+
+    // Allow-listed (by prefix) but missing: S3 refuses it, and the condition says why.
+    let missing = format!("{MISSING}{}", random(6));
+    let spec = json!({"notifications": {"queues": [
+        {"arn": missing, "events": ["s3:ObjectRemoved:*"]}]}});
+    api.create(&PostParams::default(), &bucket("missing", spec))
+        .await
+        .unwrap();
+    let msg = wait_reason(&api, "missing", "InvalidSpec", T).await;
+    assert!(
+        msg.contains(PUT) && msg.contains("Unable to validate") && msg.contains(&missing),
+        "{msg}"
+    );
 }
 
 /// The CRD refuses a FIFO queue, a topic ARN among queues and an unknown event type.
@@ -359,10 +378,10 @@ async fn invalid_notifications_are_refused_naming_field_and_rule() {
 }
 
 /// The emulator answers GetBucketNotificationConfiguration as S3 does (a root element the SDK
-/// reads when there is no configuration, the EventBridge configuration when it is on), and
-/// authorizes both calls with their IAM actions.
+/// reads when there is no configuration, the EventBridge configuration when it is on), refuses
+/// a queue that does not exist, and authorizes both calls with their IAM actions.
 #[tokio::test]
-async fn emulator_reports_eventbridge_notifications() {
+async fn emulator_notifications_match_s3() {
     let pfx = format!("s3op-moto-{}", random(6));
     let resource = json!([format!("arn:aws:s3:::{pfx}*")]);
     let policy = |actions: &[&str]| {
@@ -405,6 +424,29 @@ async fn emulator_reports_eventbridge_notifications() {
         .await
         .unwrap();
     assert!(!read().await);
+    let queue = aws_sdk_s3::types::QueueConfiguration::builder()
+        .queue_arn(format!("{MISSING}{}", random(6)))
+        .events(aws_sdk_s3::types::Event::S3ObjectCreated)
+        .build()
+        .unwrap();
+    let err = s3
+        .put_bucket_notification_configuration()
+        .bucket(&name)
+        .notification_configuration(
+            NotificationConfiguration::builder()
+                .queue_configurations(queue)
+                .build(),
+        )
+        .send()
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Some("InvalidArgument"), "{err:?}");
+    assert!(
+        err.message()
+            .unwrap_or_default()
+            .contains("Unable to validate"),
+        "{err:?}"
+    );
 
     // Without the notification actions both calls are denied.
     let (key, secret) = iam_user_with_policy(
@@ -451,7 +493,12 @@ fn helm_chart_passes_the_allow_lists_to_the_operator() {
                     .cloned()
                     .unwrap_or_default()
             })
-            .filter(|e| e["name"].as_str().unwrap_or_default().starts_with("ALLOWED_"))
+            .filter(|e| {
+                e["name"]
+                    .as_str()
+                    .unwrap_or_default()
+                    .starts_with("ALLOWED_")
+            })
             .map(|e| {
                 let name = e["name"].as_str().unwrap_or_default().to_string();
                 (name, e["value"].as_str().unwrap_or_default().to_string())
