@@ -12,7 +12,6 @@ use s3_operator::api::Bucket;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::bucket::{bucket, wait_ready};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -88,6 +87,22 @@ fn records(queue_url: &str) -> Vec<serde_json::Value> {
         .flatten()
         .cloned()
         .collect()
+}
+
+// Local copies of bucket.rs's helpers: this file does not depend on another test module.
+fn bucket(name: &str, spec: serde_json::Value) -> Bucket {
+    serde_json::from_value(
+        json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": name}, "spec": spec}),
+    )
+    .expect("valid Bucket")
+}
+
+/// Waits for Ready=True and returns the S3 bucket name from status.
+async fn wait_ready(api: &Api<Bucket>, name: &str) -> String {
+    wait_reason(api, name, "Available", T).await;
+    let status = api.get(name).await.unwrap().status.unwrap();
+    status.bucket_name.unwrap()
 }
 
 async fn aws_calls(op: &Operator, operation: &str) -> f64 {
