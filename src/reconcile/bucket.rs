@@ -415,7 +415,6 @@ async fn observe(
         _ => None,
     };
     Ok(Observed::Present(Config {
-        notifications,
         tags,
         public_access_block,
         encryption,
@@ -424,6 +423,7 @@ async fn observe(
         cors,
         object_ownership,
         policy,
+        notifications,
     }))
 }
 
