@@ -37,6 +37,13 @@ parts the operator relies on. Everything else is stock moto.
   bucket that already has object lock may change while it holds objects (stock moto refuses);
   Get/Put/Delete/ListBucketIntelligentTieringConfiguration(s) exist (stock moto has none),
   authorized as s3:Get/PutIntelligentTieringConfiguration.
+- GetBucketNotificationConfiguration reports `EventBridgeConfiguration` when it is on, as S3
+  does (stock moto stores it, and sends events to EventBridge, but leaves it out of the answer),
+  and names its root element `NotificationConfiguration` when the bucket has none (stock moto
+  says `GetBucketNotificationResponse`, which the Rust SDK cannot read).
+- PutBucketNotificationConfiguration refuses a queue or topic that does not exist with
+  `InvalidArgument` ("Unable to validate the following destination configurations"), as S3
+  does after its test message fails (stock moto stores any ARN).
 - IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
   shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
   shape), which the AWS SDKs for Rust and Go cannot read, so the code would be lost.
@@ -45,6 +52,7 @@ Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 """
 
 import fnmatch
+import re
 import sys
 
 import xmltodict
@@ -60,6 +68,8 @@ from moto.s3.models import S3Backend
 from moto.s3.responses import ACTION_MAP, S3Response
 from moto.s3.utils import bucket_policy_is_public
 from moto.server import main
+from moto.sns.models import sns_backends
+from moto.sqs.models import sqs_backends
 
 
 def _determine_resource(self) -> str:
@@ -559,6 +569,67 @@ def _bucket_delete_with_tiering(self, bucket_name, querystring):
 S3Response._bucket_response_get = _bucket_get_with_tiering
 S3Response._bucket_response_put = _bucket_put_with_tiering
 S3Response._bucket_response_delete = _bucket_delete_with_tiering
+# ---------------------------------------------------------------- EventBridge notifications
+
+_get_bucket_notification = S3Response.get_bucket_notification
+
+
+def _get_bucket_notification_as_s3(self):
+    status, headers, body = _get_bucket_notification(self)
+    text = body.decode() if isinstance(body, bytes) else body
+    # S3's root element; moto names an empty answer after the operation.
+    text = text.replace("GetBucketNotificationResponse", "NotificationConfiguration")
+    bucket = self.backend.buckets.get(self.bucket_name)
+    config = bucket.notification_configuration if bucket is not None else None
+    if config is not None and config.event_bridge is not None:
+        # Either `<NotificationConfiguration .../>` (nothing else configured) or a closing tag.
+        text = re.sub(
+            r"<NotificationConfiguration([^>]*)/>",
+            r"<NotificationConfiguration\1></NotificationConfiguration>",
+            text,
+        )
+        text = text.replace(
+            "</NotificationConfiguration>",
+            "<EventBridgeConfiguration></EventBridgeConfiguration></NotificationConfiguration>",
+        )
+    return status, headers, text.encode() if isinstance(body, bytes) else text
+
+
+S3Response.get_bucket_notification = _get_bucket_notification_as_s3
+
+# ---------------------------------------------------------------- notification destinations
+
+_put_notification_configuration = S3Backend.put_bucket_notification_configuration
+
+
+class UnableToValidateDestination(S3ClientError):
+    code = "InvalidArgument"
+
+    def __init__(self, arn):
+        super().__init__(
+            "InvalidArgument",
+            f"Unable to validate the following destination configurations: {arn} does not exist",
+        )
+
+
+def _destination_exists(arn):
+    _, _, service, region, account, name = arn.split(":", 5)
+    if service == "sqs":
+        return name in sqs_backends[account][region].queues
+    if service == "sns":
+        return arn in sns_backends[account][region].topics
+    return True  # Lambda: not checked
+
+
+def _put_notification_configuration_checked(self, bucket_name, notification_config):
+    for kind, key in (("QueueConfiguration", "Queue"), ("TopicConfiguration", "Topic")):
+        for target in (notification_config or {}).get(kind) or []:
+            if not _destination_exists(target[key]):
+                raise UnableToValidateDestination(target[key])
+    return _put_notification_configuration(self, bucket_name, notification_config)
+
+
+S3Backend.put_bucket_notification_configuration = _put_notification_configuration_checked
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

@@ -73,6 +73,27 @@ cargo test --locked --workspace --no-fail-fast "$@" -- --test-threads "${S3OP_TE
 # One closing line with the totals of every test binary.
 totals=$(awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i } }
               END { printf "%d passed, %d failed", p, f }' "$out")
+# A few e2e tests failing alone on this shared machine get one retry, by themselves; a pass
+# on retry is reported as flaky on the closing line, never silently. Failures elsewhere (unit
+# tests, xtask) or more than three are never retried.
+flaky=()
+if [[ $rc -ne 0 ]]; then
+  mapfile -t failures < <(awk '/^ +Running /{ bin = $2 } / \.\.\. FAILED$/{ print bin " " $2 }' "$out")
+  names=()
+  for f in "${failures[@]}"; do
+    [[ $f == "tests/e2e/main.rs "* ]] && names+=("${f#* }")
+  done
+  if (( ${#names[@]} > 0 && ${#names[@]} == ${#failures[@]} && ${#names[@]} <= 3 )); then
+    log "retrying the failed e2e tests once, one at a time: ${names[*]}"
+    retry="$state/cargo-retry.out"
+    if cargo test --locked --test e2e -- --exact --test-threads 1 "${names[@]}" 2>&1 | tee "$retry" \
+      && grep -q "^test result: ok\. ${#names[@]} passed" "$retry"; then
+      flaky=("${names[@]}")
+      totals="$totals (${#flaky[@]} of them passed on retry: ${flaky[*]})"
+      rc=0
+    fi
+  fi
+fi
 if [[ $rc -ne 0 ]]; then
   dump_logs
   # Last, so the tail of a long log still names what failed and why.
@@ -85,6 +106,8 @@ if [[ $rc -ne 0 ]]; then
        /^test result:/ { names = 0 }
        END { for (t in failed) print "FAILED: " t }' "$out" >&2
   log "tests failed (exit code $rc)"
+elif (( ${#flaky[@]} > 0 )); then
+  log "all tests passed; FLAKY (failed once, passed on retry): ${flaky[*]}"
 else
   log "all tests passed"
 fi

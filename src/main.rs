@@ -112,6 +112,17 @@ struct RunArgs {
     /// then store data the account can never delete before it ends. Off: only GOVERNANCE.
     #[arg(long, env = "ALLOW_COMPLIANCE_RETENTION", default_value_t = false)]
     allow_compliance_retention: bool,
+    /// SQS queue and SNS topic ARNs a Bucket's `spec.notifications` may send events to,
+    /// comma-separated; an entry ending in `*` allows every ARN that starts with the rest
+    /// (`arn:aws:sqs:eu-west-1:123456789012:team-*`). Empty (the default): none, only
+    /// EventBridge.
+    #[arg(
+        long,
+        env = "ALLOWED_NOTIFICATION_TARGETS",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    allowed_notification_targets: Vec<String>,
     /// Namespaces to watch, comma-separated; empty watches all (OLM's olm.targetNamespaces format).
     #[arg(
         long,
@@ -272,6 +283,12 @@ fn run(args: RunArgs) -> ExitCode {
                 .filter(|p| !p.is_empty())
                 .collect(),
             allow_compliance_retention: args.allow_compliance_retention,
+            allowed_notification_targets: args
+                .allowed_notification_targets
+                .into_iter()
+                .map(|p| p.trim().to_string())
+                .filter(|p| !p.is_empty())
+                .collect(),
             default_deletion_policy: args.default_deletion_policy,
             oidc_provider_arn: args.oidc_provider_arn,
             resync_period: args.resync_period,

@@ -153,6 +153,17 @@ pub struct BucketSpec {
     /// it is kept and drift is corrected.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub transfer_acceleration: Option<TransferAcceleration>,
+
+    /// S3 event notifications: to Amazon EventBridge (`eventBridge: true`) and to SQS queues
+    /// and SNS topics, each with its event types and an optional key prefix/suffix filter. A
+    /// queue or topic must be in the bucket's region and on the operator's
+    /// `--allowed-notification-targets` list; one that is not stops every change to the bucket
+    /// and sets Ready=False (`InvalidSpec`) naming it and the rule. When omitted the bucket's
+    /// notification configuration is left alone and not read; when set, the operator owns the
+    /// whole configuration (anything added outside it, Lambda functions included, is removed)
+    /// and corrects drift; `{}` removes every notification.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub notifications: Option<crate::api::Notifications>,
 }
 
 // Object lock chosen at creation, with an optional default retention (no doc comment: on an

@@ -5,10 +5,12 @@
 
 mod bucket;
 mod bucket_access;
+mod bucket_notifications;
 pub mod condition;
 
 pub use bucket::*;
 pub use bucket_access::*;
+pub use bucket_notifications::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;

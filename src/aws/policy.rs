@@ -239,6 +239,8 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     "s3:GetBucketObjectLockConfiguration", "s3:PutBucketObjectLockConfiguration",
                     "s3:GetIntelligentTieringConfiguration", "s3:PutIntelligentTieringConfiguration",
                     "s3:GetAccelerateConfiguration", "s3:PutAccelerateConfiguration",
+                    // Get/PutBucketNotificationConfiguration (spec.notifications).
+                    "s3:GetBucketNotification", "s3:PutBucketNotification",
                 ],
                 "Resource": buckets,
             },
@@ -758,6 +760,7 @@ mod tests {
         // Applications never reconfigure their bucket: what the operator manages stays its own.
         for a in [
             "s3:PutBucketOwnershipControls",
+            "s3:PutBucketNotification",
             "s3:PutBucketAcl",
             "s3:PutObjectAcl",
             "s3:PutBucketPolicy",

@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
+use super::bucket_notifications;
 use super::bucket_protection;
 use super::{
     Blocked, Context, Error, Requeue, deletion_policy, ensure_finalizer, has_finalizer, object_key,
@@ -54,6 +55,8 @@ pub struct Desired {
     pub intelligent_tiering: Option<Vec<IntelligentTiering>>,
     /// `None`: not managed (and not read).
     pub transfer_acceleration: Option<TransferAcceleration>,
+    /// `None`: not managed (and not read). `Some(Err)`: why `spec.notifications` is refused.
+    pub notifications: Option<Result<crate::api::Notifications, String>>,
 }
 
 impl Desired {
@@ -73,8 +76,8 @@ pub enum Observed {
     Foreign(String),
     /// Exists with no owner, and this object may not adopt it (the message says why).
     NotAdoptable(String),
-    /// Ours, or unowned and adoptable: its current configuration.
-    Present(Config),
+    /// Ours, or unowned and adoptable: its current configuration (boxed: it is large).
+    Present(Box<Config>),
 }
 
 /// The bucket's current configuration. Unmanaged aspects are `None` (not read).
@@ -95,6 +98,7 @@ pub struct Config {
     pub intelligent_tiering: Option<Vec<IntelligentTiering>>,
     /// `None` when unmanaged (not read) or never set.
     pub transfer_acceleration: Option<TransferAcceleration>,
+    pub notifications: Option<crate::aws::s3_notifications::ObservedNotifications>,
 }
 
 /// One write to S3.
@@ -117,6 +121,7 @@ pub enum Change {
         delete: Vec<String>,
     },
     TransferAcceleration(TransferAcceleration),
+    Notifications,
 }
 
 impl Change {
@@ -135,6 +140,7 @@ impl Change {
             Change::ObjectLock => "objectLock",
             Change::IntelligentTiering { .. } => "intelligentTiering",
             Change::TransferAcceleration(_) => "transferAcceleration",
+            Change::Notifications => "notifications",
         }
     }
 }
@@ -166,6 +172,12 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
             let why = desired.policy.clone().err().unwrap_or_default();
             return Plan::Blocked(Blocked::new(Reason::InvalidSpec, why));
         }
+        Observed::Absent | Observed::Present(_)
+            if matches!(desired.notifications, Some(Err(_))) =>
+        {
+            let why = notifications_refusal(desired);
+            return Plan::Blocked(Blocked::new(Reason::InvalidSpec, why));
+        }
         Observed::Absent => {
             // The bucket is created with its tags and object ownership in one call.
             let mut all = vec![
@@ -192,6 +204,11 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
                 all.push(Change::Cors);
             }
             all.extend(bucket_protection::on_create(desired));
+            if let Some(Ok(n)) = &desired.notifications
+                && !n.is_empty()
+            {
+                all.push(Change::Notifications);
+            }
             return Plan::Apply(all);
         }
         Observed::Present(config) => config,
@@ -243,7 +260,19 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
         changes.push(Change::Policy);
     }
     changes.extend(bucket_protection::changes(desired, config));
+    if let Some(Ok(want)) = &desired.notifications
+        && bucket_notifications::drifted(want, config.notifications.as_ref())
+    {
+        changes.push(Change::Notifications);
+    }
     Plan::Apply(changes)
+}
+
+fn notifications_refusal(desired: &Desired) -> String {
+    match &desired.notifications {
+        Some(Err(why)) => why.clone(),
+        _ => String::new(),
+    }
 }
 
 fn normalize_encryption(e: &Encryption) -> Encryption {
@@ -308,6 +337,11 @@ pub fn desired(
         &ctx_settings.account_id,
         &ctx_settings.allowed_policy_principals,
     );
+    let allowed_targets = &ctx_settings.allowed_notification_targets;
+    let notifications = spec
+        .notifications
+        .as_ref()
+        .map(|n| bucket_notifications::desired(n, &region, allowed_targets));
     Ok(Desired {
         policy: statements.map(|s| policy::bucket_policy(&arn, &s)),
         name,
@@ -322,6 +356,7 @@ pub fn desired(
         object_lock: spec.object_lock.clone(),
         intelligent_tiering: spec.intelligent_tiering.clone(),
         transfer_acceleration: spec.transfer_acceleration,
+        notifications,
     })
 }
 
@@ -413,7 +448,11 @@ async fn observe(
         None => None,
     };
     let protection = bucket_protection::observe(aws, d).await?;
-    Ok(Observed::Present(Config {
+    let notifications = match d.notifications {
+        Some(Ok(_)) => Some(aws.notifications(r, n).await?),
+        _ => None,
+    };
+    Ok(Observed::Present(Box::new(Config {
         tags,
         public_access_block,
         encryption,
@@ -425,7 +464,8 @@ async fn observe(
         object_lock: protection.object_lock,
         intelligent_tiering: protection.intelligent_tiering,
         transfer_acceleration: protection.transfer_acceleration,
-    }))
+        notifications,
+    })))
 }
 
 /// `versions`: the object's resourceVersions this pass has seen or written so far.
@@ -575,6 +615,11 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
         | Change::TransferAcceleration(_) => bucket_protection::write(aws, d, change)
             .await
             .unwrap_or(Ok(())),
+        Change::Notifications => match &d.notifications {
+            Some(Ok(want)) => aws.put_notifications(r, n, want).await,
+            // Unmanaged is never planned; the plan blocks on a refusal before any write.
+            _ => Ok(()),
+        },
     }
 }
 
@@ -774,6 +819,7 @@ mod tests {
             account_id: "123456789012".into(),
             allowed_policy_principals: vec![],
             allow_compliance_retention: false,
+            allowed_notification_targets: vec![],
         }
     }
 
@@ -811,6 +857,13 @@ mod tests {
             }),
             intelligent_tiering: d.intelligent_tiering.clone(),
             transfer_acceleration: d.transfer_acceleration,
+            notifications: match &d.notifications {
+                Some(Ok(n)) => Some(crate::aws::s3_notifications::ObservedNotifications {
+                    config: n.clone(),
+                    lambda_functions: 0,
+                }),
+                _ => None,
+            },
         }
     }
 
@@ -912,7 +965,7 @@ mod tests {
         // S3 returns rules in its own order and methods sorted.
         c.lifecycle_rules.as_mut().unwrap().reverse();
         c.cors.as_mut().unwrap()[0].allowed_methods.sort();
-        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
     }
 
     #[test]
@@ -980,7 +1033,10 @@ mod tests {
         for (mutate, want) in cases {
             let mut c = converged(&d);
             mutate(&mut c);
-            assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![want]));
+            assert_eq!(
+                plan(&d, &Observed::Present(c.into())),
+                Plan::Apply(vec![want])
+            );
         }
     }
 
@@ -1008,12 +1064,12 @@ mod tests {
         });
         assert_eq!(d.creation_ownership(), ObjectOwnership::ObjectWriter);
         let c = converged(&d);
-        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
         for drifted in [None, Some(ObjectOwnership::BucketOwnerEnforced)] {
             let mut c = converged(&d);
             c.object_ownership = drifted;
             assert_eq!(
-                plan(&d, &Observed::Present(c)),
+                plan(&d, &Observed::Present(c.into())),
                 Plan::Apply(vec![Change::ObjectOwnership(ObjectOwnership::ObjectWriter)]),
                 "{drifted:?}"
             );
@@ -1029,7 +1085,7 @@ mod tests {
         let d = desired_for(BucketSpec::default());
         let mut c = converged(&d);
         c.object_ownership = Some(ObjectOwnership::ObjectWriter);
-        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
     }
 
     #[test]
@@ -1049,7 +1105,7 @@ mod tests {
         reformatted["Statement"][0]["Action"] = serde_json::json!(["s3:*"]);
         let mut c = converged(&d);
         c.policy = Some(reformatted);
-        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
         // A policy deleted, the TLS statement dropped or weakened, or a statement added: rewritten.
         let mut weakened = want.clone();
         weakened["Statement"][0]["Condition"]["Bool"]["aws:SecureTransport"] =
@@ -1068,7 +1124,7 @@ mod tests {
             let mut c = converged(&d);
             c.policy = drifted.clone();
             assert_eq!(
-                plan(&d, &Observed::Present(c)),
+                plan(&d, &Observed::Present(c.into())),
                 Plan::Apply(vec![Change::Policy]),
                 "{drifted:?}"
             );
@@ -1134,7 +1190,7 @@ mod tests {
         );
         assert_eq!(all[1]["Resource"][0], objects);
         let c = converged(&d);
-        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
         // A policy holding only the user's statement (the TLS one removed) is rewritten.
         let mut c = converged(&d);
         c.policy.as_mut().unwrap()["Statement"]
@@ -1142,7 +1198,7 @@ mod tests {
             .unwrap()
             .remove(0);
         assert_eq!(
-            plan(&d, &Observed::Present(c)),
+            plan(&d, &Observed::Present(c.into())),
             Plan::Apply(vec![Change::Policy])
         );
         // And a new bucket gets it in its first pass.
@@ -1264,7 +1320,7 @@ mod tests {
         );
         let c = Config::default();
         assert!(matches!(
-            plan(&d, &Observed::Present(c)),
+            plan(&d, &Observed::Present(c.into())),
             Plan::Blocked(Blocked {
                 reason: Reason::InvalidSpec,
                 ..
@@ -1277,7 +1333,7 @@ mod tests {
         let d = desired_for(BucketSpec::default());
         let mut c = converged(&d);
         c.versioning = Some(Versioning::Enabled);
-        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
     }
 
     #[test]
@@ -1288,7 +1344,7 @@ mod tests {
         });
         let mut c = converged(&d);
         c.versioning = None;
-        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
     }
 
     #[test]
@@ -1307,7 +1363,7 @@ mod tests {
             bucket_key_enabled: Some(false),
             ..enc
         });
-        assert_eq!(plan(&d, &Observed::Present(c)), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
     }
 
     #[test]
@@ -1330,7 +1386,7 @@ mod tests {
         let mut c = converged(&d);
         c.tags = BTreeMap::from([("team".into(), "x".into())]);
         assert_eq!(
-            plan(&d, &Observed::Present(c)),
+            plan(&d, &Observed::Present(c.into())),
             Plan::Apply(vec![Change::Tags])
         );
         assert_eq!(
@@ -1372,5 +1428,86 @@ mod tests {
             desired(&b, &settings, "us-east-1", &owner()).unwrap().name,
             generated
         );
+    }
+
+    fn with_notifications(n: crate::api::Notifications, allowed: &[&str]) -> Desired {
+        let mut b = Bucket::new(
+            "b",
+            BucketSpec {
+                notifications: Some(n),
+                ..Default::default()
+            },
+        );
+        b.metadata.namespace = Some("ns".into());
+        b.metadata.uid = Some("uid-1".into());
+        let mut settings = settings();
+        settings.allowed_notification_targets = allowed.iter().map(|p| p.to_string()).collect();
+        desired(&b, &settings, "us-east-1", &owner()).unwrap()
+    }
+
+    #[test]
+    fn notifications_are_written_kept_and_unmanaged_when_omitted() {
+        let queue = "arn:aws:sqs:us-east-1:123456789012:q";
+        let n = crate::api::Notifications {
+            event_bridge: true,
+            queues: vec![crate::api::NotificationTarget {
+                id: None,
+                arn: queue.into(),
+                events: vec!["s3:ObjectCreated:*".into()],
+                filter: None,
+            }],
+            topics: vec![],
+        };
+        let d = with_notifications(n.clone(), &[queue]);
+        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert_eq!(changes.last(), Some(&Change::Notifications));
+        assert_eq!(
+            plan(&d, &Observed::Present(converged(&d).into())),
+            Plan::Apply(vec![])
+        );
+        let mut c = converged(&d);
+        c.notifications.as_mut().unwrap().config.event_bridge = false;
+        assert_eq!(
+            plan(&d, &Observed::Present(c.into())),
+            Plan::Apply(vec![Change::Notifications])
+        );
+        assert_eq!(Change::Notifications.aspect(), "notifications");
+        // `{}` on a new bucket needs no write; on one with notifications it removes them.
+        let none = with_notifications(Default::default(), &[]);
+        let Plan::Apply(changes) = plan(&none, &Observed::Absent) else {
+            panic!()
+        };
+        assert!(!changes.contains(&Change::Notifications));
+        let mut c = converged(&none);
+        c.notifications = converged(&d).notifications;
+        assert_eq!(
+            plan(&none, &Observed::Present(c.into())),
+            Plan::Apply(vec![Change::Notifications])
+        );
+        // Omitted: whatever S3 holds is left alone.
+        let omitted = desired_for(BucketSpec::default());
+        assert_eq!(omitted.notifications, None);
+        let mut c = converged(&omitted);
+        c.notifications = converged(&d).notifications;
+        assert_eq!(
+            plan(&omitted, &Observed::Present(c.into())),
+            Plan::Apply(vec![])
+        );
+        // Not allow-listed: refused before anything is created or changed.
+        let refused = with_notifications(n, &[]);
+        for observed in [Observed::Absent, Observed::Present(converged(&d).into())] {
+            match plan(&refused, &observed) {
+                Plan::Blocked(Blocked {
+                    reason: Reason::InvalidSpec,
+                    message,
+                }) => assert!(
+                    message.contains("spec.notifications.queues[0].arn"),
+                    "{message}"
+                ),
+                other => panic!("not refused: {other:?}"),
+            }
+        }
     }
 }

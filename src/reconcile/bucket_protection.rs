@@ -211,6 +211,7 @@ mod tests {
             object_lock: None,
             intelligent_tiering: None,
             transfer_acceleration: None,
+            notifications: None,
         }
     }
 

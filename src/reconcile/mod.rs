@@ -3,6 +3,7 @@
 
 pub mod bucket;
 pub mod bucket_access;
+pub mod bucket_notifications;
 pub mod bucket_protection;
 pub mod tag_reads;
 
@@ -72,6 +73,10 @@ pub struct Settings {
     pub allowed_policy_principals: Vec<String>,
     /// A Bucket may choose a COMPLIANCE object lock retention (`--allow-compliance-retention`).
     pub allow_compliance_retention: bool,
+    /// SQS queue and SNS topic ARNs a Bucket's `spec.notifications` may name
+    /// (`--allowed-notification-targets`; an entry ending in `*` is an ARN prefix); none by
+    /// default.
+    pub allowed_notification_targets: Vec<String>,
 }
 
 /// Shared by every reconcile.

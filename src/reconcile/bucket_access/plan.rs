@@ -467,6 +467,7 @@ mod tests {
             account_id: "123456789012".into(),
             allowed_policy_principals: vec![],
             allow_compliance_retention: false,
+            allowed_notification_targets: vec![],
         }
     }
 
