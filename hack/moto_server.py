@@ -28,6 +28,13 @@ parts the operator relies on. Everything else is stock moto.
   does (stock moto stores it).
 - Bulk DeleteObjects is authorized as s3:DeleteObject on the objects; encryption and public
   access block requests are checked against the IAM actions AWS uses.
+- Server access logging as S3 has it for buckets with ACLs disabled: PutBucketLogging accepts a
+  target whose bucket policy grants `logging.s3.amazonaws.com` `s3:PutObject` on the log keys in
+  any of the forms S3 takes (single values or lists, `s3:*`, wildcards) and whose conditions
+  (`aws:SourceArn`, `aws:SourceAccount`) admit the source bucket; a grant for other buckets, or
+  the legacy LogDelivery ACL on a `BucketOwnerEnforced` target (S3 ignores its ACLs), is refused
+  with InvalidTargetBucketForLogging. Stock moto takes only single values, ignores the
+  conditions, and honours ACLs S3 disables.
 - The GetBucketVersioning answer's root element is `VersioningConfiguration`, as S3 names it.
 - IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
   shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
@@ -37,6 +44,7 @@ Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 """
 
 import fnmatch
+import json
 import sys
 
 import xmltodict
@@ -48,6 +56,7 @@ from moto.iam.exceptions import NotFoundException
 from moto.iam.models import User, iam_backends
 from moto.iam.responses import IamResponse
 from moto.s3.exceptions import S3ClientError
+from moto.s3.models import FakeBucket
 from moto.s3.responses import ACTION_MAP, S3Response
 from moto.s3.utils import bucket_policy_is_public
 from moto.server import main
@@ -422,6 +431,60 @@ def _key_put_without_acls(self, query, key_name):
 
 
 S3Response._key_response_put = _key_put_without_acls
+
+# ---------------------------------------------------------------- server access logging
+
+LOGGING_SERVICE = "logging.s3.amazonaws.com"
+
+
+def _as_list(value):
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def _grants_log_delivery(statement, source, target, prefix):
+    """Does this target-policy statement let the logging service deliver `source`'s logs?"""
+    if statement.get("Effect") != "Allow":
+        return False
+    principal = statement.get("Principal")
+    services = _as_list(principal.get("Service")) if isinstance(principal, dict) else []
+    if LOGGING_SERVICE not in services:
+        return False
+    if not any(fnmatch.fnmatchcase("s3:PutObject", a) for a in _as_list(statement.get("Action"))):
+        return False
+    key = f"arn:{target.partition}:s3:::{target.name}/{prefix or ''}2024-01-01-00-00-00-LOG"
+    if not any(fnmatch.fnmatchcase(key, r) for r in _as_list(statement.get("Resource"))):
+        return False
+    context = {
+        "aws:SourceArn": f"arn:{source.partition}:s3:::{source.name}",
+        "aws:SourceAccount": source.account_id,
+    }
+    return condition_holds(statement.get("Condition"), context)
+
+
+def _log_permissions_by_policy(self, target_bucket, target_prefix):
+    if not target_bucket.policy:
+        return False
+    policy = json.loads(target_bucket.policy.decode())
+    return any(
+        _grants_log_delivery(st, self, target_bucket, target_prefix)
+        for st in _as_list(policy.get("Statement"))
+    )
+
+
+_log_permissions_by_acl = FakeBucket._log_permissions_enabled_acl
+
+
+def _log_permissions_by_acl_unless_disabled(target_bucket):
+    if "BucketOwnerEnforced" in str(target_bucket.ownership_rule or ""):
+        return False
+    return _log_permissions_by_acl(target_bucket)
+
+
+# The policy check becomes a method: it needs the source bucket, `self`.
+FakeBucket._log_permissions_enabled_policy = _log_permissions_by_policy
+FakeBucket._log_permissions_enabled_acl = staticmethod(_log_permissions_by_acl_unless_disabled)
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use kube::ResourceExt;
 
 use super::{
-    Blocked, Context, Error, Requeue, deletion_policy, ensure_finalizer, has_finalizer, object_key,
-    owner, remove_finalizer, report_blocked, served, tag_reads, update_status,
+    Blocked, Context, Error, Requeue, bucket_logging, deletion_policy, ensure_finalizer,
+    has_finalizer, object_key, owner, remove_finalizer, report_blocked, served, tag_reads,
+    update_status,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{
@@ -15,6 +16,7 @@ use crate::api::{
     ObjectOwnership, PublicAccessBlock, Versioning,
 };
 use crate::aws::s3::Emptied;
+use crate::aws::s3_logging::LogTarget;
 use crate::aws::tags::{Owner, Ownership, released, with_ownership};
 use crate::aws::{ErrorKind, naming, policy};
 use crate::metrics::METRICS;
@@ -45,6 +47,9 @@ pub struct Desired {
     /// The whole bucket policy: always managed, as it carries the TLS-only statement. `Err`:
     /// why `spec.policy` is refused (the plan blocks on it; deletion does not).
     pub policy: Result<serde_json::Value, String>,
+    /// spec.logging, resolved against the cache (`bucket_logging::wanted`). `None`: not managed
+    /// and not read; `Some(None)`: kept off.
+    pub logging: Option<Option<LogTarget>>,
 }
 
 impl Desired {
@@ -81,6 +86,8 @@ pub struct Config {
     pub object_ownership: Option<ObjectOwnership>,
     /// `None` when the bucket has no policy.
     pub policy: Option<serde_json::Value>,
+    /// `None` when unmanaged (not read); `Some(None)` when logging is off.
+    pub logging: Option<Option<LogTarget>>,
 }
 
 /// One write to S3.
@@ -95,6 +102,7 @@ pub enum Change {
     Cors,
     ObjectOwnership(ObjectOwnership),
     Policy,
+    Logging,
 }
 
 impl Change {
@@ -110,6 +118,7 @@ impl Change {
             Change::Cors => "cors",
             Change::ObjectOwnership(_) => "objectOwnership",
             Change::Policy => "policy",
+            Change::Logging => "logging",
         }
     }
 }
@@ -165,6 +174,10 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
             if desired.cors.as_ref().is_some_and(|r| !r.is_empty()) {
                 all.push(Change::Cors);
             }
+            // A new bucket logs nothing: only logging somewhere is a write.
+            if matches!(desired.logging, Some(Some(_))) {
+                all.push(Change::Logging);
+            }
             return Plan::Apply(all);
         }
         Observed::Present(config) => config,
@@ -211,6 +224,11 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
             != Some(policy::normalize_policy(want, partition))
     {
         changes.push(Change::Policy);
+    }
+    if let Some(want) = &desired.logging
+        && config.logging.as_ref() != Some(want)
+    {
+        changes.push(Change::Logging);
     }
     Plan::Apply(changes)
 }
@@ -284,6 +302,8 @@ pub fn desired(
         lifecycle_rules: spec.lifecycle_rules.clone(),
         cors: spec.cors.clone(),
         object_ownership: spec.object_ownership,
+        // Needs the cache: resolved by `bucket_logging::complete`.
+        logging: None,
     })
 }
 
@@ -323,11 +343,17 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue
     }
     let key = object_key(bucket.as_ref());
     let start = bucket.resource_version().unwrap_or_default();
-    if let Some(wait) = ctx.settled.remaining(&key, std::slice::from_ref(&start)) {
+    // The Buckets it logs into or that log into it are inputs too.
+    let links = bucket_logging::links_in(&bucket, &ctx);
+    let linked = links.fingerprint();
+    if let Some(wait) = ctx
+        .settled
+        .remaining(&key, &[start.clone(), linked.clone()])
+    {
         return Ok(Requeue::Resync(wait));
     }
     let version = ensure_finalizer(&ctx.client, bucket.as_ref()).await?;
-    apply(&bucket, &ctx, vec![start, version]).await
+    apply(&bucket, &ctx, vec![start, version], &links).await
 }
 
 /// Reads what the plan needs: tags first (existence and ownership), then each managed aspect.
@@ -374,6 +400,10 @@ async fn observe(
         Some(_) => aws.object_ownership(r, n).await?,
         None => None,
     };
+    let logging = match d.logging {
+        Some(_) => Some(aws.bucket_logging(r, n).await?),
+        None => None,
+    };
     Ok(Observed::Present(Config {
         tags,
         public_access_block,
@@ -383,6 +413,7 @@ async fn observe(
         cors,
         object_ownership,
         policy,
+        logging,
     }))
 }
 
@@ -391,12 +422,21 @@ async fn apply(
     bucket: &Bucket,
     ctx: &Context,
     mut versions: Vec<String>,
+    links: &bucket_logging::Links,
 ) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
-    let d = match desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
+    let mut d = match desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
         Ok(d) => d,
         Err(why) => return blocked(bucket, ctx, None, &why).await,
     };
+    match bucket_logging::complete(&mut d, bucket, ctx, links).await {
+        Ok(None) => {}
+        Ok(Some(why)) => return blocked(bucket, ctx, Some(&d), &why).await,
+        Err(e) => match refusal(&e) {
+            Some(why) => return blocked(bucket, ctx, Some(&d), &why).await,
+            None => return Err(e.into()),
+        },
+    }
     let adopt = bucket.spec.adopt_existing;
     let observed = match observe(ctx, &d, &owner, adopt).await {
         Ok(o) => o,
@@ -445,7 +485,11 @@ async fn apply(
     );
     versions.extend(update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?);
     let next = ctx.resync_after();
-    ctx.settled.record(object_key(bucket), vec![versions], next);
+    ctx.settled.record(
+        object_key(bucket),
+        vec![versions, vec![links.fingerprint()]],
+        next,
+    );
     Ok(Requeue::Resync(next))
 }
 
@@ -527,6 +571,12 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
             // The plan blocks on a refused policy before any write.
             Err(_) => Ok(()),
         },
+        Change::Logging => {
+            let target = d.logging.as_ref().and_then(Option::as_ref);
+            aws.put_bucket_logging(r, n, target)
+                .await
+                .map_err(bucket_logging::target_not_granted_yet)
+        }
     }
 }
 
@@ -749,6 +799,7 @@ mod tests {
             cors: d.cors.clone(),
             object_ownership: d.object_ownership,
             policy: d.policy.clone().ok(),
+            logging: d.logging.clone(),
         }
     }
 

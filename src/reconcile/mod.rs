@@ -3,6 +3,7 @@
 
 pub mod bucket;
 pub mod bucket_access;
+pub mod bucket_logging;
 pub mod tag_reads;
 
 use std::collections::HashMap;

@@ -5,6 +5,7 @@
 mod access;
 mod audit;
 mod bucket;
+mod bucket_logging;
 mod cli;
 mod cluster;
 mod faults;
