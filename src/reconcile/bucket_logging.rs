@@ -490,4 +490,85 @@ mod tests {
         assert_eq!(names(linked.related(&reader, &stopped)), ["ns/archive"]);
         assert!(linked.related(&reader, &stopped).is_empty());
     }
+    #[test]
+    fn the_grant_cannot_be_spoofed_through_spec_policy() {
+        use crate::api::{PolicyEffect, PolicyPrincipal, PolicyStatement};
+        let st = PolicyStatement {
+            sid: Some(policy::LOGGING_SID.into()),
+            effect: PolicyEffect::Allow,
+            principal: PolicyPrincipal {
+                aws: vec![],
+                service: vec![policy::LOGGING_SERVICE.into()],
+            },
+            action: vec!["s3:PutObject".into()],
+            resource: vec!["arn:aws:s3:::s3op-x/*".into()],
+            condition: Default::default(),
+        };
+        // Even with the service allow-listed, the Sid stays the operator's.
+        let allowed = [policy::LOGGING_SERVICE.to_string()];
+        let err = policy::bucket_statements(&[st], "arn:aws:s3:::s3op-x", "123456789012", &allowed)
+            .unwrap_err();
+        assert!(
+            err.contains("spec.policy[0].sid") && err.contains("reserved"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn managed_logging_is_planned_kept_and_corrected_and_unmanaged_is_not() {
+        use super::super::bucket::{Change, Config, Observed, Plan, plan};
+        let s = settings();
+        let source = b("ns", "photos", Some("logs"), true);
+        let o = owner(source.as_ref(), &s.cluster_name);
+        let mut d = bucket::desired(&source, &s, "us-east-1", &o).unwrap();
+        let to = LogTarget {
+            bucket: "s3op-ns-logs".into(),
+            prefix: "photos/".into(),
+        };
+        d.logging = Some(Some(to.clone()));
+        let Plan::Apply(created) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert_eq!(created.last(), Some(&Change::Logging));
+        assert_eq!(Change::Logging.aspect(), "logging");
+        let converged = Config {
+            tags: d.tags.clone(),
+            public_access_block: Some(d.public_access_block),
+            encryption: Some(d.encryption.clone()),
+            policy: d.policy.clone().ok(),
+            logging: Some(Some(to.clone())),
+            ..Default::default()
+        };
+        let with = |logging| {
+            Observed::Present(Config {
+                logging,
+                ..converged.clone()
+            })
+        };
+        assert_eq!(plan(&d, &with(Some(Some(to.clone())))), Plan::Apply(vec![]));
+        let elsewhere = LogTarget {
+            prefix: "other/".into(),
+            ..to.clone()
+        };
+        for drifted in [Some(None), Some(Some(elsewhere))] {
+            assert_eq!(
+                plan(&d, &with(drifted.clone())),
+                Plan::Apply(vec![Change::Logging]),
+                "{drifted:?}"
+            );
+        }
+        // Off and kept off: a new bucket needs no write; an existing one that logs is turned off.
+        d.logging = Some(None);
+        let Plan::Apply(created) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert!(!created.contains(&Change::Logging));
+        assert_eq!(
+            plan(&d, &with(Some(Some(to.clone())))),
+            Plan::Apply(vec![Change::Logging])
+        );
+        // Unmanaged: whatever S3 holds stays.
+        d.logging = None;
+        assert_eq!(plan(&d, &with(None)), Plan::Apply(vec![]));
+    }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::types::{BucketLoggingStatus, LoggingEnabled};
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use s3_operator::api::Bucket;
 use serde_json::{Value, json};
 
@@ -340,4 +340,45 @@ async fn emulator_logging_needs_a_grant_naming_the_source() {
     assert_eq!(log_into(b.clone()).await, refused, "another source");
     let err = s3.get_bucket_logging().bucket(&a).send().await.unwrap_err();
     assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
+}
+
+/// Posts `spec` as a raw Bucket and returns the API server's 422 message.
+async fn refused(api: &Api<Bucket>, spec: Value) -> String {
+    let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket",
+        "metadata": {"name": "bad"}, "spec": spec});
+    let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+    let ns = api.namespace().unwrap().to_string();
+    let raw: Api<DynamicObject> =
+        Api::namespaced_with(admin().await, &ns, &ApiResource::erase::<Bucket>(&()));
+    match raw.create(&PostParams::default(), &obj).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            e.message
+        }
+        other => panic!("expected a 422, got {other:?}"),
+    }
+}
+
+/// The API server refuses what the CRD can judge alone, naming the field and the rule.
+#[tokio::test]
+async fn invalid_logging_specs_are_refused_naming_field_and_rule() {
+    install_crds().await;
+    let client = admin().await;
+    let ns = namespace(&client, "logval").await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let msg = refused(&api, json!({"logging": {"targetPrefix": "logs/"}})).await;
+    assert!(
+        msg.contains("spec.logging.targetPrefix needs spec.logging.targetBucketRef"),
+        "{msg}"
+    );
+    let msg = refused(&api, json!({"logging": {"targetBucketRef": {"name": ""}}})).await;
+    assert!(msg.contains("spec.logging.targetBucketRef.name"), "{msg}");
+    let msg = refused(
+        &api,
+        json!({"policy": [{"sid": SID, "effect": "Allow",
+        "principal": {"service": ["logging.s3.amazonaws.com"]}, "action": ["s3:PutObject"],
+        "resource": ["arn:aws:s3:::s3op-x/*"]}]}),
+    )
+    .await;
+    assert!(msg.contains("S3ServerAccessLogs is reserved"), "{msg}");
 }
