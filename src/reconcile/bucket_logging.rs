@@ -98,14 +98,21 @@ pub fn sources(
     default_region: &str,
 ) -> Vec<String> {
     let (ns, name) = (target.namespace(), target.name_any());
+    let logging_here: Vec<&Arc<Bucket>> = buckets
+        .iter()
+        .filter(|b| target_name(b) == Some(name.as_str()))
+        .filter(|b| b.namespace() == ns && b.name_any() != name)
+        .filter(|b| b.metadata.deletion_timestamp.is_none())
+        .collect();
+    // Most Buckets receive no logs: they resolve nothing.
+    if logging_here.is_empty() {
+        return vec![];
+    }
     let Ok((_, region)) = resolve(target, settings, default_region) else {
         return vec![];
     };
-    let mut arns: Vec<String> = buckets
-        .iter()
-        .filter(|b| b.namespace() == ns && b.name_any() != name)
-        .filter(|b| b.metadata.deletion_timestamp.is_none())
-        .filter(|b| target_name(b) == Some(name.as_str()))
+    let mut arns: Vec<String> = logging_here
+        .into_iter()
         .filter_map(|b| resolve(b, settings, default_region).ok())
         .filter(|(_, r)| *r == region)
         .map(|(n, r)| naming::bucket_arn(naming::partition(&r), &n))
