@@ -44,6 +44,13 @@ parts the operator relies on. Everything else is stock moto.
 - PutBucketNotificationConfiguration refuses a queue or topic that does not exist with
   `InvalidArgument` ("Unable to validate the following destination configurations"), as S3
   does after its test message fails (stock moto stores any ARN).
+- Server access logging as S3 has it for buckets with ACLs disabled: PutBucketLogging accepts a
+  target whose bucket policy grants `logging.s3.amazonaws.com` `s3:PutObject` on the log keys in
+  any of the forms S3 takes (single values or lists, `s3:*`, wildcards) and whose conditions
+  (`aws:SourceArn`, `aws:SourceAccount`) admit the source bucket; a grant for other buckets, or
+  the legacy LogDelivery ACL on a `BucketOwnerEnforced` target (S3 ignores its ACLs), is refused
+  with InvalidTargetBucketForLogging. Stock moto takes only single values, ignores the
+  conditions, and honours ACLs S3 disables.
 - IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
   shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
   shape), which the AWS SDKs for Rust and Go cannot read, so the code would be lost.
@@ -52,6 +59,7 @@ Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 """
 
 import fnmatch
+import json
 import re
 import sys
 
@@ -64,7 +72,7 @@ from moto.iam.exceptions import NotFoundException
 from moto.iam.models import User, iam_backends
 from moto.iam.responses import IamResponse
 from moto.s3.exceptions import MalformedXML, S3ClientError
-from moto.s3.models import S3Backend
+from moto.s3.models import FakeBucket, S3Backend
 from moto.s3.responses import ACTION_MAP, S3Response
 from moto.s3.utils import bucket_policy_is_public
 from moto.server import main
@@ -630,6 +638,60 @@ def _put_notification_configuration_checked(self, bucket_name, notification_conf
 
 
 S3Backend.put_bucket_notification_configuration = _put_notification_configuration_checked
+
+# ---------------------------------------------------------------- server access logging
+
+LOGGING_SERVICE = "logging.s3.amazonaws.com"
+
+
+def _as_list(value):
+    if value is None:
+        return []
+    return value if isinstance(value, list) else [value]
+
+
+def _grants_log_delivery(statement, source, target, prefix):
+    """Does this target-policy statement let the logging service deliver `source`'s logs?"""
+    if statement.get("Effect") != "Allow":
+        return False
+    principal = statement.get("Principal")
+    services = _as_list(principal.get("Service")) if isinstance(principal, dict) else []
+    if LOGGING_SERVICE not in services:
+        return False
+    if not any(fnmatch.fnmatchcase("s3:PutObject", a) for a in _as_list(statement.get("Action"))):
+        return False
+    key = f"arn:{target.partition}:s3:::{target.name}/{prefix or ''}2024-01-01-00-00-00-LOG"
+    if not any(fnmatch.fnmatchcase(key, r) for r in _as_list(statement.get("Resource"))):
+        return False
+    context = {
+        "aws:SourceArn": f"arn:{source.partition}:s3:::{source.name}",
+        "aws:SourceAccount": source.account_id,
+    }
+    return condition_holds(statement.get("Condition"), context)
+
+
+def _log_permissions_by_policy(self, target_bucket, target_prefix):
+    if not target_bucket.policy:
+        return False
+    policy = json.loads(target_bucket.policy.decode())
+    return any(
+        _grants_log_delivery(st, self, target_bucket, target_prefix)
+        for st in _as_list(policy.get("Statement"))
+    )
+
+
+_log_permissions_by_acl = FakeBucket._log_permissions_enabled_acl
+
+
+def _log_permissions_by_acl_unless_disabled(target_bucket):
+    if "BucketOwnerEnforced" in str(target_bucket.ownership_rule or ""):
+        return False
+    return _log_permissions_by_acl(target_bucket)
+
+
+# The policy check becomes a method: it needs the source bucket, `self`.
+FakeBucket._log_permissions_enabled_policy = _log_permissions_by_policy
+FakeBucket._log_permissions_enabled_acl = staticmethod(_log_permissions_by_acl_unless_disabled)
 
 if __name__ == "__main__":
     host, port = sys.argv[1], sys.argv[2]

@@ -82,8 +82,9 @@ pub struct BucketSpec {
     /// may not name everyone (`*`), and may name principals outside the operator's AWS account
     /// only if the operator's `--allowed-policy-principals` lists them. A refused statement
     /// stops every change to the bucket and sets Ready=False (`InvalidSpec`) naming it and the
-    /// rule. Empty (the default): the policy holds the TLS-only statement alone. The operator
-    /// owns the whole policy: statements added outside it are removed.
+    /// rule. Empty (the default): the policy holds the TLS-only statement alone (and the logging
+    /// grant while Buckets log into this one, see spec.logging). The operator owns the whole
+    /// policy: statements added outside it are removed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     #[x_kube(validation = Rule::new("self.all(s, !has(s.sid) || self.exists_one(o, has(o.sid) && o.sid == s.sid))").message("spec.policy[].sid must be unique"))]
@@ -164,6 +165,18 @@ pub struct BucketSpec {
     /// and corrects drift; `{}` removes every notification.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub notifications: Option<crate::api::Notifications>,
+
+    /// Server access logging into another Bucket of this namespace. `targetBucketRef` names it
+    /// (a Bucket object, not an S3 name: no other namespace's bucket can be reached) and
+    /// `targetPrefix` starts every log object's key (empty by default). The target must be a
+    /// Ready Bucket of this operator in the same region, and not this Bucket; otherwise this
+    /// Bucket is Ready=False naming spec.logging.targetBucketRef. The target's bucket policy
+    /// then grants the S3 logging service (`logging.s3.amazonaws.com`) `s3:PutObject`, for the
+    /// source buckets of its namespace that log into it only. `logging: {}` turns logging off
+    /// and keeps it off. When omitted the logging configuration is left as it is in S3 and not
+    /// read (and this Bucket is no longer granted by its former target).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub logging: Option<Logging>,
 }
 
 // Object lock chosen at creation, with an optional default retention (no doc comment: on an
@@ -266,6 +279,29 @@ pub enum TransferAcceleration {
     Suspended,
 }
 
+// Server access logging of a bucket (no doc comment: on an `Option` field it would replace the
+// field's own `kubectl explain` text).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new("!has(self.targetPrefix) || has(self.targetBucketRef)").message("spec.logging.targetPrefix needs spec.logging.targetBucketRef"))]
+pub struct Logging {
+    /// The Bucket of this namespace that receives the logs. Omitted: logging is turned off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_bucket_ref: Option<LoggingTargetRef>,
+    /// Prefix of the log objects' keys, such as `logs/photos/`. Empty by default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 512))]
+    pub target_prefix: Option<String>,
+}
+
+/// A Bucket of the same namespace, by name.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub struct LoggingTargetRef {
+    /// Name of the Bucket object (in this namespace) that receives the logs.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, schemars::JsonSchema)]
 pub enum Versioning {
     Enabled,
@@ -365,12 +401,13 @@ impl Default for PublicAccessBlock {
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.effect != 'Allow' || !has(self.principal.aws) || !self.principal.aws.exists(p, p == '*')").message("spec.policy[].principal.aws must not be '*' in an Allow statement: it would make the bucket public"))]
 pub struct PolicyStatement {
-    /// Statement id, unique in the policy (letters and digits). `DenyInsecureTransport` is the
-    /// operator's own.
+    /// Statement id, unique in the policy (letters and digits). `DenyInsecureTransport` and
+    /// `S3ServerAccessLogs` are the operator's own.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 128))]
     #[x_kube(validation = Rule::new("self.matches('^[A-Za-z0-9]+$')").message("spec.policy[].sid may contain only letters and digits"))]
     #[x_kube(validation = Rule::new("self != 'DenyInsecureTransport'").message("spec.policy[].sid DenyInsecureTransport is reserved for the operator's TLS-only statement"))]
+    #[x_kube(validation = Rule::new("self != 'S3ServerAccessLogs'").message("spec.policy[].sid S3ServerAccessLogs is reserved for the operator's server access logging grant"))]
     pub sid: Option<String>,
     /// `Allow` or `Deny`.
     pub effect: PolicyEffect,

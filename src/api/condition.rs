@@ -21,9 +21,9 @@ pub enum Reason {
     InvalidSpec,
     /// Deletion is waiting: the bucket is not empty and `forceDelete` is false.
     DeletionBlocked,
-    /// A BucketAccess names a Bucket that does not exist.
+    /// A BucketAccess (or a Bucket's spec.logging) names a Bucket that does not exist.
     BucketNotFound,
-    /// A BucketAccess waits for its Bucket to become Ready.
+    /// A BucketAccess (or a Bucket's spec.logging) waits for its Bucket to become Ready.
     BucketNotReady,
     /// The S3 bucket a BucketAccess's Bucket names is no longer owned by that Bucket (deleted,
     /// released, or adopted elsewhere): the access's credentials are revoked.

@@ -241,6 +241,8 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     "s3:GetAccelerateConfiguration", "s3:PutAccelerateConfiguration",
                     // Get/PutBucketNotificationConfiguration (spec.notifications).
                     "s3:GetBucketNotification", "s3:PutBucketNotification",
+                    // spec.logging: read only when set.
+                    "s3:GetBucketLogging", "s3:PutBucketLogging",
                 ],
                 "Resource": buckets,
             },
@@ -341,6 +343,30 @@ pub fn bucket_policy(bucket_arn: &str, statements: &[Value]) -> Value {
     json!({"Version": VERSION, "Statement": all})
 }
 
+/// Sid of the operator's statement granting the S3 logging service delivery into a bucket.
+pub const LOGGING_SID: &str = "S3ServerAccessLogs";
+
+/// The service principal S3 server access logging delivers as.
+pub const LOGGING_SERVICE: &str = "logging.s3.amazonaws.com";
+
+/// AWS's grant for server access logs into a bucket with ACLs disabled: the logging service may
+/// put objects, on behalf of exactly `sources` (bucket ARNs) of `account`. `None` without sources.
+pub fn logging_statement(bucket_arn: &str, sources: &[String], account: &str) -> Option<Value> {
+    (!sources.is_empty()).then(|| {
+        json!({
+            "Sid": LOGGING_SID,
+            "Effect": "Allow",
+            "Principal": {"Service": LOGGING_SERVICE},
+            "Action": "s3:PutObject",
+            "Resource": format!("{bucket_arn}/*"),
+            "Condition": {
+                "ArnLike": {"aws:SourceArn": sources},
+                "StringEquals": {"aws:SourceAccount": account},
+            },
+        })
+    })
+}
+
 /// The account an AWS principal belongs to: itself for an account id, the account field of an
 /// IAM or STS ARN; `None` for anything else.
 fn principal_account(p: &str) -> Option<&str> {
@@ -381,6 +407,11 @@ pub fn bucket_statements(
         if s.sid.as_deref() == Some(TLS_ONLY_SID) {
             return Err(format!(
                 "{field}.sid {TLS_ONLY_SID} is reserved for the operator's TLS-only statement"
+            ));
+        }
+        if s.sid.as_deref() == Some(LOGGING_SID) {
+            return Err(format!(
+                "{field}.sid {LOGGING_SID} is reserved for the operator's server access logging grant"
             ));
         }
         if let Some(a) = s.action.iter().find(|a| !a.starts_with("s3:")) {

@@ -8,8 +8,9 @@ use kube::ResourceExt;
 use super::bucket_notifications;
 use super::bucket_protection;
 use super::{
-    Blocked, Context, Error, Requeue, deletion_policy, ensure_finalizer, has_finalizer, object_key,
-    owner, remove_finalizer, report_blocked, served, tag_reads, update_status,
+    Blocked, Context, Error, Requeue, bucket_logging, deletion_policy, ensure_finalizer,
+    has_finalizer, object_key, owner, remove_finalizer, report_blocked, served, tag_reads,
+    update_status,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{
@@ -18,6 +19,7 @@ use crate::api::{
 };
 use crate::api::{IntelligentTiering, ObjectLock, TransferAcceleration};
 use crate::aws::s3::Emptied;
+use crate::aws::s3_logging::LogTarget;
 use crate::aws::s3_protection::LockState;
 use crate::aws::tags::{Owner, Ownership, released, with_ownership};
 use crate::aws::{ErrorKind, naming, policy};
@@ -57,6 +59,9 @@ pub struct Desired {
     pub transfer_acceleration: Option<TransferAcceleration>,
     /// `None`: not managed (and not read). `Some(Err)`: why `spec.notifications` is refused.
     pub notifications: Option<Result<crate::api::Notifications, String>>,
+    /// spec.logging, resolved against the cache (`bucket_logging::wanted`). `None`: not managed
+    /// and not read; `Some(None)`: kept off.
+    pub logging: Option<Option<LogTarget>>,
 }
 
 impl Desired {
@@ -99,6 +104,8 @@ pub struct Config {
     /// `None` when unmanaged (not read) or never set.
     pub transfer_acceleration: Option<TransferAcceleration>,
     pub notifications: Option<crate::aws::s3_notifications::ObservedNotifications>,
+    /// `None` when unmanaged (not read); `Some(None)` when logging is off.
+    pub logging: Option<Option<LogTarget>>,
 }
 
 /// One write to S3.
@@ -122,6 +129,7 @@ pub enum Change {
     },
     TransferAcceleration(TransferAcceleration),
     Notifications,
+    Logging,
 }
 
 impl Change {
@@ -141,6 +149,7 @@ impl Change {
             Change::IntelligentTiering { .. } => "intelligentTiering",
             Change::TransferAcceleration(_) => "transferAcceleration",
             Change::Notifications => "notifications",
+            Change::Logging => "logging",
         }
     }
 }
@@ -209,6 +218,10 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
             {
                 all.push(Change::Notifications);
             }
+            // A new bucket logs nothing: only logging somewhere is a write.
+            if matches!(desired.logging, Some(Some(_))) {
+                all.push(Change::Logging);
+            }
             return Plan::Apply(all);
         }
         Observed::Present(config) => config,
@@ -264,6 +277,11 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
         && bucket_notifications::drifted(want, config.notifications.as_ref())
     {
         changes.push(Change::Notifications);
+    }
+    if let Some(want) = &desired.logging
+        && config.logging.as_ref() != Some(want)
+    {
+        changes.push(Change::Logging);
     }
     Plan::Apply(changes)
 }
@@ -357,6 +375,8 @@ pub fn desired(
         intelligent_tiering: spec.intelligent_tiering.clone(),
         transfer_acceleration: spec.transfer_acceleration,
         notifications,
+        // Needs the cache: resolved by `bucket_logging::complete`.
+        logging: None,
     })
 }
 
@@ -396,11 +416,17 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue
     }
     let key = object_key(bucket.as_ref());
     let start = bucket.resource_version().unwrap_or_default();
-    if let Some(wait) = ctx.settled.remaining(&key, std::slice::from_ref(&start)) {
+    // The Buckets it logs into or that log into it are inputs too.
+    let links = bucket_logging::links_in(&bucket, &ctx);
+    let linked = links.fingerprint();
+    if let Some(wait) = ctx
+        .settled
+        .remaining(&key, &[start.clone(), linked.clone()])
+    {
         return Ok(Requeue::Resync(wait));
     }
     let version = ensure_finalizer(&ctx.client, bucket.as_ref()).await?;
-    apply(&bucket, &ctx, vec![start, version]).await
+    apply(&bucket, &ctx, vec![start, version], &links).await
 }
 
 /// Reads what the plan needs: tags first (existence and ownership), then each managed aspect.
@@ -452,6 +478,10 @@ async fn observe(
         Some(Ok(_)) => Some(aws.notifications(r, n).await?),
         _ => None,
     };
+    let logging = match d.logging {
+        Some(_) => Some(aws.bucket_logging(r, n).await?),
+        None => None,
+    };
     Ok(Observed::Present(Box::new(Config {
         tags,
         public_access_block,
@@ -465,6 +495,7 @@ async fn observe(
         intelligent_tiering: protection.intelligent_tiering,
         transfer_acceleration: protection.transfer_acceleration,
         notifications,
+        logging,
     })))
 }
 
@@ -473,12 +504,21 @@ async fn apply(
     bucket: &Bucket,
     ctx: &Context,
     mut versions: Vec<String>,
+    links: &bucket_logging::Links,
 ) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
-    let d = match desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
+    let mut d = match desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
         Ok(d) => d,
         Err(why) => return blocked(bucket, ctx, None, &why).await,
     };
+    match bucket_logging::complete(&mut d, bucket, ctx, links).await {
+        Ok(None) => {}
+        Ok(Some(why)) => return blocked(bucket, ctx, Some(&d), &why).await,
+        Err(e) => match refusal(&e) {
+            Some(why) => return blocked(bucket, ctx, Some(&d), &why).await,
+            None => return Err(e.into()),
+        },
+    }
     let adopt = bucket.spec.adopt_existing;
     let observed = match observe(ctx, &d, &owner, adopt).await {
         Ok(o) => o,
@@ -527,7 +567,11 @@ async fn apply(
     );
     versions.extend(update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?);
     let next = ctx.resync_after();
-    ctx.settled.record(object_key(bucket), vec![versions], next);
+    ctx.settled.record(
+        object_key(bucket),
+        vec![versions, vec![links.fingerprint()]],
+        next,
+    );
     Ok(Requeue::Resync(next))
 }
 
@@ -620,6 +664,12 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
             // Unmanaged is never planned; the plan blocks on a refusal before any write.
             _ => Ok(()),
         },
+        Change::Logging => {
+            let target = d.logging.as_ref().and_then(Option::as_ref);
+            aws.put_bucket_logging(r, n, target)
+                .await
+                .map_err(bucket_logging::target_not_granted_yet)
+        }
     }
 }
 
@@ -807,20 +857,7 @@ mod tests {
     use crate::api::{BucketSpec, CorsMethod, PolicyEffect, PolicyPrincipal, PolicyStatement};
 
     fn settings() -> super::super::Settings {
-        super::super::Settings {
-            cluster_name: "c".into(),
-            bucket_name_prefix: "s3op-".into(),
-            default_deletion_policy: DeletionPolicy::Retain,
-            oidc_provider_arn: None,
-            resync_period: std::time::Duration::from_secs(600),
-            boundary_arn: "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary"
-                .into(),
-            allow_cross_namespace_adoption: false,
-            account_id: "123456789012".into(),
-            allowed_policy_principals: vec![],
-            allow_compliance_retention: false,
-            allowed_notification_targets: vec![],
-        }
+        super::super::Settings::for_tests()
     }
 
     fn owner() -> Owner {
@@ -864,6 +901,7 @@ mod tests {
                 }),
                 _ => None,
             },
+            logging: d.logging.clone(),
         }
     }
 

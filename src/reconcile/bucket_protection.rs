@@ -212,6 +212,7 @@ mod tests {
             intelligent_tiering: None,
             transfer_acceleration: None,
             notifications: None,
+            logging: None,
         }
     }
 

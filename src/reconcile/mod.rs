@@ -3,6 +3,7 @@
 
 pub mod bucket;
 pub mod bucket_access;
+pub mod bucket_logging;
 pub mod bucket_notifications;
 pub mod bucket_protection;
 pub mod tag_reads;
@@ -77,6 +78,30 @@ pub struct Settings {
     /// (`--allowed-notification-targets`; an entry ending in `*` is an ARN prefix); none by
     /// default.
     pub allowed_notification_targets: Vec<String>,
+}
+
+#[cfg(test)]
+impl Settings {
+    /// The settings the planners' unit tests run with: cluster `c`, prefix `s3op-`, account
+    /// 123456789012 with an OIDC provider, nothing allow-listed.
+    pub fn for_tests() -> Self {
+        Settings {
+            cluster_name: "c".into(),
+            bucket_name_prefix: "s3op-".into(),
+            default_deletion_policy: DeletionPolicy::Retain,
+            oidc_provider_arn: Some(
+                "arn:aws:iam::123456789012:oidc-provider/oidc.example.com".into(),
+            ),
+            resync_period: Duration::from_secs(600),
+            boundary_arn: "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary"
+                .into(),
+            allow_cross_namespace_adoption: false,
+            account_id: "123456789012".into(),
+            allowed_policy_principals: vec![],
+            allow_compliance_retention: false,
+            allowed_notification_targets: vec![],
+        }
+    }
 }
 
 /// Shared by every reconcile.

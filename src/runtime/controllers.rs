@@ -22,6 +22,7 @@ use super::{Config, Error, telemetry};
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
 use crate::metrics::{self, METRICS};
+use crate::reconcile::bucket_logging::Linked;
 use crate::reconcile::{self, Backoff, Context, Requeue, Settled, object_key};
 
 /// Longest a reconcile may run; then it fails and is retried with backoff. Cancelling one is
@@ -50,7 +51,11 @@ pub(super) async fn run(
         access_stores.push(w.accesses.clone());
         tokio::spawn(forget_deleted(w.bucket_deletions, ctx.clone()));
         tokio::spawn(forget_deleted(w.access_deletions, ctx.clone()));
-        let buckets = controller_for(&w.buckets, w.bucket_events, &shutdown);
+        let (store, linked) = (w.buckets.clone(), Linked::default());
+        let buckets = controller_for(&w.buckets, w.bucket_events, &shutdown).watches_shared_stream(
+            events(w.bucket_events_for_logging),
+            move |b: Arc<Bucket>| linked.related(&store, &b),
+        );
         let run = drive(
             buckets,
             "bucket",

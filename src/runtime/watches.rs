@@ -24,6 +24,8 @@ pub(super) struct Watches {
     pub bucket_events: Gated<Bucket>,
     pub bucket_events_for_accesses: Gated<Bucket>,
     pub bucket_deletions: Gated<Bucket>,
+    /// Wakes the Buckets a Bucket logs into, or that log into it (spec.logging).
+    pub bucket_events_for_logging: Gated<Bucket>,
     pub access_events: Gated<BucketAccess>,
     pub access_deletions: Gated<BucketAccess>,
     pub secret_events: Gated<Secret>,
@@ -61,7 +63,8 @@ impl Watches {
         ));
         use Hear::*;
         // A deleted Bucket wakes the BucketAccesses that refer to it, as a change does.
-        let hear = [Changes, ChangesAndDeletions, Deletions];
+        // A deleted Bucket also leaves the logging grant of the Bucket it logged into.
+        let hear = [Changes, ChangesAndDeletions, Deletions, ChangesAndDeletions];
         let (buckets, mut b) = shared_watch(api(client, ns), all(), &hear, sync, leading, |_| {});
         let hear = [Changes, Deletions];
         let (accesses, mut a) = shared_watch(api(client, ns), all(), &hear, sync, leading, |_| {});
@@ -84,6 +87,7 @@ impl Watches {
             bucket_events: b.remove(0),
             bucket_events_for_accesses: b.remove(0),
             bucket_deletions: b.remove(0),
+            bucket_events_for_logging: b.remove(0),
             access_events: a.remove(0),
             access_deletions: a.remove(0),
             secret_events: s.remove(0),

@@ -448,27 +448,12 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::api::DeletionPolicy;
 
     const BOUNDARY: &str = "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary";
     const USER_ARN: &str = "arn:aws:iam::123456789012:user/s3-operator/c/u";
 
     fn settings() -> Settings {
-        Settings {
-            cluster_name: "c".into(),
-            bucket_name_prefix: "s3op-".into(),
-            default_deletion_policy: DeletionPolicy::Retain,
-            oidc_provider_arn: Some(
-                "arn:aws:iam::123456789012:oidc-provider/oidc.example.com".into(),
-            ),
-            resync_period: Duration::from_secs(600),
-            boundary_arn: BOUNDARY.into(),
-            allow_cross_namespace_adoption: false,
-            account_id: "123456789012".into(),
-            allowed_policy_principals: vec![],
-            allow_compliance_retention: false,
-            allowed_notification_targets: vec![],
-        }
+        Settings::for_tests()
     }
 
     fn t(s: i64) -> jiff::Timestamp {

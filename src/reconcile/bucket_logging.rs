@@ -1,0 +1,570 @@
+//! spec.logging: where a Bucket's server access logs go, and the grant its target's bucket
+//! policy gives the S3 logging service. Both are pure functions of the cached Bucket objects, so
+//! a target's plan stays pure and its steady state writes nothing; a change of one end wakes the
+//! other (see [`Linked`]).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use kube::ResourceExt;
+use kube::runtime::reflector::{ObjectRef, Store};
+
+use super::bucket::Desired;
+use super::{Blocked, Context, Settings, bucket, owner, tag_reads};
+use crate::api::Bucket;
+use crate::api::condition::{Reason, is_ready};
+use crate::aws::s3_logging::LogTarget;
+use crate::aws::tags::Ownership;
+use crate::aws::{naming, policy};
+
+/// The field every refusal names.
+const FIELD: &str = "spec.logging.targetBucketRef";
+
+/// The Bucket object a Bucket logs into, by name (`None`: it does not log into one).
+fn target_name(b: &Bucket) -> Option<&str> {
+    let logging = b.spec.logging.as_ref()?;
+    logging.target_bucket_ref.as_ref().map(|r| r.name.as_str())
+}
+
+/// The S3 name and region a Bucket object stands for, resolved as its own reconciler does:
+/// from its spec and UID, never from status (which whoever can edit the object can write).
+fn resolve(
+    b: &Bucket,
+    settings: &Settings,
+    default_region: &str,
+) -> Result<(String, String), Blocked> {
+    let owner = owner(b, &settings.cluster_name);
+    bucket::desired(b, settings, default_region, &owner).map(|d| (d.name, d.region))
+}
+
+/// What one pass of a Bucket needs from the cache beyond the object itself.
+#[derive(Clone, Debug, Default)]
+pub struct Links {
+    /// The Bucket object this one logs into, if it names one that exists.
+    pub target: Option<Arc<Bucket>>,
+    /// ARNs of the buckets of this namespace that log into this one (sorted).
+    pub sources: Vec<String>,
+}
+
+impl Links {
+    /// The cached inputs of a pass: a pass is settled only while they are unchanged.
+    pub fn fingerprint(&self) -> String {
+        let target = self
+            .target
+            .as_ref()
+            .map(|t| t.resource_version().unwrap_or_default())
+            .unwrap_or_default();
+        format!("{target}|{}", self.sources.join(","))
+    }
+}
+
+/// The links of `b` in `buckets` (the cached Buckets).
+pub fn links(
+    b: &Bucket,
+    buckets: &[Arc<Bucket>],
+    settings: &Settings,
+    default_region: &str,
+) -> Links {
+    let ns = b.namespace();
+    let target = target_name(b).and_then(|t| {
+        buckets
+            .iter()
+            .find(|o| o.namespace() == ns && o.name_any() == t)
+            .cloned()
+    });
+    Links {
+        target,
+        sources: sources(b, buckets, settings, default_region),
+    }
+}
+
+/// The links of `b` from the context's caches.
+pub fn links_in(b: &Bucket, ctx: &Context) -> Links {
+    let ns = b.namespace().unwrap_or_default();
+    let key = ObjectRef::<Bucket>::new(&b.name_any()).within(&ns);
+    // The scope holding `b` holds its whole namespace.
+    let Some(store) = ctx.buckets.iter().find(|s| s.get(&key).is_some()) else {
+        return Links::default();
+    };
+    links(b, &store.state(), &ctx.settings, &ctx.aws.region)
+}
+
+/// ARNs of the buckets that log into `target`: the Buckets of its namespace (never another's)
+/// that name it, are not being deleted, and are in its region. Sorted, so the policy is steady.
+pub fn sources(
+    target: &Bucket,
+    buckets: &[Arc<Bucket>],
+    settings: &Settings,
+    default_region: &str,
+) -> Vec<String> {
+    let (ns, name) = (target.namespace(), target.name_any());
+    let logging_here: Vec<&Arc<Bucket>> = buckets
+        .iter()
+        .filter(|b| target_name(b) == Some(name.as_str()))
+        .filter(|b| b.namespace() == ns && b.name_any() != name)
+        .filter(|b| b.metadata.deletion_timestamp.is_none())
+        .collect();
+    // Most Buckets receive no logs: they resolve nothing.
+    if logging_here.is_empty() {
+        return vec![];
+    }
+    let Ok((_, region)) = resolve(target, settings, default_region) else {
+        return vec![];
+    };
+    let mut arns: Vec<String> = logging_here
+        .into_iter()
+        .filter_map(|b| resolve(b, settings, default_region).ok())
+        .filter(|(_, r)| *r == region)
+        .map(|(n, r)| naming::bucket_arn(naming::partition(&r), &n))
+        .collect();
+    arns.sort();
+    arns.dedup();
+    arns
+}
+
+/// The bucket policy `policy` of a bucket (`arn`) with the logging grant for `sources` added
+/// after the spec's statements: the operator's own, so the spec.policy guard does not apply.
+pub fn with_grant(
+    mut doc: serde_json::Value,
+    arn: &str,
+    sources: &[String],
+    account: &str,
+) -> serde_json::Value {
+    if let (Some(grant), Some(all)) = (
+        policy::logging_statement(arn, sources, account),
+        doc["Statement"].as_array_mut(),
+    ) {
+        all.push(grant);
+    }
+    doc
+}
+
+/// What `source`'s logging should be (`None`: unmanaged; `Some(None)`: off), or why it cannot
+/// be served, naming spec.logging.targetBucketRef. `target`: the Bucket it names, if cached.
+pub fn wanted(
+    source: &Bucket,
+    source_region: &str,
+    target: Option<&Bucket>,
+    settings: &Settings,
+    default_region: &str,
+) -> Result<Option<Option<LogTarget>>, Blocked> {
+    let Some(logging) = &source.spec.logging else {
+        return Ok(None);
+    };
+    let Some(r) = &logging.target_bucket_ref else {
+        return Ok(Some(None));
+    };
+    let (ns, name) = (source.namespace().unwrap_or_default(), &r.name);
+    if *name == source.name_any() {
+        let msg = format!("{FIELD} names this Bucket itself: a bucket may not log into itself");
+        return Err(Blocked::new(Reason::InvalidSpec, msg));
+    }
+    let Some(target) = target.filter(|t| t.metadata.deletion_timestamp.is_none()) else {
+        let msg = format!("{FIELD}: Bucket {name} does not exist in namespace {ns}");
+        return Err(Blocked::new(Reason::BucketNotFound, msg));
+    };
+    let (bucket, region) = resolve(target, settings, default_region).map_err(|why| {
+        let msg = format!("{FIELD}: Bucket {name} cannot be served: {}", why.message);
+        Blocked::new(Reason::BucketNotReady, msg)
+    })?;
+    if region != source_region {
+        let msg = format!(
+            "{FIELD}: Bucket {name} is in region {region}, this Bucket in {source_region}; S3 delivers logs only within a region"
+        );
+        return Err(Blocked::new(Reason::InvalidSpec, msg));
+    }
+    let ready = target
+        .status
+        .as_ref()
+        .is_some_and(|s| is_ready(&s.conditions));
+    if !ready {
+        let msg = format!("{FIELD}: Bucket {name} is not Ready");
+        return Err(Blocked::new(Reason::BucketNotReady, msg));
+    }
+    let prefix = logging.target_prefix.clone().unwrap_or_default();
+    Ok(Some(Some(LogTarget { bucket, prefix })))
+}
+
+/// Whether the S3 bucket `t` is held by the Bucket `target` (its tags in AWS say so; its status
+/// is no proof). The read is shared with the target's own passes.
+pub async fn held_by_target(
+    ctx: &Context,
+    target: &Bucket,
+    t: &LogTarget,
+    region: &str,
+) -> Result<Option<Blocked>, crate::aws::Error> {
+    let within = tag_reads::for_bucket(ctx.settings.resync_period);
+    let tags = ctx.bucket_tags(region, &t.bucket, within).await?;
+    let o = owner(target, &ctx.settings.cluster_name);
+    let held = tags.is_some_and(|tags| o.judge(&tags) == Ownership::Ours);
+    Ok((!held).then(|| {
+        let msg = format!(
+            "{FIELD}: S3 bucket {} is not held by Bucket {}",
+            t.bucket,
+            target.name_any()
+        );
+        Blocked::new(Reason::BucketNotReady, msg)
+    }))
+}
+
+/// Completes `d` with what needs the cache: the logging grant of the buckets that log into this
+/// one (`links.sources`), added to its policy, and this Bucket's own logging. `Ok(Some(_))`: why
+/// spec.logging cannot be served (the whole pass waits, as for a refused spec.policy).
+pub async fn complete(
+    d: &mut Desired,
+    b: &Bucket,
+    ctx: &Context,
+    links: &Links,
+) -> Result<Option<Blocked>, crate::aws::Error> {
+    let arn = naming::bucket_arn(naming::partition(&d.region), &d.name);
+    if let Ok(doc) = &mut d.policy {
+        *doc = with_grant(doc.take(), &arn, &links.sources, &ctx.settings.account_id);
+    }
+    let target = links.target.as_deref();
+    d.logging = match wanted(b, &d.region, target, &ctx.settings, &ctx.aws.region) {
+        Ok(w) => w,
+        Err(why) => return Ok(Some(why)),
+    };
+    match (&d.logging, target) {
+        (Some(Some(t)), Some(target)) => held_by_target(ctx, target, t, &d.region).await,
+        _ => Ok(None),
+    }
+}
+
+/// S3 refuses logging into a bucket whose policy does not grant it yet. The grant is written by
+/// the target's own pass, which the same change wakes and which may run just after this one:
+/// retried with backoff rather than reported as a spec to fix.
+pub fn target_not_granted_yet(mut e: crate::aws::Error) -> crate::aws::Error {
+    if e.is("InvalidTargetBucketForLogging") {
+        e.kind = crate::aws::ErrorKind::Transient;
+    }
+    e
+}
+
+/// Maps a Bucket change to the Buckets it concerns besides itself: the target it logs into
+/// now and the one it logged into before (whose grant changes), and the Buckets that log into
+/// it (whose target changed). Remembers each Bucket's target from the changes it hears.
+#[derive(Default)]
+pub struct Linked {
+    before: Mutex<HashMap<ObjectRef<Bucket>, String>>,
+}
+
+impl Linked {
+    pub fn related(&self, store: &Store<Bucket>, b: &Bucket) -> Vec<ObjectRef<Bucket>> {
+        let ns = b.namespace().unwrap_or_default();
+        let me = ObjectRef::from_obj(b);
+        let now = target_name(b).map(str::to_string);
+        let before = {
+            let mut before = self.before.lock().expect("linked map poisoned");
+            match &now {
+                Some(t) => before.insert(me, t.clone()),
+                None => before.remove(&me),
+            }
+        };
+        let mut out: Vec<ObjectRef<Bucket>> = now
+            .into_iter()
+            .chain(before)
+            .map(|t| ObjectRef::new(&t).within(&ns))
+            .collect();
+        let name = b.name_any();
+        out.extend(
+            store
+                .state()
+                .iter()
+                .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
+                .filter(|s| target_name(s) == Some(name.as_str()))
+                .map(|s| ObjectRef::from_obj(s.as_ref())),
+        );
+        out.sort_by_key(|r| r.name.clone());
+        out.dedup();
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::condition;
+    use crate::api::{BucketSpec, BucketStatus, Logging, LoggingTargetRef};
+
+    fn settings() -> Settings {
+        Settings::for_tests()
+    }
+
+    fn b(ns: &str, name: &str, logs_to: Option<&str>, ready: bool) -> Arc<Bucket> {
+        let mut b = Bucket::new(
+            name,
+            BucketSpec {
+                bucket_name: Some(format!("s3op-{ns}-{name}")),
+                logging: logs_to.map(|t| Logging {
+                    target_bucket_ref: Some(LoggingTargetRef { name: t.into() }),
+                    target_prefix: Some(format!("{name}/")),
+                }),
+                ..Default::default()
+            },
+        );
+        b.metadata.namespace = Some(ns.into());
+        b.metadata.uid = Some(format!("uid-{name}"));
+        b.metadata.resource_version = Some("7".into());
+        if ready {
+            let now = jiff::Timestamp::now();
+            let c = condition::ready(&[], true, Reason::Available, "ok", None, now);
+            b.status = Some(BucketStatus {
+                conditions: vec![c],
+                // Status is the tenant's to write: it must not redirect anything.
+                bucket_name: Some("s3op-someone-else".into()),
+                ..Default::default()
+            });
+        }
+        Arc::new(b)
+    }
+
+    fn blocked(r: Result<Option<Option<LogTarget>>, Blocked>) -> Blocked {
+        r.expect_err("blocked")
+    }
+
+    #[test]
+    fn the_target_is_resolved_from_its_spec_and_must_be_ready_and_elsewhere() {
+        let s = settings();
+        let target = b("ns", "logs", None, true);
+        let source = b("ns", "photos", Some("logs"), true);
+        let got = wanted(&source, "us-east-1", Some(&target), &s, "us-east-1").unwrap();
+        assert_eq!(
+            got,
+            Some(Some(LogTarget {
+                bucket: "s3op-ns-logs".into(),
+                prefix: "photos/".into()
+            }))
+        );
+        let why = blocked(wanted(&source, "us-east-1", None, &s, "us-east-1"));
+        assert_eq!(why.reason, Reason::BucketNotFound);
+        assert!(
+            why.message.contains(FIELD) && why.message.contains("logs"),
+            "{why}"
+        );
+        let unready = b("ns", "logs", None, false);
+        let why = blocked(wanted(
+            &source,
+            "us-east-1",
+            Some(&unready),
+            &s,
+            "us-east-1",
+        ));
+        assert!(
+            why.message.contains(FIELD) && why.message.contains("not Ready"),
+            "{why}"
+        );
+        let why = blocked(wanted(&source, "eu-west-1", Some(&target), &s, "us-east-1"));
+        assert!(why.message.contains("region"), "{why}");
+        let selfish = b("ns", "photos", Some("photos"), true);
+        let why = blocked(wanted(
+            &selfish,
+            "us-east-1",
+            Some(&selfish),
+            &s,
+            "us-east-1",
+        ));
+        assert_eq!(why.reason, Reason::InvalidSpec);
+        assert!(
+            why.message.contains(FIELD) && why.message.contains("itself"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn omitted_is_unmanaged_and_empty_turns_logging_off() {
+        let s = settings();
+        let plain = b("ns", "plain", None, true);
+        assert_eq!(
+            wanted(&plain, "us-east-1", None, &s, "us-east-1").unwrap(),
+            None
+        );
+        let mut off = (*plain).clone();
+        off.spec.logging = Some(Logging::default());
+        assert_eq!(
+            wanted(&off, "us-east-1", None, &s, "us-east-1").unwrap(),
+            Some(None)
+        );
+    }
+
+    #[test]
+    fn the_grant_names_exactly_the_sources_of_the_targets_namespace() {
+        let s = settings();
+        let target = b("ns", "logs", None, true);
+        let mut leaving = (*b("ns", "leaving", Some("logs"), true)).clone();
+        leaving.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        let all = vec![
+            target.clone(),
+            b("ns", "photos", Some("logs"), false),
+            b("ns", "docs", Some("logs"), true),
+            b("ns", "other", Some("elsewhere"), true),
+            b("ns", "plain", None, true),
+            // Same object name in another namespace: never granted.
+            b("intruder", "spy", Some("logs"), true),
+            Arc::new(leaving),
+        ];
+        let arns = sources(&target, &all, &s, "us-east-1");
+        assert_eq!(
+            arns,
+            ["arn:aws:s3:::s3op-ns-docs", "arn:aws:s3:::s3op-ns-photos"]
+        );
+        let doc = policy::bucket_policy("arn:aws:s3:::s3op-ns-logs", &[]);
+        let doc = with_grant(doc, "arn:aws:s3:::s3op-ns-logs", &arns, &s.account_id);
+        let grant = &doc["Statement"][1];
+        assert_eq!(grant["Sid"], policy::LOGGING_SID);
+        assert_eq!(grant["Principal"]["Service"], policy::LOGGING_SERVICE);
+        assert_eq!(grant["Resource"], "arn:aws:s3:::s3op-ns-logs/*");
+        assert_eq!(
+            grant["Condition"]["ArnLike"]["aws:SourceArn"],
+            serde_json::json!(arns)
+        );
+        assert_eq!(
+            grant["Condition"]["StringEquals"]["aws:SourceAccount"],
+            "123456789012"
+        );
+        // No sources: no grant, the policy is the TLS-only statement alone.
+        let lone = with_grant(
+            policy::bucket_policy("arn:aws:s3:::s3op-ns-plain", &[]),
+            "arn:aws:s3:::s3op-ns-plain",
+            &sources(&all[4], &all, &s, "us-east-1"),
+            &s.account_id,
+        );
+        assert_eq!(lone["Statement"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn links_change_their_fingerprint_when_either_end_changes() {
+        let s = settings();
+        let target = b("ns", "logs", None, true);
+        let source = b("ns", "photos", Some("logs"), true);
+        let all = vec![target.clone(), source.clone()];
+        let as_target = links(&target, &all, &s, "us-east-1");
+        let as_source = links(&source, &all, &s, "us-east-1");
+        assert_eq!(as_target.sources, ["arn:aws:s3:::s3op-ns-photos"]);
+        assert_eq!(
+            as_source.target.as_deref().map(|t| t.name_any()),
+            Some("logs".into())
+        );
+        let alone = links(&target, &all[..1], &s, "us-east-1");
+        assert_ne!(alone.fingerprint(), as_target.fingerprint());
+        let mut newer = (*target).clone();
+        newer.metadata.resource_version = Some("8".into());
+        let moved = links(&source, &[Arc::new(newer), source.clone()], &s, "us-east-1");
+        assert_ne!(moved.fingerprint(), as_source.fingerprint());
+        // A Bucket linked to nothing has the same fingerprint forever.
+        let plain = b("ns", "plain", None, true);
+        assert_eq!(links(&plain, &all, &s, "us-east-1").fingerprint(), "|");
+    }
+
+    #[test]
+    fn a_change_wakes_the_old_and_new_targets_and_the_sources() {
+        let (reader, mut writer) = kube::runtime::reflector::store::<Bucket>();
+        let target = b("ns", "logs", None, true);
+        let source = b("ns", "photos", Some("logs"), true);
+        for o in [&target, &source, &b("other", "x", Some("logs"), true)] {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply((**o).clone()));
+        }
+        let linked = Linked::default();
+        let names = |v: Vec<ObjectRef<Bucket>>| {
+            v.into_iter()
+                .map(|r| format!("{}/{}", r.namespace.unwrap_or_default(), r.name))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(names(linked.related(&reader, &source)), ["ns/logs"]);
+        // The target changed: its sources of its namespace only.
+        assert_eq!(names(linked.related(&reader, &target)), ["ns/photos"]);
+        // The source moved to another target: both targets hear of it.
+        let moved = b("ns", "photos", Some("archive"), true);
+        assert_eq!(
+            names(linked.related(&reader, &moved)),
+            ["ns/archive", "ns/logs"]
+        );
+        // It stopped logging: the last target hears of it, and then nobody.
+        let stopped = b("ns", "photos", None, true);
+        assert_eq!(names(linked.related(&reader, &stopped)), ["ns/archive"]);
+        assert!(linked.related(&reader, &stopped).is_empty());
+    }
+    #[test]
+    fn the_grant_cannot_be_spoofed_through_spec_policy() {
+        use crate::api::{PolicyEffect, PolicyPrincipal, PolicyStatement};
+        let st = PolicyStatement {
+            sid: Some(policy::LOGGING_SID.into()),
+            effect: PolicyEffect::Allow,
+            principal: PolicyPrincipal {
+                aws: vec![],
+                service: vec![policy::LOGGING_SERVICE.into()],
+            },
+            action: vec!["s3:PutObject".into()],
+            resource: vec!["arn:aws:s3:::s3op-x/*".into()],
+            condition: Default::default(),
+        };
+        // Even with the service allow-listed, the Sid stays the operator's.
+        let allowed = [policy::LOGGING_SERVICE.to_string()];
+        let err = policy::bucket_statements(&[st], "arn:aws:s3:::s3op-x", "123456789012", &allowed)
+            .unwrap_err();
+        assert!(
+            err.contains("spec.policy[0].sid") && err.contains("reserved"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn managed_logging_is_planned_kept_and_corrected_and_unmanaged_is_not() {
+        use super::super::bucket::{Change, Config, Observed, Plan, plan};
+        let s = settings();
+        let source = b("ns", "photos", Some("logs"), true);
+        let o = owner(source.as_ref(), &s.cluster_name);
+        let mut d = bucket::desired(&source, &s, "us-east-1", &o).unwrap();
+        let to = LogTarget {
+            bucket: "s3op-ns-logs".into(),
+            prefix: "photos/".into(),
+        };
+        d.logging = Some(Some(to.clone()));
+        let Plan::Apply(created) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert_eq!(created.last(), Some(&Change::Logging));
+        assert_eq!(Change::Logging.aspect(), "logging");
+        let converged = Config {
+            tags: d.tags.clone(),
+            public_access_block: Some(d.public_access_block),
+            encryption: Some(d.encryption.clone()),
+            policy: d.policy.clone().ok(),
+            logging: Some(Some(to.clone())),
+            ..Default::default()
+        };
+        let with = |logging| {
+            Observed::Present(Box::new(Config {
+                logging,
+                ..converged.clone()
+            }))
+        };
+        assert_eq!(plan(&d, &with(Some(Some(to.clone())))), Plan::Apply(vec![]));
+        let elsewhere = LogTarget {
+            prefix: "other/".into(),
+            ..to.clone()
+        };
+        for drifted in [Some(None), Some(Some(elsewhere))] {
+            assert_eq!(
+                plan(&d, &with(drifted.clone())),
+                Plan::Apply(vec![Change::Logging]),
+                "{drifted:?}"
+            );
+        }
+        // Off and kept off: a new bucket needs no write; an existing one that logs is turned off.
+        d.logging = Some(None);
+        let Plan::Apply(created) = plan(&d, &Observed::Absent) else {
+            panic!()
+        };
+        assert!(!created.contains(&Change::Logging));
+        assert_eq!(
+            plan(&d, &with(Some(Some(to.clone())))),
+            Plan::Apply(vec![Change::Logging])
+        );
+        // Unmanaged: whatever S3 holds stays.
+        d.logging = None;
+        assert_eq!(plan(&d, &with(None)), Plan::Apply(vec![]));
+    }
+}
