@@ -257,8 +257,9 @@ impl Linked {
         let before = {
             let mut before = self.before.lock().expect("linked map poisoned");
             match &now {
-                Some(t) => before.insert(me, t.clone()),
-                None => before.remove(&me),
+                // A Bucket being deleted logs nowhere from now on: its entry goes with it.
+                Some(t) if b.metadata.deletion_timestamp.is_none() => before.insert(me, t.clone()),
+                _ => before.remove(&me),
             }
         };
         let mut out: Vec<ObjectRef<Bucket>> = now
@@ -485,7 +486,15 @@ mod tests {
         let stopped = b("ns", "photos", None, true);
         assert_eq!(names(linked.related(&reader, &stopped)), ["ns/archive"]);
         assert!(linked.related(&reader, &stopped).is_empty());
+        // A source being deleted wakes its target once and leaves nothing remembered.
+        let mut deleted = (*b("ns", "photos", Some("logs"), true)).clone();
+        deleted.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        assert_eq!(names(linked.related(&reader, &deleted)), ["ns/logs"]);
+        assert!(linked.before.lock().unwrap().is_empty());
     }
+
     #[test]
     fn the_grant_cannot_be_spoofed_through_spec_policy() {
         use crate::api::{PolicyEffect, PolicyPrincipal, PolicyStatement};
