@@ -400,85 +400,103 @@ pub fn bucket_statements(
     account: &str,
     allowed: &[String],
 ) -> Result<Vec<Value>, String> {
+    statements
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let field = format!("spec.policy[{i}]");
+            statement_refused(s, bucket_arn, account, allowed)
+                .map_or_else(|| Ok(statement_json(s)), |why| Err(format!("{field}{why}")))
+        })
+        .collect()
+}
+
+/// Why statement `s` may not go into the policy of `bucket_arn`, said after the field's name
+/// (`.resource ...`).
+fn statement_refused(
+    s: &PolicyStatement,
+    bucket_arn: &str,
+    account: &str,
+    allowed: &[String],
+) -> Option<String> {
     let objects_arn = format!("{bucket_arn}/*");
-    let mut out = Vec::with_capacity(statements.len());
-    for (i, s) in statements.iter().enumerate() {
-        let field = format!("spec.policy[{i}]");
-        if s.sid.as_deref() == Some(TLS_ONLY_SID) {
-            return Err(format!(
-                "{field}.sid {TLS_ONLY_SID} is reserved for the operator's TLS-only statement"
-            ));
-        }
-        if s.sid.as_deref() == Some(LOGGING_SID) {
-            return Err(format!(
-                "{field}.sid {LOGGING_SID} is reserved for the operator's server access logging grant"
-            ));
-        }
-        if let Some(a) = s.action.iter().find(|a| !a.starts_with("s3:")) {
-            return Err(format!("{field}.action {a:?} is not an S3 action (s3:...)"));
-        }
-        if s.resource.is_empty() {
-            return Err(format!("{field}.resource must name this bucket"));
-        }
-        if let Some(r) = s
-            .resource
-            .iter()
-            .find(|r| **r != bucket_arn && **r != objects_arn)
-        {
-            return Err(format!(
-                "{field}.resource {r:?} is not this bucket: a statement may name only {bucket_arn} and {objects_arn}"
-            ));
-        }
-        if s.principal.aws.is_empty() && s.principal.service.is_empty() {
-            return Err(format!("{field}.principal names no principal"));
-        }
-        if s.effect == PolicyEffect::Allow {
-            if s.principal.aws.iter().any(|p| p == "*") {
-                return Err(format!(
-                    "{field}.principal.aws \"*\" in an Allow would make the bucket public; refused"
-                ));
-            }
-            let outside = s
-                .principal
-                .aws
-                .iter()
-                .find(|p| {
-                    let acct = principal_account(p);
-                    acct != Some(account)
-                        && !allowed.iter().any(|a| a == *p || Some(a.as_str()) == acct)
-                })
-                .or_else(|| s.principal.service.iter().find(|p| !allowed.contains(p)));
-            if let Some(p) = outside {
-                return Err(format!(
-                    "{field}.principal {p:?} is outside the operator's AWS account {account}; an Allow may name it only if the operator's --allowed-policy-principals lists it"
-                ));
-            }
-        }
-        let mut st = serde_json::Map::new();
-        if let Some(sid) = &s.sid {
-            st.insert("Sid".into(), json!(sid));
-        }
-        let effect = match s.effect {
-            PolicyEffect::Allow => "Allow",
-            PolicyEffect::Deny => "Deny",
-        };
-        st.insert("Effect".into(), json!(effect));
-        let mut principal = serde_json::Map::new();
-        if !s.principal.aws.is_empty() {
-            principal.insert("AWS".into(), json!(s.principal.aws));
-        }
-        if !s.principal.service.is_empty() {
-            principal.insert("Service".into(), json!(s.principal.service));
-        }
-        st.insert("Principal".into(), Value::Object(principal));
-        st.insert("Action".into(), json!(s.action));
-        st.insert("Resource".into(), json!(s.resource));
-        if !s.condition.is_empty() {
-            st.insert("Condition".into(), json!(s.condition));
-        }
-        out.push(Value::Object(st));
+    if s.sid.as_deref() == Some(TLS_ONLY_SID) {
+        return Some(format!(
+            ".sid {TLS_ONLY_SID} is reserved for the operator's TLS-only statement"
+        ));
     }
-    Ok(out)
+    if s.sid.as_deref() == Some(LOGGING_SID) {
+        return Some(format!(
+            ".sid {LOGGING_SID} is reserved for the operator's server access logging grant"
+        ));
+    }
+    if let Some(a) = s.action.iter().find(|a| !a.starts_with("s3:")) {
+        return Some(format!(".action {a:?} is not an S3 action (s3:...)"));
+    }
+    if s.resource.is_empty() {
+        return Some(".resource must name this bucket".into());
+    }
+    if let Some(r) = s
+        .resource
+        .iter()
+        .find(|r| **r != bucket_arn && **r != objects_arn)
+    {
+        return Some(format!(
+            ".resource {r:?} is not this bucket: a statement may name only {bucket_arn} and {objects_arn}"
+        ));
+    }
+    if s.principal.aws.is_empty() && s.principal.service.is_empty() {
+        return Some(".principal names no principal".into());
+    }
+    if s.effect == PolicyEffect::Deny {
+        return None;
+    }
+    if s.principal.aws.iter().any(|p| p == "*") {
+        return Some(
+            ".principal.aws \"*\" in an Allow would make the bucket public; refused".into(),
+        );
+    }
+    let outside = s
+        .principal
+        .aws
+        .iter()
+        .find(|p| {
+            let acct = principal_account(p);
+            acct != Some(account) && !allowed.iter().any(|a| a == *p || Some(a.as_str()) == acct)
+        })
+        .or_else(|| s.principal.service.iter().find(|p| !allowed.contains(p)));
+    outside.map(|p| {
+        format!(
+            ".principal {p:?} is outside the operator's AWS account {account}; an Allow may name it only if the operator's --allowed-policy-principals lists it"
+        )
+    })
+}
+
+/// The IAM JSON of an accepted statement.
+fn statement_json(s: &PolicyStatement) -> Value {
+    let mut st = serde_json::Map::new();
+    if let Some(sid) = &s.sid {
+        st.insert("Sid".into(), json!(sid));
+    }
+    let effect = match s.effect {
+        PolicyEffect::Allow => "Allow",
+        PolicyEffect::Deny => "Deny",
+    };
+    st.insert("Effect".into(), json!(effect));
+    let mut principal = serde_json::Map::new();
+    if !s.principal.aws.is_empty() {
+        principal.insert("AWS".into(), json!(s.principal.aws));
+    }
+    if !s.principal.service.is_empty() {
+        principal.insert("Service".into(), json!(s.principal.service));
+    }
+    st.insert("Principal".into(), Value::Object(principal));
+    st.insert("Action".into(), json!(s.action));
+    st.insert("Resource".into(), json!(s.resource));
+    if !s.condition.is_empty() {
+        st.insert("Condition".into(), json!(s.condition));
+    }
+    Value::Object(st)
 }
 
 /// A policy document in one canonical form, so two documents that mean the same compare equal

@@ -164,71 +164,75 @@ pub enum Plan {
 
 /// The pure heart of the Bucket reconciler: which writes turn `observed` into `desired`.
 pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
-    let config = match observed {
-        Observed::Foreign(owner) => {
-            return Plan::Blocked(Blocked::new(
-                Reason::NameConflict,
-                format!(
-                    "bucket {} already exists and is {owner}; it will not be modified",
-                    desired.name
-                ),
-            ));
-        }
+    match observed {
+        Observed::Foreign(owner) => Plan::Blocked(Blocked::new(
+            Reason::NameConflict,
+            format!(
+                "bucket {} already exists and is {owner}; it will not be modified",
+                desired.name
+            ),
+        )),
         Observed::NotAdoptable(why) => {
-            return Plan::Blocked(Blocked::new(Reason::NameConflict, why.clone()));
+            Plan::Blocked(Blocked::new(Reason::NameConflict, why.clone()))
         }
         Observed::Absent | Observed::Present(_) if desired.policy.is_err() => {
             let why = desired.policy.clone().err().unwrap_or_default();
-            return Plan::Blocked(Blocked::new(Reason::InvalidSpec, why));
+            Plan::Blocked(Blocked::new(Reason::InvalidSpec, why))
         }
         Observed::Absent | Observed::Present(_)
             if matches!(desired.notifications, Some(Err(_))) =>
         {
             let why = notifications_refusal(desired);
-            return Plan::Blocked(Blocked::new(Reason::InvalidSpec, why));
+            Plan::Blocked(Blocked::new(Reason::InvalidSpec, why))
         }
-        Observed::Absent => {
-            // The bucket is created with its tags and object ownership in one call.
-            let mut all = vec![
-                Change::Create,
-                Change::PublicAccessBlock,
-                Change::Encryption,
-                Change::Policy,
-            ];
-            if let Some(v) = desired.versioning {
-                // A new bucket is unversioned, which is what Suspended means for it; object
-                // lock turns versioning on in the CreateBucket call.
-                if v == Versioning::Enabled && desired.object_lock.is_none() {
-                    all.push(Change::Versioning(v));
-                }
-            }
-            if desired
-                .lifecycle_rules
-                .as_ref()
-                .is_some_and(|r| !r.is_empty())
-            {
-                all.push(Change::LifecycleRules);
-            }
-            if desired.cors.as_ref().is_some_and(|r| !r.is_empty()) {
-                all.push(Change::Cors);
-            }
-            all.extend(bucket_protection::on_create(desired));
-            if let Some(Ok(n)) = &desired.notifications
-                && !n.is_empty()
-            {
-                all.push(Change::Notifications);
-            }
-            // A new bucket logs nothing: only logging somewhere is a write.
-            if matches!(desired.logging, Some(Some(_))) {
-                all.push(Change::Logging);
-            }
-            return Plan::Apply(all);
-        }
-        Observed::Present(config) => config,
-    };
-    if let Some(why) = bucket_protection::refused(desired, config) {
-        return Plan::Blocked(why);
+        Observed::Absent => Plan::Apply(creation(desired)),
+        Observed::Present(config) => match bucket_protection::refused(desired, config) {
+            Some(why) => Plan::Blocked(why),
+            None => Plan::Apply(drift(desired, config)),
+        },
     }
+}
+
+/// The writes that make a new bucket: created with its tags, object ownership and object lock
+/// in one call, then each managed aspect that differs from what S3 gives a new bucket.
+fn creation(desired: &Desired) -> Vec<Change> {
+    let mut all = vec![
+        Change::Create,
+        Change::PublicAccessBlock,
+        Change::Encryption,
+        Change::Policy,
+    ];
+    // A new bucket is unversioned, which is what Suspended means for it; object lock turns
+    // versioning on in the CreateBucket call.
+    if desired.versioning == Some(Versioning::Enabled) && desired.object_lock.is_none() {
+        all.push(Change::Versioning(Versioning::Enabled));
+    }
+    if desired
+        .lifecycle_rules
+        .as_ref()
+        .is_some_and(|r| !r.is_empty())
+    {
+        all.push(Change::LifecycleRules);
+    }
+    if desired.cors.as_ref().is_some_and(|r| !r.is_empty()) {
+        all.push(Change::Cors);
+    }
+    all.extend(bucket_protection::on_create(desired));
+    if let Some(Ok(n)) = &desired.notifications
+        && !n.is_empty()
+    {
+        all.push(Change::Notifications);
+    }
+    // A new bucket logs nothing: only logging somewhere is a write.
+    if matches!(desired.logging, Some(Some(_))) {
+        all.push(Change::Logging);
+    }
+    all
+}
+
+/// The writes that bring an existing bucket back to the spec: one per managed aspect that
+/// differs (none in steady state).
+fn drift(desired: &Desired, config: &Config) -> Vec<Change> {
     let mut changes = Vec::new();
     if config.tags != desired.tags {
         changes.push(Change::Tags);
@@ -241,11 +245,10 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
     {
         changes.push(Change::Encryption);
     }
-    if let Some(want) = desired.versioning {
-        let have = config.versioning.unwrap_or(Versioning::Suspended);
-        if have != want {
-            changes.push(Change::Versioning(want));
-        }
+    if let Some(want) = desired.versioning
+        && config.versioning.unwrap_or(Versioning::Suspended) != want
+    {
+        changes.push(Change::Versioning(want));
     }
     if let Some(want) = &desired.lifecycle_rules
         && config.lifecycle_rules.as_ref().map(|r| sorted_rules(r)) != Some(sorted_rules(want))
@@ -283,7 +286,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
     {
         changes.push(Change::Logging);
     }
-    Plan::Apply(changes)
+    changes
 }
 
 fn notifications_refusal(desired: &Desired) -> String {
@@ -786,58 +789,75 @@ async fn release_or_delete(
         return Ok(true);
     }
     match policy {
-        DeletionPolicy::Retain => {
-            // Grants never outlive ownership: the spec's statements go, the TLS-only one stays.
-            // Before the tags, so a failure here still finds the bucket ours on the next pass.
-            let arn = naming::bucket_arn(naming::partition(r), n);
-            aws.put_bucket_policy(r, n, &policy::bucket_policy(&arn, &[]))
-                .await?;
-            aws.put_tags(r, n, &released(&tags, owner)).await?;
+        DeletionPolicy::Retain => retain(bucket, ctx, owner, &tags, r, n).await,
+        DeletionPolicy::Delete => delete(bucket, ctx, d).await,
+    }
+}
+
+/// Leaves the bucket in S3 without this object's grants and ownership.
+async fn retain(
+    bucket: &Bucket,
+    ctx: &Context,
+    owner: &Owner,
+    tags: &BTreeMap<String, String>,
+    r: &str,
+    n: &str,
+) -> Result<bool, Error> {
+    let aws = &ctx.aws;
+    // Grants never outlive ownership: the spec's statements go, the TLS-only one stays.
+    // Before the tags, so a failure here still finds the bucket ours on the next pass.
+    let arn = naming::bucket_arn(naming::partition(r), n);
+    aws.put_bucket_policy(r, n, &policy::bucket_policy(&arn, &[]))
+        .await?;
+    aws.put_tags(r, n, &released(tags, owner)).await?;
+    ctx.event(
+        bucket,
+        false,
+        "Retained",
+        format!(
+            "S3 bucket {n} retained; ownership tags and bucket policy grants removed (only namespace {} may adopt it again)",
+            owner.namespace
+        ),
+    )
+    .await;
+    Ok(true)
+}
+
+/// Deletes the bucket if it is empty, or empties it first with `forceDelete` (a page at a
+/// time: `Ok(false)` until it is empty). Never bypasses object lock retention.
+async fn delete(bucket: &Bucket, ctx: &Context, d: &Desired) -> Result<bool, Error> {
+    let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
+    if bucket.spec.force_delete {
+        let emptied = aws.empty_bucket(r, n, EMPTY_PAGES_PER_PASS).await;
+        let Emptied { deleted, empty } = match emptied {
+            // Retention refused the deletes: report it, keep the bucket and its objects.
+            Err(e) if d.object_lock.is_some() && e.kind == ErrorKind::AccessDenied => {
+                let msg = bucket_protection::retention_holds(n, &e);
+                return Err(hold(bucket, ctx, d, msg).await);
+            }
+            other => other?,
+        };
+        if deleted > 0 {
             ctx.event(
                 bucket,
                 false,
-                "Retained",
-                format!(
-                    "S3 bucket {n} retained; ownership tags and bucket policy grants removed (only namespace {} may adopt it again)",
-                    owner.namespace
-                ),
+                "Emptied",
+                format!("Deleted {deleted} object versions from {n} (forceDelete)"),
             )
             .await;
         }
-        DeletionPolicy::Delete => {
-            if bucket.spec.force_delete {
-                let emptied = aws.empty_bucket(r, n, EMPTY_PAGES_PER_PASS).await;
-                let Emptied { deleted, empty } = match emptied {
-                    // Retention refused the deletes: report it, keep the bucket and its objects.
-                    Err(e) if d.object_lock.is_some() && e.kind == ErrorKind::AccessDenied => {
-                        let msg = bucket_protection::retention_holds(n, &e);
-                        return Err(hold(bucket, ctx, d, msg).await);
-                    }
-                    other => other?,
-                };
-                if deleted > 0 {
-                    ctx.event(
-                        bucket,
-                        false,
-                        "Emptied",
-                        format!("Deleted {deleted} object versions from {n} (forceDelete)"),
-                    )
-                    .await;
-                }
-                if !empty {
-                    return Ok(false);
-                }
-            } else if !aws.bucket_is_empty(r, n).await? {
-                let msg = format!(
-                    "S3 bucket {n} is not empty; empty it or set spec.forceDelete: true to delete it with its objects"
-                );
-                return Err(hold(bucket, ctx, d, msg).await);
-            }
-            aws.delete_bucket(r, n).await?;
-            ctx.event(bucket, false, "Deleted", format!("Deleted S3 bucket {n}"))
-                .await;
+        if !empty {
+            return Ok(false);
         }
+    } else if !aws.bucket_is_empty(r, n).await? {
+        let msg = format!(
+            "S3 bucket {n} is not empty; empty it or set spec.forceDelete: true to delete it with its objects"
+        );
+        return Err(hold(bucket, ctx, d, msg).await);
     }
+    aws.delete_bucket(r, n).await?;
+    ctx.event(bucket, false, "Deleted", format!("Deleted S3 bucket {n}"))
+        .await;
     Ok(true)
 }
 
