@@ -10,7 +10,6 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess};
 use serde_json::json;
 
-use crate::bucket::{bucket, wait_ready};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);

@@ -6,42 +6,13 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::types::{
     ObjectCannedAcl, ObjectOwnership, OwnershipControls, OwnershipControlsRule,
 };
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use s3_operator::api::Bucket;
 use serde_json::json;
 
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
-
-pub fn bucket(name: &str, spec: serde_json::Value) -> Bucket {
-    serde_json::from_value(json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec}))
-        .expect("valid Bucket")
-}
-
-/// Waits for Ready=True and returns the S3 bucket name from status.
-pub async fn wait_ready(api: &Api<Bucket>, name: &str) -> String {
-    wait_reason(api, name, "Available", T).await;
-    api.get(name)
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .bucket_name
-        .unwrap()
-}
-
-async fn events(ns: &str, reason: &str) -> Vec<Event> {
-    let api = Api::<Event>::namespaced(admin().await, ns);
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .collect()
-}
 
 async fn gone(api: &Api<Bucket>, name: &str) {
     wait_for(&format!("{name} to be deleted"), T, || async {
@@ -52,15 +23,7 @@ async fn gone(api: &Api<Bucket>, name: &str) {
 
 #[tokio::test]
 async fn bucket_is_created_updated_kept_in_shape_and_deleted() {
-    let client = admin().await;
-    let ns = namespace(&client, "bkt").await;
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        resync: "2s",
-        ..Default::default()
-    })
-    .await;
-    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let (op, api, ns) = Operator::in_new_namespace("bkt").await;
     let (name, uid) = created_bucket_reports_its_name_arn_and_region(&api, &ns, &op).await;
     s3_holds_the_tags_public_access_block_and_encryption(&op, &ns, &name, uid.as_ref()).await;
     s3_holds_the_versioning_lifecycle_and_cors(&ns, &name).await;
@@ -190,7 +153,7 @@ async fn s3_holds_the_versioning_lifecycle_and_cors(ns: &str, name: &str) {
         vec!["https://example.com".to_string()]
     );
     assert!(
-        !events(ns, "Created").await.is_empty(),
+        !event_notes(ns, "Created").await.is_empty(),
         "creation is reported as an event"
     );
 }
@@ -198,12 +161,7 @@ async fn s3_holds_the_versioning_lifecycle_and_cors(ns: &str, name: &str) {
 /// Quiet steady state: several resyncs (2s) make no AWS write and no Kubernetes write.
 async fn steady_state_writes_nothing_and_rereads_aws(op: &Operator) {
     let (aws0, kube0) = (op.aws_writes().await, op.kube_writes().await);
-    let reads0 = op
-        .metric(
-            "s3_operator_aws_requests_total",
-            &[("operation", "GetBucketTagging")],
-        )
-        .await;
+    let reads0 = op.aws_calls("GetBucketTagging").await;
     tokio::time::sleep(Duration::from_secs(7)).await;
     assert_eq!(op.aws_writes().await, aws0, "steady state wrote to AWS");
     assert_eq!(
@@ -211,12 +169,7 @@ async fn steady_state_writes_nothing_and_rereads_aws(op: &Operator) {
         kube0,
         "steady state wrote to Kubernetes"
     );
-    let reads1 = op
-        .metric(
-            "s3_operator_aws_requests_total",
-            &[("operation", "GetBucketTagging")],
-        )
-        .await;
+    let reads1 = op.aws_calls("GetBucketTagging").await;
     assert!(
         reads1 >= reads0 + 2.0,
         "resync re-reads AWS ({reads0} -> {reads1})"
@@ -242,15 +195,8 @@ async fn drift_is_put_back(op: &Operator, ns: &str, name: &str) {
         (c.block_public_policy == Some(true)).then_some(())
     })
     .await;
-    assert!(
-        op.metric(
-            "s3_operator_drift_corrections_total",
-            &[("aspect", "publicAccessBlock")]
-        )
-        .await
-            >= 1.0
-    );
-    assert!(!events(ns, "DriftCorrected").await.is_empty());
+    assert!(op.drift_corrections("publicAccessBlock").await >= 1.0);
+    assert!(!event_notes(ns, "DriftCorrected").await.is_empty());
 }
 
 /// Update: tags and versioning follow the spec.
@@ -364,7 +310,7 @@ async fn deletion_respects_retain_and_blocks_on_non_empty_buckets() {
     api.delete("full", &DeleteParams::default()).await.unwrap();
     let msg = wait_reason(&api, "full", "DeletionBlocked", T).await;
     assert!(msg.contains("forceDelete"), "{msg}");
-    assert!(!events(&ns, "DeletionBlocked").await.is_empty());
+    assert!(!event_notes(&ns, "DeletionBlocked").await.is_empty());
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         bucket_exists(&full).await && api.get_opt("full").await.unwrap().is_some(),
@@ -486,7 +432,7 @@ async fn an_unowned_bucket_is_adopted_only_when_asked(api: &Api<Bucket>, op: &Op
         Some("u")
     );
     assert_eq!(tags.get("k").map(String::as_str), Some("v"));
-    assert!(!events(ns, "NameConflict").await.is_empty());
+    assert!(!event_notes(ns, "NameConflict").await.is_empty());
 }
 
 /// A name outside the operator's prefix: refused before any AWS call, naming the rule.
@@ -556,11 +502,10 @@ async fn access_denied_lands_in_the_condition_without_a_hot_loop() {
         .unwrap();
     let msg = wait_reason(&api, "denied", "AccessDenied", T).await;
     assert!(msg.contains("PutBucketEncryption"), "{msg}");
-    assert!(!events(&ns, "AccessDenied").await.is_empty());
-    let tagging = [("operation", "GetBucketTagging")];
-    let before = op.metric("s3_operator_aws_requests_total", &tagging).await;
+    assert!(!event_notes(&ns, "AccessDenied").await.is_empty());
+    let before = op.aws_calls("GetBucketTagging").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    let after = op.metric("s3_operator_aws_requests_total", &tagging).await;
+    let after = op.aws_calls("GetBucketTagging").await;
     assert!(
         after - before <= 1.0,
         "hot loop: {before} -> {after} reads in 5s"
@@ -609,28 +554,12 @@ async fn put_with_acl(s3: &aws_sdk_s3::Client, bucket: &str) -> Result<(), Strin
         .map_err(|e| e.code().unwrap_or("unknown").to_string())
 }
 
-async fn aws_calls(op: &Operator, operation: &str) -> f64 {
-    op.metric(
-        "s3_operator_aws_requests_total",
-        &[("operation", operation)],
-    )
-    .await
-}
-
 /// New buckets have ACLs disabled (`BucketOwnerEnforced`) without a request of their own; an
 /// omitted `objectOwnership` is not read on resync and not corrected; a set one is created,
 /// kept, and its drift corrected and reported.
 #[tokio::test]
 async fn object_ownership_disables_acls_by_default_and_is_kept_when_set() {
-    let client = admin().await;
-    let ns = namespace(&client, "own").await;
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        resync: "2s",
-        ..Default::default()
-    })
-    .await;
-    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let (op, api, ns) = Operator::in_new_namespace("own").await;
     let s3 = admin_s3();
 
     // Omitted: created with ACLs disabled, in the CreateBucket call itself.
@@ -648,13 +577,13 @@ async fn object_ownership_disables_acls_by_default_and_is_kept_when_set() {
     );
     tokio::time::sleep(Duration::from_secs(5)).await;
     for operation in ["GetBucketOwnershipControls", "PutBucketOwnershipControls"] {
-        assert_eq!(aws_calls(&op, operation).await, 0.0, "{operation}");
+        assert_eq!(op.aws_calls(operation).await, 0.0, "{operation}");
     }
     // ... and unmanaged afterwards: a change made outside the operator stays.
     set_ownership(&plain, ObjectOwnership::ObjectWriter).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(ownership(&plain).await.as_deref(), Some("ObjectWriter"));
-    assert_eq!(aws_calls(&op, "GetBucketOwnershipControls").await, 0.0);
+    assert_eq!(op.aws_calls("GetBucketOwnershipControls").await, 0.0);
 
     // Set: created with it (ACLs work), steady state writes nothing, drift is put back.
     api.create(
@@ -666,28 +595,19 @@ async fn object_ownership_disables_acls_by_default_and_is_kept_when_set() {
     let writer = wait_ready(&api, "writer").await;
     assert_eq!(ownership(&writer).await.as_deref(), Some("ObjectWriter"));
     assert_eq!(put_with_acl(&s3, &writer).await, Ok(()));
-    let puts = aws_calls(&op, "PutBucketOwnershipControls").await;
+    let puts = op.aws_calls("PutBucketOwnershipControls").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(aws_calls(&op, "GetBucketOwnershipControls").await >= 2.0);
-    assert_eq!(aws_calls(&op, "PutBucketOwnershipControls").await, puts);
+    assert!(op.aws_calls("GetBucketOwnershipControls").await >= 2.0);
+    assert_eq!(op.aws_calls("PutBucketOwnershipControls").await, puts);
     set_ownership(&writer, ObjectOwnership::BucketOwnerEnforced).await;
     wait_for("object ownership restored", T, || async {
         (ownership(&writer).await.as_deref() == Some("ObjectWriter")).then_some(())
     })
     .await;
-    let drift = [("aspect", "objectOwnership")];
+    assert!(op.drift_corrections("objectOwnership").await >= 1.0);
+    let corrected = event_notes(&ns, "DriftCorrected").await;
     assert!(
-        op.metric("s3_operator_drift_corrections_total", &drift)
-            .await
-            >= 1.0
-    );
-    let corrected = events(&ns, "DriftCorrected").await;
-    assert!(
-        corrected.iter().any(|e| e
-            .note
-            .as_deref()
-            .unwrap_or_default()
-            .contains("objectOwnership")),
+        corrected.iter().any(|n| n.contains("objectOwnership")),
         "{corrected:?}"
     );
 
@@ -708,13 +628,12 @@ async fn object_ownership_disables_acls_by_default_and_is_kept_when_set() {
 #[tokio::test]
 async fn emulator_object_ownership_matches_s3() {
     let pfx = format!("s3op-moto-{}", random(6));
-    let policy = json!({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow",
-        "Action": ["s3:CreateBucket", "s3:PutObject", "s3:PutObjectAcl"],
-        "Resource": [format!("arn:aws:s3:::{pfx}*")],
-    }]});
-    let (key, secret) = iam_user_with_policy(&format!("{pfx}-user"), "/", Some(&policy)).await;
-    let s3 = s3_with(&key, &secret);
+    let s3 = s3_user(
+        &pfx,
+        "user",
+        &["s3:CreateBucket", "s3:PutObject", "s3:PutObjectAcl"],
+    )
+    .await;
     let plain = format!("{pfx}-plain");
     s3.create_bucket().bucket(&plain).send().await.unwrap();
     assert_eq!(
@@ -742,17 +661,6 @@ async fn emulator_object_ownership_matches_s3() {
     assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
 }
 
-/// The bucket's policy as S3 holds it (`None`: no policy).
-async fn bucket_policy(bucket: &str) -> Option<serde_json::Value> {
-    let out = admin_s3()
-        .get_bucket_policy()
-        .bucket(bucket)
-        .send()
-        .await
-        .ok()?;
-    serde_json::from_str(&out.policy?).ok()
-}
-
 fn has_tls_only_statement(doc: &serde_json::Value, bucket: &str) -> bool {
     let arn = format!("arn:aws:s3:::{bucket}");
     doc["Statement"].as_array().is_some_and(|all| {
@@ -770,15 +678,7 @@ fn has_tls_only_statement(doc: &serde_json::Value, bucket: &str) -> bool {
 /// nor writes anything else; a policy deleted or replaced out of band is rewritten and reported.
 #[tokio::test]
 async fn tls_only_policy_is_written_by_default_and_kept() {
-    let client = admin().await;
-    let ns = namespace(&client, "tls").await;
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        resync: "2s",
-        ..Default::default()
-    })
-    .await;
-    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let (op, api, ns) = Operator::in_new_namespace("tls").await;
     let s3 = admin_s3();
     api.create(&PostParams::default(), &bucket("tls", json!({})))
         .await
@@ -788,11 +688,11 @@ async fn tls_only_policy_is_written_by_default_and_kept() {
     assert!(has_tls_only_statement(&doc, &name), "{doc}");
 
     // Steady state: the policy is read on every resync and never rewritten.
-    let puts = aws_calls(&op, "PutBucketPolicy").await;
-    let reads = aws_calls(&op, "GetBucketPolicy").await;
+    let puts = op.aws_calls("PutBucketPolicy").await;
+    let reads = op.aws_calls("GetBucketPolicy").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(aws_calls(&op, "PutBucketPolicy").await, puts);
-    assert!(aws_calls(&op, "GetBucketPolicy").await >= reads + 2.0);
+    assert_eq!(op.aws_calls("PutBucketPolicy").await, puts);
+    assert!(op.aws_calls("GetBucketPolicy").await >= reads + 2.0);
 
     // Deleted, then replaced by another policy: rewritten each time, and reported.
     s3.delete_bucket_policy()
@@ -822,19 +722,10 @@ async fn tls_only_policy_is_written_by_default_and_kept() {
             .then_some(())
     })
     .await;
+    assert!(op.drift_corrections("policy").await >= 2.0);
+    let corrected = event_notes(&ns, "DriftCorrected").await;
     assert!(
-        op.metric(
-            "s3_operator_drift_corrections_total",
-            &[("aspect", "policy")]
-        )
-        .await
-            >= 2.0
-    );
-    let corrected = events(&ns, "DriftCorrected").await;
-    assert!(
-        corrected
-            .iter()
-            .any(|e| e.note.as_deref().unwrap_or_default().contains("policy")),
+        corrected.iter().any(|n| n.contains("policy")),
         "{corrected:?}"
     );
 }
@@ -918,9 +809,9 @@ async fn policy_statements_are_merged_guarded_and_kept() {
     );
 
     // Steady state: no rewrite.
-    let puts = aws_calls(&op, "PutBucketPolicy").await;
+    let puts = op.aws_calls("PutBucketPolicy").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(aws_calls(&op, "PutBucketPolicy").await, puts);
+    assert_eq!(op.aws_calls("PutBucketPolicy").await, puts);
 
     // Out of band, the TLS statement dropped: rewritten with every statement.
     let mut without_tls = doc.clone();

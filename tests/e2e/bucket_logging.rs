@@ -5,23 +5,14 @@ use std::time::Duration;
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::types::{BucketLoggingStatus, LoggingEnabled};
-use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use s3_operator::api::Bucket;
 use serde_json::{Value, json};
 
-use crate::bucket::{bucket, wait_ready};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
 const SID: &str = "S3ServerAccessLogs";
-
-async fn aws_calls(op: &Operator, operation: &str) -> f64 {
-    op.metric(
-        "s3_operator_aws_requests_total",
-        &[("operation", operation)],
-    )
-    .await
-}
 
 /// (target bucket, prefix) of `bucket`'s server access logging; `None` when off.
 async fn logging(bucket: &str) -> Option<(String, String)> {
@@ -37,13 +28,7 @@ async fn logging(bucket: &str) -> Option<(String, String)> {
 
 /// The source ARNs the logging grant of `bucket`'s policy names (`None`: no grant).
 async fn granted(bucket: &str) -> Option<Vec<String>> {
-    let out = admin_s3()
-        .get_bucket_policy()
-        .bucket(bucket)
-        .send()
-        .await
-        .ok()?;
-    let doc: Value = serde_json::from_str(&out.policy?).ok()?;
+    let doc = bucket_policy(bucket).await?;
     let all = doc["Statement"].as_array()?.clone();
     let grant = all.into_iter().find(|s| s["Sid"] == SID)?;
     assert_eq!(grant["Effect"], "Allow");
@@ -74,15 +59,7 @@ fn logs_to(target: &str, prefix: &str) -> Value {
 /// put back, and a source that stops logging (or goes) leaves the grant.
 #[tokio::test]
 async fn logging_goes_to_a_bucket_of_the_namespace_whose_policy_grants_exactly_its_sources() {
-    let client = admin().await;
-    let ns = namespace(&client, "log").await;
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        resync: "2s",
-        ..Default::default()
-    })
-    .await;
-    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let (op, api, _ns) = Operator::in_new_namespace("log").await;
     let pp = PostParams::default();
     // Created in one go: the sources wait for their target to be Ready.
     for (name, spec) in [
@@ -118,13 +95,13 @@ async fn logging_goes_to_a_bucket_of_the_namespace_whose_policy_grants_exactly_i
     assert_eq!(granted(&photos).await, None, "a source grants nothing");
 
     // Steady state: logging is read on every resync, never rewritten.
-    let puts = aws_calls(&op, "PutBucketLogging").await;
-    let policy_puts = aws_calls(&op, "PutBucketPolicy").await;
-    let gets = aws_calls(&op, "GetBucketLogging").await;
+    let puts = op.aws_calls("PutBucketLogging").await;
+    let policy_puts = op.aws_calls("PutBucketPolicy").await;
+    let gets = op.aws_calls("GetBucketLogging").await;
     tokio::time::sleep(Duration::from_secs(6)).await;
-    assert!(aws_calls(&op, "GetBucketLogging").await >= gets + 2.0);
-    assert_eq!(aws_calls(&op, "PutBucketLogging").await, puts);
-    assert_eq!(aws_calls(&op, "PutBucketPolicy").await, policy_puts);
+    assert!(op.aws_calls("GetBucketLogging").await >= gets + 2.0);
+    assert_eq!(op.aws_calls("PutBucketLogging").await, puts);
+    assert_eq!(op.aws_calls("PutBucketPolicy").await, policy_puts);
 
     // Drift: logging turned off outside the operator is turned back on and reported.
     admin_s3()
@@ -138,12 +115,7 @@ async fn logging_goes_to_a_bucket_of_the_namespace_whose_policy_grants_exactly_i
         (logging(&photos).await == Some((logs.clone(), "photos/".into()))).then_some(())
     })
     .await;
-    let drift = [("aspect", "logging")];
-    assert!(
-        op.metric("s3_operator_drift_corrections_total", &drift)
-            .await
-            >= 1.0
-    );
+    assert!(op.drift_corrections("logging").await >= 1.0);
     // ... and the target's grant removed outside the operator comes back.
     admin_s3()
         .delete_bucket_policy()
@@ -173,13 +145,7 @@ async fn logging_goes_to_a_bucket_of_the_namespace_whose_policy_grants_exactly_i
     // The last source deleted: no grant at all, the TLS-only policy alone.
     api.delete("docs", &DeleteParams::default()).await.unwrap();
     wait_for("the grant gone with its last source", T, || async {
-        let out = admin_s3()
-            .get_bucket_policy()
-            .bucket(&logs)
-            .send()
-            .await
-            .ok()?;
-        let doc: Value = serde_json::from_str(&out.policy?).ok()?;
+        let doc = bucket_policy(&logs).await?;
         let all = doc["Statement"].as_array()?;
         (all.len() == 1 && all[0]["Sid"] == "DenyInsecureTransport").then_some(())
     })
@@ -248,15 +214,7 @@ async fn logging_targets_outside_the_namespace_missing_or_itself_are_refused() {
 /// A Bucket without spec.logging costs no logging call: not on create, resync or delete.
 #[tokio::test]
 async fn a_bucket_without_logging_makes_no_logging_calls() {
-    let client = admin().await;
-    let ns = namespace(&client, "nolog").await;
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        resync: "2s",
-        ..Default::default()
-    })
-    .await;
-    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let (op, api, _ns) = Operator::in_new_namespace("nolog").await;
     let spec = json!({"deletionPolicy": "Delete"});
     api.create(&PostParams::default(), &bucket("plain", spec))
         .await
@@ -272,9 +230,9 @@ async fn a_bucket_without_logging_makes_no_logging_calls() {
         admin_s3().head_bucket().bucket(&name).send().await.is_err(),
         "deleted"
     );
-    assert!(aws_calls(&op, "GetBucketPolicy").await >= 2.0, "resynced");
+    assert!(op.aws_calls("GetBucketPolicy").await >= 2.0, "resynced");
     for operation in ["GetBucketLogging", "PutBucketLogging"] {
-        assert_eq!(aws_calls(&op, operation).await, 0.0, "{operation}");
+        assert_eq!(op.aws_calls(operation).await, 0.0, "{operation}");
     }
 }
 
@@ -284,13 +242,16 @@ async fn a_bucket_without_logging_makes_no_logging_calls() {
 #[tokio::test]
 async fn emulator_logging_needs_a_grant_naming_the_source() {
     let pfx = format!("s3op-moto-{}", random(6));
-    let policy = json!({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow",
-        "Action": ["s3:CreateBucket", "s3:PutBucketPolicy", "s3:PutBucketLogging"],
-        "Resource": [format!("arn:aws:s3:::{pfx}*")],
-    }]});
-    let (key, secret) = iam_user_with_policy(&format!("{pfx}-user"), "/", Some(&policy)).await;
-    let s3 = s3_with(&key, &secret);
+    let s3 = s3_user(
+        &pfx,
+        "user",
+        &[
+            "s3:CreateBucket",
+            "s3:PutBucketPolicy",
+            "s3:PutBucketLogging",
+        ],
+    )
+    .await;
     let (target, a, b) = (format!("{pfx}-t"), format!("{pfx}-a"), format!("{pfx}-b"));
     for name in [&target, &a, &b] {
         s3.create_bucket().bucket(name).send().await.unwrap();
@@ -342,23 +303,6 @@ async fn emulator_logging_needs_a_grant_naming_the_source() {
     assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
 }
 
-/// Posts `spec` as a raw Bucket and returns the API server's 422 message.
-async fn refused(api: &Api<Bucket>, spec: Value) -> String {
-    let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket",
-        "metadata": {"name": "bad"}, "spec": spec});
-    let obj: DynamicObject = serde_json::from_value(obj).unwrap();
-    let ns = api.namespace().unwrap().to_string();
-    let raw: Api<DynamicObject> =
-        Api::namespaced_with(admin().await, &ns, &ApiResource::erase::<Bucket>(&()));
-    match raw.create(&PostParams::default(), &obj).await {
-        Err(kube::Error::Api(e)) => {
-            assert_eq!(e.code, 422, "{e:?}");
-            e.message
-        }
-        other => panic!("expected a 422, got {other:?}"),
-    }
-}
-
 /// The API server refuses what the CRD can judge alone, naming the field and the rule.
 #[tokio::test]
 async fn invalid_logging_specs_are_refused_naming_field_and_rule() {
@@ -366,18 +310,29 @@ async fn invalid_logging_specs_are_refused_naming_field_and_rule() {
     let client = admin().await;
     let ns = namespace(&client, "logval").await;
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let msg = refused(&api, json!({"logging": {"targetPrefix": "logs/"}})).await;
+    let msg = refused(
+        &api,
+        raw_bucket("bad", json!({"logging": {"targetPrefix": "logs/"}})),
+    )
+    .await;
     assert!(
         msg.contains("spec.logging.targetPrefix needs spec.logging.targetBucketRef"),
         "{msg}"
     );
-    let msg = refused(&api, json!({"logging": {"targetBucketRef": {"name": ""}}})).await;
+    let msg = refused(
+        &api,
+        raw_bucket("bad", json!({"logging": {"targetBucketRef": {"name": ""}}})),
+    )
+    .await;
     assert!(msg.contains("spec.logging.targetBucketRef.name"), "{msg}");
     let msg = refused(
         &api,
-        json!({"policy": [{"sid": SID, "effect": "Allow",
+        raw_bucket(
+            "bad",
+            json!({"policy": [{"sid": SID, "effect": "Allow",
         "principal": {"service": ["logging.s3.amazonaws.com"]}, "action": ["s3:PutObject"],
         "resource": ["arn:aws:s3:::s3op-x/*"]}]}),
+        ),
     )
     .await;
     assert!(msg.contains("S3ServerAccessLogs is reserved"), "{msg}");

@@ -6,8 +6,7 @@ use std::time::Duration;
 
 use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::types::{EventBridgeConfiguration, NotificationConfiguration};
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use s3_operator::api::Bucket;
 use serde::Deserialize;
 use serde_json::json;
@@ -86,41 +85,6 @@ fn records(queue_url: &str) -> Vec<serde_json::Value> {
         .filter_map(|b| b["Records"].as_array())
         .flatten()
         .cloned()
-        .collect()
-}
-
-// Local copies of bucket.rs's helpers: this file does not depend on another test module.
-fn bucket(name: &str, spec: serde_json::Value) -> Bucket {
-    serde_json::from_value(
-        json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket",
-        "metadata": {"name": name}, "spec": spec}),
-    )
-    .expect("valid Bucket")
-}
-
-/// Waits for Ready=True and returns the S3 bucket name from status.
-async fn wait_ready(api: &Api<Bucket>, name: &str) -> String {
-    wait_reason(api, name, "Available", T).await;
-    let status = api.get(name).await.unwrap().status.unwrap();
-    status.bucket_name.unwrap()
-}
-
-async fn aws_calls(op: &Operator, operation: &str) -> f64 {
-    op.metric(
-        "s3_operator_aws_requests_total",
-        &[("operation", operation)],
-    )
-    .await
-}
-
-async fn events(ns: &str, reason: &str) -> Vec<Event> {
-    let api = Api::<Event>::namespaced(admin().await, ns);
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
         .collect()
 }
 
@@ -214,7 +178,7 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
     let plain = wait_ready(&api, "plain").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     for operation in [GET, PUT] {
-        assert_eq!(aws_calls(&op, operation).await, 0.0, "{operation}");
+        assert_eq!(op.aws_calls(operation).await, 0.0, "{operation}");
     }
 
     // A queue off the allow-list: refused naming the field and the rule; nothing is created.
@@ -233,7 +197,7 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
         "{msg}"
     );
     assert!(!bucket_exists(&stranger).await, "nothing created");
-    assert_eq!(aws_calls(&op, PUT).await, 0.0, "nothing written");
+    assert_eq!(op.aws_calls(PUT).await, 0.0, "nothing written");
 
     // Allow-listed: the configuration is in S3 and S3's events arrive, filtered by key.
     let spec = json!({"notifications": {"queues": [{"id": "uploads", "arn": arn,
@@ -269,11 +233,11 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
     assert_eq!(got[0]["s3"]["bucket"]["name"], name.as_str());
 
     // Steady state: read on every resync, never rewritten.
-    let puts = aws_calls(&op, PUT).await;
-    let reads = aws_calls(&op, GET).await;
+    let puts = op.aws_calls(PUT).await;
+    let reads = op.aws_calls(GET).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(aws_calls(&op, GET).await >= reads + 2.0);
-    assert_eq!(aws_calls(&op, PUT).await, puts);
+    assert!(op.aws_calls(GET).await >= reads + 2.0);
+    assert_eq!(op.aws_calls(PUT).await, puts);
 
     // Drift: notifications removed outside the operator are put back and reported.
     put_notifications(&name, NotificationConfiguration::builder().build()).await;
@@ -281,19 +245,10 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
         (notifications(&name).await == want).then_some(())
     })
     .await;
-    let drift = [("aspect", "notifications")];
+    assert!(op.drift_corrections("notifications").await >= 1.0);
+    let corrected = event_notes(&ns, "DriftCorrected").await;
     assert!(
-        op.metric("s3_operator_drift_corrections_total", &drift)
-            .await
-            >= 1.0
-    );
-    let corrected = events(&ns, "DriftCorrected").await;
-    assert!(
-        corrected.iter().any(|e| e
-            .note
-            .as_deref()
-            .unwrap_or_default()
-            .contains("notifications")),
+        corrected.iter().any(|n| n.contains("notifications")),
         "{corrected:?}"
     );
 
@@ -330,9 +285,9 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
         .event_bridge_configuration(EventBridgeConfiguration::builder().build())
         .build();
     put_notifications(&name, eb).await;
-    let reads = aws_calls(&op, GET).await;
+    let reads = op.aws_calls(GET).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(aws_calls(&op, GET).await, reads, "unmanaged: not read");
+    assert_eq!(op.aws_calls(GET).await, reads, "unmanaged: not read");
     assert_eq!(notifications(&name).await, (true, vec![]));
     // The plain Bucket was never concerned.
     assert_eq!(notifications(&plain).await, (false, vec![]));
@@ -398,18 +353,16 @@ async fn invalid_notifications_are_refused_naming_field_and_rule() {
 #[tokio::test]
 async fn emulator_notifications_match_s3() {
     let pfx = format!("s3op-moto-{}", random(6));
-    let resource = json!([format!("arn:aws:s3:::{pfx}*")]);
-    let policy = |actions: &[&str]| {
-        json!({"Version": "2012-10-17", "Statement": [{
-            "Effect": "Allow", "Action": actions, "Resource": resource}]})
-    };
-    let allowed = policy(&[
-        "s3:CreateBucket",
-        "s3:GetBucketNotification",
-        "s3:PutBucketNotification",
-    ]);
-    let (key, secret) = iam_user_with_policy(&format!("{pfx}-user"), "/", Some(&allowed)).await;
-    let s3 = s3_with(&key, &secret);
+    let s3 = s3_user(
+        &pfx,
+        "user",
+        &[
+            "s3:CreateBucket",
+            "s3:GetBucketNotification",
+            "s3:PutBucketNotification",
+        ],
+    )
+    .await;
     let name = format!("{pfx}-eb");
     s3.create_bucket().bucket(&name).send().await.unwrap();
     let read = || async {
@@ -464,13 +417,7 @@ async fn emulator_notifications_match_s3() {
     );
 
     // Without the notification actions both calls are denied.
-    let (key, secret) = iam_user_with_policy(
-        &format!("{pfx}-other"),
-        "/",
-        Some(&policy(&["s3:CreateBucket", "s3:ListBucket"])),
-    )
-    .await;
-    let other = s3_with(&key, &secret);
+    let other = s3_user(&pfx, "other", &["s3:CreateBucket", "s3:ListBucket"]).await;
     let err = other
         .put_bucket_notification_configuration()
         .bucket(&name)

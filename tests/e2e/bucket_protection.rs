@@ -10,14 +10,10 @@ use aws_sdk_s3::types::{
     IntelligentTieringConfiguration, IntelligentTieringStatus, ObjectLockConfiguration,
     ObjectLockEnabled, ObjectLockRetentionMode, ObjectLockRule, Tiering,
 };
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
-};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use s3_operator::api::Bucket;
 use serde_json::json;
 
-use crate::bucket::{bucket, wait_ready};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -32,43 +28,6 @@ const NEW_OPERATIONS: [&str; 7] = [
     "GetBucketAccelerateConfiguration",
     "PutBucketAccelerateConfiguration",
 ];
-
-async fn aws_calls(op: &Operator, operation: &str) -> f64 {
-    op.metric(
-        "s3_operator_aws_requests_total",
-        &[("operation", operation)],
-    )
-    .await
-}
-
-async fn drift(op: &Operator, aspect: &str) -> f64 {
-    op.metric("s3_operator_drift_corrections_total", &[("aspect", aspect)])
-        .await
-}
-
-async fn event_notes(ns: &str, reason: &str) -> Vec<String> {
-    let api = Api::<Event>::namespaced(admin().await, ns);
-    api.list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.note)
-        .collect()
-}
-
-async fn operator(tag: &str) -> (Operator, Api<Bucket>, String) {
-    let client = admin().await;
-    let ns = namespace(&client, tag).await;
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        resync: "2s",
-        ..Default::default()
-    })
-    .await;
-    (op, Api::<Bucket>::namespaced(client, &ns), ns)
-}
 
 /// (enabled, mode, days, years) of the bucket's object lock; `None` without one.
 async fn lock_of(bucket: &str) -> Option<(bool, Option<String>, Option<i32>, Option<i32>)> {
@@ -106,7 +65,7 @@ fn lock_config(mode: ObjectLockRetentionMode, days: i32) -> ObjectLockConfigurat
 /// what retention holds: it is reported as blocked and goes on once the versions are gone.
 #[tokio::test]
 async fn object_lock_is_chosen_at_creation_and_retention_is_kept() {
-    let (op, api, ns) = operator("lock").await;
+    let (op, api, ns) = Operator::in_new_namespace("lock").await;
     let s3 = admin_s3();
     let spec = json!({
         "objectLock": {"defaultRetention": {"mode": "GOVERNANCE", "days": 1}},
@@ -122,10 +81,10 @@ async fn object_lock_is_chosen_at_creation_and_retention_is_kept() {
     assert_eq!(versioning.unwrap().status.unwrap().as_str(), "Enabled");
 
     // Steady state reads the lock and writes nothing.
-    let puts = aws_calls(&op, "PutObjectLockConfiguration").await;
+    let puts = op.aws_calls("PutObjectLockConfiguration").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
-    assert_eq!(aws_calls(&op, "PutObjectLockConfiguration").await, puts);
-    assert!(aws_calls(&op, "GetObjectLockConfiguration").await >= 2.0);
+    assert_eq!(op.aws_calls("PutObjectLockConfiguration").await, puts);
+    assert!(op.aws_calls("GetObjectLockConfiguration").await >= 2.0);
 
     // An object is stored under the default retention, then the retention drifts.
     let put = s3
@@ -148,7 +107,7 @@ async fn object_lock_is_chosen_at_creation_and_retention_is_kept() {
         (lock_of(&name).await == Some(want.clone())).then_some(())
     })
     .await;
-    assert!(drift(&op, "objectLock").await >= 1.0);
+    assert!(op.drift_corrections("objectLock").await >= 1.0);
     let notes = event_notes(&ns, "DriftCorrected").await;
     assert!(notes.iter().any(|n| n.contains("objectLock")), "{notes:?}");
 
@@ -193,7 +152,7 @@ async fn object_lock_is_chosen_at_creation_and_retention_is_kept() {
 /// asking for it on an S3 bucket created without it is refused with the reason, untouched.
 #[tokio::test]
 async fn object_lock_is_refused_for_an_existing_bucket() {
-    let (op, api, _ns) = operator("nolock").await;
+    let (op, api, _ns) = Operator::in_new_namespace("nolock").await;
     api.create(&PostParams::default(), &bucket("plain", json!({})))
         .await
         .unwrap();
@@ -299,7 +258,7 @@ fn ids(list: &[&str]) -> BTreeSet<String> {
 /// list removes every configuration.
 #[tokio::test]
 async fn intelligent_tiering_and_acceleration_are_kept_and_free_when_unused() {
-    let (op, api, ns) = operator("tier").await;
+    let (op, api, ns) = Operator::in_new_namespace("tier").await;
     a_plain_bucket_reads_none_of_them(&op, &api).await;
     let name = tiering_and_acceleration_are_created(&api).await;
     steady_state_reads_and_writes_nothing(&op).await;
@@ -315,7 +274,7 @@ async fn a_plain_bucket_reads_none_of_them(op: &Operator, api: &Api<Bucket>) {
     wait_ready(api, "plain").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     for operation in NEW_OPERATIONS {
-        assert_eq!(aws_calls(op, operation).await, 0.0, "{operation}");
+        assert_eq!(op.aws_calls(operation).await, 0.0, "{operation}");
     }
 }
 
@@ -358,16 +317,22 @@ async fn steady_state_reads_and_writes_nothing(op: &Operator) {
     let writes: Vec<f64> = new_writes(op).await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     assert_eq!(new_writes(op).await, writes);
-    assert!(aws_calls(op, "ListBucketIntelligentTieringConfigurations").await >= 2.0);
-    assert!(aws_calls(op, "GetBucketAccelerateConfiguration").await >= 2.0);
+    assert!(
+        op.aws_calls("ListBucketIntelligentTieringConfigurations")
+            .await
+            >= 2.0
+    );
+    assert!(op.aws_calls("GetBucketAccelerateConfiguration").await >= 2.0);
     // Only "tiered" reads these.
-    assert_eq!(aws_calls(op, "GetObjectLockConfiguration").await, 0.0);
+    assert_eq!(op.aws_calls("GetObjectLockConfiguration").await, 0.0);
 }
 
 /// Acceleration suspended, one configuration changed, one deleted, one added: all put back,
 /// writing only what differs, reported as drift.
 async fn tiering_and_acceleration_drift_is_corrected(op: &Operator, ns: &str, name: &str) {
-    let archive_puts = aws_calls(op, "PutBucketIntelligentTieringConfiguration").await;
+    let archive_puts = op
+        .aws_calls("PutBucketIntelligentTieringConfiguration")
+        .await;
     drift_tiering_and_acceleration(name).await;
     wait_for("tiering and acceleration restored", T, || async {
         let archive = admin_s3()
@@ -386,12 +351,17 @@ async fn tiering_and_acceleration_drift_is_corrected(op: &Operator, ns: &str, na
     .await;
     // Only the two that differed were written (not the whole list again), and one deleted.
     assert_eq!(
-        aws_calls(op, "PutBucketIntelligentTieringConfiguration").await,
+        op.aws_calls("PutBucketIntelligentTieringConfiguration")
+            .await,
         archive_puts + 2.0
     );
-    assert!(aws_calls(op, "DeleteBucketIntelligentTieringConfiguration").await >= 1.0);
+    assert!(
+        op.aws_calls("DeleteBucketIntelligentTieringConfiguration")
+            .await
+            >= 1.0
+    );
     for aspect in ["intelligentTiering", "transferAcceleration"] {
-        assert!(drift(op, aspect).await >= 1.0, "{aspect}");
+        assert!(op.drift_corrections(aspect).await >= 1.0, "{aspect}");
     }
     let notes = event_notes(ns, "DriftCorrected").await;
     for aspect in ["intelligentTiering", "transferAcceleration"] {
@@ -457,7 +427,7 @@ async fn deleting_never_reads_object_lock(op: &Operator, api: &Api<Bucket>) {
     })
     .await;
     for operation in ["GetObjectLockConfiguration", "PutObjectLockConfiguration"] {
-        assert_eq!(aws_calls(op, operation).await, 0.0, "{operation}");
+        assert_eq!(op.aws_calls(operation).await, 0.0, "{operation}");
     }
 }
 
@@ -468,26 +438,9 @@ async fn new_writes(op: &Operator) -> Vec<f64> {
         .iter()
         .filter(|o| !o.starts_with("Get") && !o.starts_with("List"))
     {
-        all.push(aws_calls(op, operation).await);
+        all.push(op.aws_calls(operation).await);
     }
     all
-}
-
-/// Posts raw JSON and expects a 422; returns the API server's message.
-async fn refused(api: &Api<Bucket>, spec: serde_json::Value) -> String {
-    let ns = api.namespace().unwrap_or("default").to_string();
-    let raw: Api<DynamicObject> =
-        Api::namespaced_with(admin().await, &ns, &ApiResource::erase::<Bucket>(&()));
-    let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket",
-        "metadata": {"name": "bad"}, "spec": spec});
-    let obj: DynamicObject = serde_json::from_value(obj).unwrap();
-    match raw.create(&PostParams::default(), &obj).await {
-        Err(kube::Error::Api(e)) => {
-            assert_eq!(e.code, 422, "{e:?}");
-            e.message
-        }
-        other => panic!("expected a 422, got {other:?}"),
-    }
 }
 
 #[tokio::test]
@@ -534,7 +487,7 @@ async fn protection_specs_are_refused_naming_field_and_rule() {
             "spec.intelligentTiering[].tierings[].accessTier must be unique",
         ),
     ] {
-        let msg = refused(&api, spec.clone()).await;
+        let msg = refused(&api, raw_bucket("bad", spec.clone())).await;
         assert!(msg.contains(want), "{spec}: {msg}");
     }
     // Valid neighbours are accepted: the rules refuse only what they name.
@@ -565,19 +518,14 @@ async fn emulator_protection_apis_match_s3() {
     emulator_keeps_tiering_configurations_by_id(&full, &plain).await;
 }
 
-/// An identity allowed `actions` on buckets named `pfx*`.
-async fn emulator_identity(pfx: &str, user: &str, actions: &[&str]) -> aws_sdk_s3::Client {
-    let arn = format!("arn:aws:s3:::{pfx}*");
-    let policy = json!({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow", "Action": actions, "Resource": [arn, format!("{arn}/*")],
-    }]});
-    let (key, secret) = iam_user_with_policy(&format!("{pfx}-{user}"), "/", Some(&policy)).await;
-    s3_with(&key, &secret)
+/// The error code of a call expected to fail.
+fn code_of<T: std::fmt::Debug, E: ProvideErrorMetadata>(r: Result<T, E>) -> Option<String> {
+    r.unwrap_err().code().map(String::from)
 }
 
 /// Without their own actions, each API is denied. Returns the plain bucket it creates.
 async fn emulator_refuses_them_without_their_actions(pfx: &str) -> String {
-    let bare = emulator_identity(pfx, "bare", &["s3:CreateBucket", "s3:PutBucketVersioning"]).await;
+    let bare = s3_user(pfx, "bare", &["s3:CreateBucket", "s3:PutBucketVersioning"]).await;
     let err = bare
         .create_bucket()
         .bucket(format!("{pfx}-locked"))
@@ -589,36 +537,32 @@ async fn emulator_refuses_them_without_their_actions(pfx: &str) -> String {
     let plain = format!("{pfx}-plain");
     bare.create_bucket().bucket(&plain).send().await.unwrap();
     let denied = [
-        bare.get_object_lock_configuration()
-            .bucket(&plain)
-            .send()
-            .await
-            .unwrap_err()
-            .code()
-            .map(String::from),
-        bare.list_bucket_intelligent_tiering_configurations()
-            .bucket(&plain)
-            .send()
-            .await
-            .unwrap_err()
-            .code()
-            .map(String::from),
-        bare.put_bucket_intelligent_tiering_configuration()
-            .bucket(&plain)
-            .id("a")
-            .intelligent_tiering_configuration(tiering_config("a", 90))
-            .send()
-            .await
-            .unwrap_err()
-            .code()
-            .map(String::from),
-        bare.get_bucket_accelerate_configuration()
-            .bucket(&plain)
-            .send()
-            .await
-            .unwrap_err()
-            .code()
-            .map(String::from),
+        code_of(
+            bare.get_object_lock_configuration()
+                .bucket(&plain)
+                .send()
+                .await,
+        ),
+        code_of(
+            bare.list_bucket_intelligent_tiering_configurations()
+                .bucket(&plain)
+                .send()
+                .await,
+        ),
+        code_of(
+            bare.put_bucket_intelligent_tiering_configuration()
+                .bucket(&plain)
+                .id("a")
+                .intelligent_tiering_configuration(tiering_config("a", 90))
+                .send()
+                .await,
+        ),
+        code_of(
+            bare.get_bucket_accelerate_configuration()
+                .bucket(&plain)
+                .send()
+                .await,
+        ),
     ];
     assert!(
         denied.iter().all(|c| c.as_deref() == Some("AccessDenied")),
@@ -630,7 +574,7 @@ async fn emulator_refuses_them_without_their_actions(pfx: &str) -> String {
 
 /// With them, object lock is created, set and read back as S3 does. Returns the identity.
 async fn emulator_allows_them_with_their_actions(pfx: &str, plain: &str) -> aws_sdk_s3::Client {
-    let full = emulator_identity(
+    let full = s3_user(
         pfx,
         "full",
         &[

@@ -17,7 +17,6 @@ use serde_json::{Value, json};
 
 use crate::access::access;
 use crate::audit::{audit, inventory};
-use crate::bucket::bucket;
 use crate::support::*;
 
 fn scale() -> usize {
@@ -619,7 +618,7 @@ async fn oversized_and_cross_namespace_input_is_refused_and_nothing_foreign_is_t
         )
         .await
         .unwrap();
-    let their_bucket = crate::bucket::wait_ready(&theirs, "shared").await;
+    let their_bucket = wait_ready(&theirs, "shared").await;
     a_cross_namespace_reference_is_refused_or_dropped(&client, &ns, &other).await;
     the_other_namespaces_bucket_is_not_touched(&op, &their_bucket, &other).await;
     let _ = theirs.delete("shared", &DeleteParams::default()).await;

@@ -148,7 +148,10 @@ async fn prometheus_scrapes_the_chart_servicemonitor_and_loads_its_rules() {
     // A Bucket, so the leader's reconcile counter moves.
     let buckets = Api::<Bucket>::namespaced(client.clone(), &ns.team);
     buckets
-        .create(&PostParams::default(), &bucket("mon-bucket"))
+        .create(
+            &PostParams::default(),
+            &bucket("mon-bucket", json!({"deletionPolicy": "Delete"})),
+        )
         .await
         .expect("create the Bucket");
     wait_reason(&buckets, "mon-bucket", "Available", T).await;

@@ -474,16 +474,6 @@ pub(crate) fn sample<T: serde::de::DeserializeOwned>(file: &str) -> T {
     serde_yaml::from_str(&std::fs::read_to_string(&path).expect("sample")).expect("sample YAML")
 }
 
-pub(crate) fn bucket(name: &str) -> Bucket {
-    serde_json::from_value(json!({
-        "apiVersion": "s3.operator.dev/v1alpha1",
-        "kind": "Bucket",
-        "metadata": {"name": name},
-        "spec": {"deletionPolicy": "Delete"},
-    }))
-    .unwrap()
-}
-
 /// Sets of what a watcher saw that was not Ready, for objects that must stay Ready meanwhile.
 pub(crate) struct ReadyWatch {
     pub(crate) stop: Arc<AtomicBool>,
@@ -550,7 +540,10 @@ pub(crate) async fn serves_exactly(
     let name = format!("e2e-{}", random(5));
     for ns in unwatched.iter().chain(watched) {
         Api::<Bucket>::namespaced(client.clone(), ns)
-            .create(&PostParams::default(), &bucket(&name))
+            .create(
+                &PostParams::default(),
+                &bucket(&name, json!({"deletionPolicy": "Delete"})),
+            )
             .await
             .unwrap();
     }

@@ -8,7 +8,6 @@ use kube::api::{Api, PostParams};
 use s3_operator::api::Bucket;
 use serde_json::{Value, json};
 
-use crate::bucket::{bucket, wait_ready};
 use crate::support::*;
 
 /// A Prometheus server on loopback scraping `targets` every second; stopped on drop.

@@ -505,7 +505,10 @@ async fn ready_pair(ns: &str) -> (String, String) {
     let name = format!("e2e-{}", random(5));
     let buckets = Api::<Bucket>::namespaced(client.clone(), ns);
     buckets
-        .create(&Default::default(), &bucket(&name))
+        .create(
+            &Default::default(),
+            &bucket(&name, json!({"deletionPolicy": "Delete"})),
+        )
         .await
         .unwrap();
     let access: BucketAccess = serde_json::from_value(json!({

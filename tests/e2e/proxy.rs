@@ -11,7 +11,6 @@ use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::bucket::{bucket, wait_ready};
 use crate::support::*;
 
 /// A forward proxy on 127.0.0.1: CONNECT tunnels and absolute-form HTTP requests, each

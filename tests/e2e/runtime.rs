@@ -9,7 +9,6 @@ use s3_operator::api::{Bucket, BucketAccess};
 use serde_json::{Value, json};
 
 use crate::access::access;
-use crate::bucket::{bucket, wait_ready};
 use crate::faults::FaultProxy;
 use crate::support::*;
 

@@ -13,7 +13,6 @@ use s3_operator::api::{Bucket, BucketAccess};
 use serde_json::json;
 
 use crate::access::access;
-use crate::bucket::{bucket, wait_ready};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);

@@ -1,32 +1,10 @@
 //! Bad input is refused by the API server with a message naming the field and the rule.
 
-use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess};
 use serde_json::json;
 
 use crate::support::*;
-
-/// Posts raw JSON (typed objects cannot even hold some invalid values) and expects a 422.
-async fn refused<K>(api: &Api<K>, obj: serde_json::Value) -> String
-where
-    K: kube::Resource<DynamicType = ()>,
-{
-    let client = admin().await;
-    let ns = api.namespace().unwrap_or("default").to_string();
-    let raw: Api<DynamicObject> = Api::namespaced_with(client, &ns, &ApiResource::erase::<K>(&()));
-    let obj: DynamicObject = serde_json::from_value(obj).expect("a Kubernetes object");
-    match raw.create(&PostParams::default(), &obj).await {
-        Err(kube::Error::Api(e)) => {
-            assert_eq!(e.code, 422, "{e:?}");
-            e.message
-        }
-        other => panic!("expected a 422, got {other:?}"),
-    }
-}
-
-fn bkt(name: &str, spec: serde_json::Value) -> serde_json::Value {
-    json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec})
-}
 
 fn bka(name: &str, spec: serde_json::Value) -> serde_json::Value {
     json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess", "metadata": {"name": name}, "spec": spec})
@@ -57,12 +35,12 @@ async fn bucket_names_tags_encryption_lifecycle_and_versioning_are_checked(bucke
         ("xn--abc", "reserved prefixes"),
         ("ab", "spec.bucketName"),
     ] {
-        let msg = refused(buckets, bkt("b", json!({"bucketName": name}))).await;
+        let msg = refused(buckets, raw_bucket("b", json!({"bucketName": name}))).await;
         assert!(msg.contains(want), "{name}: {msg}");
     }
     let msg = refused(
         buckets,
-        bkt("b", json!({"tags": {"s3.operator.dev/uid": "x"}})),
+        raw_bucket("b", json!({"tags": {"s3.operator.dev/uid": "x"}})),
     )
     .await;
     assert!(
@@ -71,16 +49,20 @@ async fn bucket_names_tags_encryption_lifecycle_and_versioning_are_checked(bucke
     );
     let msg = refused(
         buckets,
-        bkt(
+        raw_bucket(
             "b",
             json!({"encryption": {"algorithm": "AES256", "kmsKeyId": "k"}}),
         ),
     )
     .await;
     assert!(msg.contains("kmsKeyId"), "{msg}");
-    let msg = refused(buckets, bkt("b", json!({"lifecycleRules": [{"id": "x"}]}))).await;
+    let msg = refused(
+        buckets,
+        raw_bucket("b", json!({"lifecycleRules": [{"id": "x"}]})),
+    )
+    .await;
     assert!(msg.contains("at least one action"), "{msg}");
-    let msg = refused(buckets, bkt("b", json!({"versioning": "Off"}))).await;
+    let msg = refused(buckets, raw_bucket("b", json!({"versioning": "Off"}))).await;
     assert!(msg.contains("spec.versioning"), "{msg}");
 }
 
@@ -93,7 +75,7 @@ async fn bucket_policy_statements_are_checked(buckets: &Api<Bucket>) {
         for (k, v) in over.as_object().unwrap() {
             s[k] = v.clone();
         }
-        bkt("b", json!({"policy": [s]}))
+        raw_bucket("b", json!({"policy": [s]}))
     };
     for (over, want) in [
         (
@@ -126,7 +108,7 @@ async fn bucket_policy_statements_are_checked(buckets: &Api<Bucket>) {
         {"sid": "A", "effect": "Deny", "principal": {"aws": ["*"]}, "action": ["s3:*"], "resource": ["arn:aws:s3:::s3op-x"]},
     ]});
     assert!(
-        refused(buckets, bkt("b", two))
+        refused(buckets, raw_bucket("b", two))
             .await
             .contains("spec.policy[].sid must be unique")
     );
@@ -134,7 +116,11 @@ async fn bucket_policy_statements_are_checked(buckets: &Api<Bucket>) {
 
 /// Object ownership is BucketOwnerEnforced.
 async fn object_ownership_must_be_enforced(buckets: &Api<Bucket>) {
-    let msg = refused(buckets, bkt("b", json!({"objectOwnership": "Public"}))).await;
+    let msg = refused(
+        buckets,
+        raw_bucket("b", json!({"objectOwnership": "Public"})),
+    )
+    .await;
     assert!(
         msg.contains("spec.objectOwnership") && msg.contains("BucketOwnerEnforced"),
         "{msg}"
@@ -195,8 +181,11 @@ async fn access_prefix_is_checked(accesses: &Api<BucketAccess>) {
 
 /// Immutable fields: a Bucket's name and region.
 async fn bucket_name_and_region_are_immutable(buckets: &Api<Bucket>) {
-    let b: Bucket =
-        serde_json::from_value(bkt("imm", json!({"bucketName": "s3op-immutable-test"}))).unwrap();
+    let b: Bucket = serde_json::from_value(raw_bucket(
+        "imm",
+        json!({"bucketName": "s3op-immutable-test"}),
+    ))
+    .unwrap();
     buckets.create(&PostParams::default(), &b).await.unwrap();
     let err = buckets
         .patch(

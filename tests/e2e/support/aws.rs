@@ -46,8 +46,29 @@ pub async fn bucket_tags(bucket: &str) -> BTreeMap<String, String> {
         .unwrap_or_default()
 }
 
+/// The bucket's policy as S3 holds it (`None`: no policy).
+pub async fn bucket_policy(bucket: &str) -> Option<serde_json::Value> {
+    let out = admin_s3()
+        .get_bucket_policy()
+        .bucket(bucket)
+        .send()
+        .await
+        .ok()?;
+    serde_json::from_str(&out.policy?).ok()
+}
+
 pub async fn bucket_exists(bucket: &str) -> bool {
     admin_s3().head_bucket().bucket(bucket).send().await.is_ok()
+}
+
+/// A client as a new IAM user `{pfx}-{user}` allowed only `actions`, on buckets named `{pfx}*` and
+/// their objects.
+pub async fn s3_user(pfx: &str, user: &str, actions: &[&str]) -> aws_sdk_s3::Client {
+    let policy = serde_json::json!({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Action": actions, "Resource": [format!("arn:aws:s3:::{pfx}*")],
+    }]});
+    let (key, secret) = iam_user_with_policy(&format!("{pfx}-{user}"), "/", Some(&policy)).await;
+    s3_with(&key, &secret)
 }
 
 /// An IAM user with `policy` and one access key, for tests that need a specific identity.

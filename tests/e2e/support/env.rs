@@ -311,6 +311,59 @@ where
     .await
 }
 
+/// The notes of the events with `reason` in namespace `ns`.
+pub async fn event_notes(ns: &str, reason: &str) -> Vec<String> {
+    let api = Api::<Event>::namespaced(admin().await, ns);
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some(reason))
+        .filter_map(|e| e.note)
+        .collect()
+}
+
+/// Posts raw JSON (typed objects cannot even hold some invalid values) into `api`'s namespace
+/// and expects a 422; returns the API server's message.
+pub async fn refused<K>(api: &Api<K>, obj: serde_json::Value) -> String
+where
+    K: kube::Resource<DynamicType = ()>,
+{
+    let client = admin().await;
+    let ns = api.namespace().unwrap_or("default").to_string();
+    let raw: Api<DynamicObject> = Api::namespaced_with(client, &ns, &ApiResource::erase::<K>(&()));
+    let obj: DynamicObject = serde_json::from_value(obj).expect("a Kubernetes object");
+    match raw.create(&PostParams::default(), &obj).await {
+        Err(kube::Error::Api(e)) => {
+            assert_eq!(e.code, 422, "{e:?}");
+            e.message
+        }
+        other => panic!("expected a 422, got {other:?}"),
+    }
+}
+
+/// A Bucket as raw JSON, for what its typed form cannot hold.
+pub fn raw_bucket(name: &str, spec: serde_json::Value) -> serde_json::Value {
+    serde_json::json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec})
+}
+
+pub fn bucket(name: &str, spec: serde_json::Value) -> Bucket {
+    serde_json::from_value(raw_bucket(name, spec)).expect("valid Bucket")
+}
+
+/// Waits for Ready=True and returns the S3 bucket name from status.
+pub async fn wait_ready(api: &Api<Bucket>, name: &str) -> String {
+    wait_reason(api, name, "Available", Duration::from_secs(60)).await;
+    api.get(name)
+        .await
+        .unwrap()
+        .status
+        .unwrap()
+        .bucket_name
+        .unwrap()
+}
+
 /// Creates namespace `name` unless it exists (the fixed names packages install into).
 pub(crate) async fn ensure_namespace(name: &str) {
     let api = Api::<Namespace>::all(admin().await);

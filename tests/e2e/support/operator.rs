@@ -159,6 +159,20 @@ impl Operator {
         Operator::start_as(&id, &opts, "0").await
     }
 
+    /// An operator watching only a new namespace (named after `tag`) with a 2s resync, and the
+    /// Bucket API and name of that namespace.
+    pub async fn in_new_namespace(tag: &str) -> (Operator, Api<Bucket>, String) {
+        let client = admin().await;
+        let ns = namespace(&client, tag).await;
+        let op = Operator::start(OperatorOpts {
+            namespaces: vec![ns.clone()],
+            resync: "2s",
+            ..Default::default()
+        })
+        .await;
+        (op, Api::<Bucket>::namespaced(client, &ns), ns)
+    }
+
     /// Starts one more process of the installation `id` (a replica).
     pub async fn start_as(id: &Identity, opts: &OperatorOpts, replica: &str) -> Operator {
         let mut args: Vec<String> = [
@@ -289,6 +303,21 @@ impl Operator {
     /// Sum of the samples of `name` whose labels include every `label=value` in `labels`.
     pub async fn metric(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
         metric_sum(&self.metrics().await, name, labels)
+    }
+
+    /// Calls the operator has made to the AWS `operation`, whatever their outcome.
+    pub async fn aws_calls(&self, operation: &str) -> f64 {
+        self.metric(
+            "s3_operator_aws_requests_total",
+            &[("operation", operation)],
+        )
+        .await
+    }
+
+    /// Drift the operator has corrected in `aspect`.
+    pub async fn drift_corrections(&self, aspect: &str) -> f64 {
+        self.metric("s3_operator_drift_corrections_total", &[("aspect", aspect)])
+            .await
     }
 
     /// AWS writes (every operation that is not Get/List/Head) the operator has made so far.
