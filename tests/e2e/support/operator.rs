@@ -314,6 +314,17 @@ impl Operator {
         .await
     }
 
+    /// Waits until the operator has made two more `operation` calls than now: two resync
+    /// passes of a Bucket that reads it, however loaded the machine is.
+    pub async fn two_more_calls(&self, operation: &str) {
+        let from = self.aws_calls(operation).await;
+        let what = format!("two more {operation} calls (resync passes)");
+        wait_for(&what, Duration::from_secs(60), || async {
+            (self.aws_calls(operation).await >= from + 2.0).then_some(())
+        })
+        .await;
+    }
+
     /// Drift the operator has corrected in `aspect`.
     pub async fn drift_corrections(&self, aspect: &str) -> f64 {
         self.metric("s3_operator_drift_corrections_total", &[("aspect", aspect)])
