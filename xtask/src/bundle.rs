@@ -145,7 +145,33 @@ fn csv(root: &Path) -> Result<Generated, Error> {
     ann.insert("alm-examples".into(), alm_examples(root)?.into());
     ann.insert("containerImage".into(), image.clone().into());
 
-    let install = map([
+    let install = install_strategy(root, &deployment, account)?;
+    let spec = csv
+        .get_mut("spec")
+        .and_then(Value::as_mapping_mut)
+        .ok_or_else(|| shape(CSV_BASE, "no spec"))?;
+    spec.insert("version".into(), version.into());
+    spec.insert("install".into(), install);
+    // Every image the operator runs, for mirroring in disconnected clusters.
+    spec.insert(
+        "relatedImages".into(),
+        Value::Sequence(vec![map([
+            ("name", "manager".into()),
+            ("image", image.clone().into()),
+        ])]),
+    );
+
+    owns_every_crd(&csv)?;
+    to_yaml(
+        &format!("bundle/manifests/{PACKAGE}.clusterserviceversion.yaml"),
+        &csv,
+        "config/manifests/bases, config/manager, config/rbac and config/samples",
+    )
+}
+
+/// The CSV's install strategy: the manager Deployment as OLM runs it, and its RBAC.
+fn install_strategy(root: &Path, deployment: &Value, account: Value) -> Result<Value, Error> {
+    Ok(map([
         ("strategy", "deployment".into()),
         (
             "spec",
@@ -179,23 +205,11 @@ fn csv(root: &Path) -> Result<Generated, Error> {
                 ),
             ]),
         ),
-    ]);
-    let spec = csv
-        .get_mut("spec")
-        .and_then(Value::as_mapping_mut)
-        .ok_or_else(|| shape(CSV_BASE, "no spec"))?;
-    spec.insert("version".into(), version.into());
-    spec.insert("install".into(), install);
-    // Every image the operator runs, for mirroring in disconnected clusters.
-    spec.insert(
-        "relatedImages".into(),
-        Value::Sequence(vec![map([
-            ("name", "manager".into()),
-            ("image", image.clone().into()),
-        ])]),
-    );
+    ]))
+}
 
-    // Every CRD the operator serves is owned, with the version the types generate.
+/// Every CRD the operator serves is owned, with the version the types generate.
+fn owns_every_crd(csv: &Value) -> Result<(), Error> {
     let owned = csv["spec"]["customresourcedefinitions"]["owned"]
         .as_sequence()
         .ok_or_else(|| shape(CSV_BASE, "no owned CRDs"))?;
@@ -209,11 +223,7 @@ fn csv(root: &Path) -> Result<Generated, Error> {
             return Err(shape(CSV_BASE, format!("owned CRDs lack {name} {version}")));
         }
     }
-    to_yaml(
-        &format!("bundle/manifests/{PACKAGE}.clusterserviceversion.yaml"),
-        &csv,
-        "config/manifests/bases, config/manager, config/rbac and config/samples",
-    )
+    Ok(())
 }
 
 /// RBAC objects OLM installs as they are, into the operator's namespace only:

@@ -115,9 +115,18 @@ pub fn map(pairs: impl IntoIterator<Item = (&'static str, Value)>) -> Value {
 
 /// Every generated file, in a stable order.
 pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
-    let mut out = Vec::new();
+    let mut out = crd_files()?;
+    out.extend(rbac_files(root)?);
+    let (alerts, prometheus_rule) = alert_files(root)?;
+    out.extend(alerts);
+    out.push(dashboard_file(root)?);
+    out.extend(bundle::generate(root, &prometheus_rule)?);
+    Ok(out)
+}
 
-    // CRDs, one file per kind, identical in config/, the chart and the bundle.
+/// CRDs, one file per kind, identical in config/, the chart and the bundle.
+fn crd_files() -> Result<Vec<Generated>, Error> {
+    let mut out = Vec::new();
     for crd in s3_operator::api::crds() {
         let doc = serde_yaml::to_value(&crd).map_err(|source| Error::Yaml {
             path: "crd".into(),
@@ -136,8 +145,12 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
             )?);
         }
     }
+    Ok(out)
+}
 
-    // RBAC: the namespaced overlays bind a Role with exactly the ClusterRole's rules.
+/// RBAC: the namespaced overlays bind a Role with exactly the ClusterRole's rules; the chart
+/// reads every role's rules from one file.
+fn rbac_files(root: &Path) -> Result<Vec<Generated>, Error> {
     let manager = rules(root, MANAGER_ROLE)?;
     let leader = rules(root, LEADER_ROLE)?;
     let role = map([
@@ -146,24 +159,29 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
         ("metadata", map([("name", "s3-operator-manager".into())])),
         ("rules", manager.clone()),
     ]);
-    out.push(to_yaml(
-        "config/rbac/namespaced/role.yaml",
-        &role,
-        "config/rbac/role.yaml",
-    )?);
     let chart_rbac = map([
         ("manager", manager),
         ("leaderElection", leader),
         ("metricsAuth", rules(root, METRICS_AUTH_ROLE)?),
         ("metricsReader", rules(root, METRICS_READER_ROLE)?),
     ]);
-    out.push(to_yaml(
-        "charts/s3-operator/files/rbac.yaml",
-        &chart_rbac,
-        "config/rbac",
-    )?);
+    Ok(vec![
+        to_yaml(
+            "config/rbac/namespaced/role.yaml",
+            &role,
+            "config/rbac/role.yaml",
+        )?,
+        to_yaml(
+            "charts/s3-operator/files/rbac.yaml",
+            &chart_rbac,
+            "config/rbac",
+        )?,
+    ])
+}
 
-    // Alerts: promtool reads the plain rule file; the Prometheus Operator wants a PrometheusRule.
+/// Alerts: promtool reads the plain rule file; the Prometheus Operator wants a PrometheusRule
+/// (returned too: the bundle ships it).
+fn alert_files(root: &Path) -> Result<(Vec<Generated>, Value), Error> {
     let rules_src = "config/prometheus/rules.yaml";
     let rule_file = read_yaml(root, rules_src)?;
     let groups = rule_file
@@ -185,31 +203,29 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
         ),
         ("spec", map([("groups", groups)])),
     ]);
-    out.push(to_yaml(
-        "config/prometheus/prometheusrule.yaml",
-        &prometheus_rule,
-        rules_src,
-    )?);
-    out.push(to_yaml(
-        "charts/s3-operator/files/rules.yaml",
-        &rule_file,
-        rules_src,
-    )?);
+    let files = vec![
+        to_yaml(
+            "config/prometheus/prometheusrule.yaml",
+            &prometheus_rule,
+            rules_src,
+        )?,
+        to_yaml("charts/s3-operator/files/rules.yaml", &rule_file, rules_src)?,
+    ];
+    Ok((files, prometheus_rule))
+}
 
-    // JSON has no comments, so the dashboard copy carries no header; the drift test guards it.
+/// JSON has no comments, so the dashboard copy carries no header; the drift test guards it.
+fn dashboard_file(root: &Path) -> Result<Generated, Error> {
     let dashboard_src = "grafana/s3-operator.json";
     let dashboard: serde_json::Value =
         serde_json::from_str(&read(root, dashboard_src)?).map_err(|source| Error::Json {
             path: dashboard_src.into(),
             source,
         })?;
-    out.push(Generated {
+    Ok(Generated {
         path: "charts/s3-operator/files/dashboard.json".into(),
         text: serde_json::to_string_pretty(&dashboard).expect("JSON value serializes") + "\n",
-    });
-
-    out.extend(bundle::generate(root, &prometheus_rule)?);
-    Ok(out)
+    })
 }
 
 /// Paths whose committed text differs from what `generate` produces.
