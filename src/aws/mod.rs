@@ -7,9 +7,6 @@ pub mod iam;
 pub mod naming;
 pub mod policy;
 pub mod s3;
-pub mod s3_logging;
-pub mod s3_notifications;
-pub mod s3_protection;
 pub mod tags;
 
 use std::collections::HashMap;

@@ -3,9 +3,6 @@
 
 pub mod bucket;
 pub mod bucket_access;
-pub mod bucket_logging;
-pub mod bucket_notifications;
-pub mod bucket_protection;
 pub mod tag_reads;
 
 use std::collections::HashMap;

@@ -22,7 +22,7 @@ use super::{Config, Error, telemetry};
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
 use crate::metrics::{self, METRICS};
-use crate::reconcile::bucket_logging::Linked;
+use crate::reconcile::bucket::logging::Linked;
 use crate::reconcile::{self, Backoff, Context, Requeue, Settled, object_key};
 
 /// Longest a reconcile may run; then it fails and is retried with backoff. Cancelling one is

@@ -4,12 +4,12 @@
 
 use std::collections::BTreeMap;
 
-use super::Blocked;
-use super::bucket::{Change, Config, Desired};
+use super::{Change, Config, Desired};
 use crate::api::condition::Reason;
 use crate::api::{BucketSpec, IntelligentTiering, RetentionMode, TransferAcceleration};
-use crate::aws::s3_protection::{LockState, normalize_tiering};
+use crate::aws::s3::protection::{LockState, normalize_tiering};
 use crate::aws::{Aws, Error};
+use crate::reconcile::Blocked;
 
 /// Why the spec cannot be served whatever S3 holds (pure). `allow_compliance`: the operator's
 /// `--allow-compliance-retention`.
@@ -278,7 +278,7 @@ mod tests {
 
     #[test]
     fn a_locked_bucket_is_versioned_by_its_create_call_alone() {
-        use super::super::bucket::{Observed as S3, Plan, plan};
+        use crate::reconcile::bucket::{Observed as S3, Plan, plan};
         let mut d = desired();
         d.versioning = Some(crate::api::Versioning::Enabled);
         d.object_lock = Some(ObjectLock {

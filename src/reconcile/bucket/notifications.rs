@@ -3,7 +3,7 @@
 
 use crate::api::{NotificationTarget, Notifications};
 use crate::aws::naming;
-use crate::aws::s3_notifications::ObservedNotifications;
+use crate::aws::s3::notifications::ObservedNotifications;
 
 /// The spec's notifications as S3 will hold them (ids defaulted, events sorted), or why they
 /// are refused. `allowed`: the operator's `--allowed-notification-targets` (exact ARNs, or an

@@ -9,13 +9,13 @@ use std::sync::{Arc, Mutex};
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use super::bucket::Desired;
-use super::{Blocked, Context, Settings, bucket, owner, tag_reads};
+use super::Desired;
 use crate::api::Bucket;
 use crate::api::condition::{Reason, is_ready};
-use crate::aws::s3_logging::LogTarget;
+use crate::aws::s3::logging::LogTarget;
 use crate::aws::tags::Ownership;
 use crate::aws::{naming, policy};
+use crate::reconcile::{Blocked, Context, Settings, bucket, owner, tag_reads};
 
 /// The field every refusal names.
 const FIELD: &str = "spec.logging.targetBucketRef";
@@ -521,7 +521,7 @@ mod tests {
 
     #[test]
     fn managed_logging_is_planned_kept_and_corrected_and_unmanaged_is_not() {
-        use super::super::bucket::{Change, Config, Observed, Plan, plan};
+        use crate::reconcile::bucket::{Change, Config, Observed, Plan, plan};
         let s = settings();
         let source = b("ns", "photos", Some("logs"), true);
         let o = owner(source.as_ref(), &s.cluster_name);

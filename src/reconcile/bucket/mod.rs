@@ -1,16 +1,17 @@
 //! Bucket: observe the S3 bucket, plan the difference from the spec (pure), apply it.
 
+pub mod logging;
+pub mod notifications;
+pub mod protection;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::bucket_notifications;
-use super::bucket_protection;
 use super::{
-    Blocked, Context, Error, Requeue, bucket_logging, deletion_policy, ensure_finalizer,
-    has_finalizer, object_key, owner, remove_finalizer, report_blocked, served, tag_reads,
-    update_status,
+    Blocked, Context, Error, Requeue, deletion_policy, ensure_finalizer, has_finalizer, object_key,
+    owner, remove_finalizer, report_blocked, served, tag_reads, update_status,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{
@@ -19,8 +20,8 @@ use crate::api::{
 };
 use crate::api::{IntelligentTiering, ObjectLock, TransferAcceleration};
 use crate::aws::s3::Emptied;
-use crate::aws::s3_logging::LogTarget;
-use crate::aws::s3_protection::LockState;
+use crate::aws::s3::logging::LogTarget;
+use crate::aws::s3::protection::LockState;
 use crate::aws::tags::{Owner, Ownership, released, with_ownership};
 use crate::aws::{ErrorKind, naming, policy};
 use crate::metrics::METRICS;
@@ -59,7 +60,7 @@ pub struct Desired {
     pub transfer_acceleration: Option<TransferAcceleration>,
     /// `None`: not managed (and not read). `Some(Err)`: why `spec.notifications` is refused.
     pub notifications: Option<Result<crate::api::Notifications, String>>,
-    /// spec.logging, resolved against the cache (`bucket_logging::wanted`). `None`: not managed
+    /// spec.logging, resolved against the cache (`logging::wanted`). `None`: not managed
     /// and not read; `Some(None)`: kept off.
     pub logging: Option<Option<LogTarget>>,
 }
@@ -103,7 +104,7 @@ pub struct Config {
     pub intelligent_tiering: Option<Vec<IntelligentTiering>>,
     /// `None` when unmanaged (not read) or never set.
     pub transfer_acceleration: Option<TransferAcceleration>,
-    pub notifications: Option<crate::aws::s3_notifications::ObservedNotifications>,
+    pub notifications: Option<crate::aws::s3::notifications::ObservedNotifications>,
     /// `None` when unmanaged (not read); `Some(None)` when logging is off.
     pub logging: Option<Option<LogTarget>>,
 }
@@ -186,7 +187,7 @@ pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
             Plan::Blocked(Blocked::new(Reason::InvalidSpec, why))
         }
         Observed::Absent => Plan::Apply(creation(desired)),
-        Observed::Present(config) => match bucket_protection::refused(desired, config) {
+        Observed::Present(config) => match protection::refused(desired, config) {
             Some(why) => Plan::Blocked(why),
             None => Plan::Apply(drift(desired, config)),
         },
@@ -217,7 +218,7 @@ fn creation(desired: &Desired) -> Vec<Change> {
     if desired.cors.as_ref().is_some_and(|r| !r.is_empty()) {
         all.push(Change::Cors);
     }
-    all.extend(bucket_protection::on_create(desired));
+    all.extend(protection::on_create(desired));
     if let Some(Ok(n)) = &desired.notifications
         && !n.is_empty()
     {
@@ -275,9 +276,9 @@ fn drift(desired: &Desired, config: &Config) -> Vec<Change> {
     {
         changes.push(Change::Policy);
     }
-    changes.extend(bucket_protection::changes(desired, config));
+    changes.extend(protection::changes(desired, config));
     if let Some(Ok(want)) = &desired.notifications
-        && bucket_notifications::drifted(want, config.notifications.as_ref())
+        && notifications::drifted(want, config.notifications.as_ref())
     {
         changes.push(Change::Notifications);
     }
@@ -348,7 +349,7 @@ pub fn desired(
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
     let compliance = ctx_settings.allow_compliance_retention;
-    if let Some(why) = bucket_protection::spec_refused(spec, &name, compliance) {
+    if let Some(why) = protection::spec_refused(spec, &name, compliance) {
         return Err(why);
     }
     let arn = naming::bucket_arn(naming::partition(&region), &name);
@@ -362,7 +363,7 @@ pub fn desired(
     let notifications = spec
         .notifications
         .as_ref()
-        .map(|n| bucket_notifications::desired(n, &region, allowed_targets));
+        .map(|n| notifications::desired(n, &region, allowed_targets));
     Ok(Desired {
         policy: statements.map(|s| policy::bucket_policy(&arn, &s)),
         name,
@@ -378,7 +379,7 @@ pub fn desired(
         intelligent_tiering: spec.intelligent_tiering.clone(),
         transfer_acceleration: spec.transfer_acceleration,
         notifications,
-        // Needs the cache: resolved by `bucket_logging::complete`.
+        // Needs the cache: resolved by `logging::complete`.
         logging: None,
     })
 }
@@ -420,7 +421,7 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue
     let key = object_key(bucket.as_ref());
     let start = bucket.resource_version().unwrap_or_default();
     // The Buckets it logs into or that log into it are inputs too.
-    let links = bucket_logging::links_in(&bucket, &ctx);
+    let links = logging::links_in(&bucket, &ctx);
     let linked = links.fingerprint();
     if let Some(wait) = ctx
         .settled
@@ -476,7 +477,7 @@ async fn observe(
         Some(_) => aws.object_ownership(r, n).await?,
         None => None,
     };
-    let protection = bucket_protection::observe(aws, d).await?;
+    let protection = protection::observe(aws, d).await?;
     let notifications = match d.notifications {
         Some(Ok(_)) => Some(aws.notifications(r, n).await?),
         _ => None,
@@ -507,14 +508,14 @@ async fn apply(
     bucket: &Bucket,
     ctx: &Context,
     mut versions: Vec<String>,
-    links: &bucket_logging::Links,
+    links: &logging::Links,
 ) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let mut d = match desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
         Ok(d) => d,
         Err(why) => return blocked(bucket, ctx, None, &why).await,
     };
-    match bucket_logging::complete(&mut d, bucket, ctx, links).await {
+    match logging::complete(&mut d, bucket, ctx, links).await {
         Ok(None) => {}
         Ok(Some(why)) => return blocked(bucket, ctx, Some(&d), &why).await,
         Err(e) => match refusal(&e) {
@@ -659,9 +660,9 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
         },
         Change::ObjectLock
         | Change::IntelligentTiering { .. }
-        | Change::TransferAcceleration(_) => bucket_protection::write(aws, d, change)
-            .await
-            .unwrap_or(Ok(())),
+        | Change::TransferAcceleration(_) => {
+            protection::write(aws, d, change).await.unwrap_or(Ok(()))
+        }
         Change::Notifications => match &d.notifications {
             Some(Ok(want)) => aws.put_notifications(r, n, want).await,
             // Unmanaged is never planned; the plan blocks on a refusal before any write.
@@ -671,7 +672,7 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
             let target = d.logging.as_ref().and_then(Option::as_ref);
             aws.put_bucket_logging(r, n, target)
                 .await
-                .map_err(bucket_logging::target_not_granted_yet)
+                .map_err(logging::target_not_granted_yet)
         }
     }
 }
@@ -832,7 +833,7 @@ async fn delete(bucket: &Bucket, ctx: &Context, d: &Desired) -> Result<bool, Err
         let Emptied { deleted, empty } = match emptied {
             // Retention refused the deletes: report it, keep the bucket and its objects.
             Err(e) if d.object_lock.is_some() && e.kind == ErrorKind::AccessDenied => {
-                let msg = bucket_protection::retention_holds(n, &e);
+                let msg = protection::retention_holds(n, &e);
                 return Err(hold(bucket, ctx, d, msg).await);
             }
             other => other?,
@@ -915,7 +916,7 @@ mod tests {
             intelligent_tiering: d.intelligent_tiering.clone(),
             transfer_acceleration: d.transfer_acceleration,
             notifications: match &d.notifications {
-                Some(Ok(n)) => Some(crate::aws::s3_notifications::ObservedNotifications {
+                Some(Ok(n)) => Some(crate::aws::s3::notifications::ObservedNotifications {
                     config: n.clone(),
                     lambda_functions: 0,
                 }),

@@ -3,8 +3,8 @@
 
 use aws_sdk_s3::types as s3;
 
-use super::{Aws, Error};
 use crate::api::{KeyFilter, NotificationTarget, Notifications};
+use crate::aws::{Aws, Error};
 
 const S3: &str = "s3";
 

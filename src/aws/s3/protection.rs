@@ -5,11 +5,11 @@ use std::collections::BTreeMap;
 
 use aws_sdk_s3::types as s3;
 
-use super::{Aws, Error};
 use crate::api::{
     AccessTier, DefaultRetention, IntelligentTiering, RetentionMode, Tiering, TieringStatus,
     TransferAcceleration,
 };
+use crate::aws::{Aws, Error};
 
 const S3: &str = "s3";
 

@@ -1,6 +1,10 @@
 //! S3 bucket calls, translated to and from the API's own types so the planner compares like
 //! with like.
 
+pub mod logging;
+pub mod notifications;
+pub mod protection;
+
 use std::collections::BTreeMap;
 
 use aws_sdk_s3::types as s3;

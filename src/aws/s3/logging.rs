@@ -2,7 +2,7 @@
 
 use aws_sdk_s3::types as s3;
 
-use super::{Aws, Error};
+use crate::aws::{Aws, Error};
 
 const S3: &str = "s3";
 
