@@ -435,15 +435,15 @@ async fn emulator_notifications_match_s3() {
     assert_eq!(err.code(), Some("AccessDenied"), "{err:?}");
 }
 
-/// The chart passes both allow-lists to the operator (comma-joined, as its flags read them),
-/// sets neither by default (the container stays config/manager's), and its schema refuses an
-/// entry that is no SQS or SNS ARN.
+/// The chart passes both allow-lists and the COMPLIANCE consent to the operator (lists
+/// comma-joined, as its flags read them), sets none by default (the container stays
+/// config/manager's), and its schema refuses an entry that is no SQS or SNS ARN.
 #[test]
 fn helm_chart_passes_the_allow_lists_to_the_operator() {
-    let env_of = |sets: &[&str]| -> Vec<(String, String)> {
+    let env_of = |sets: &[(&str, &str)]| -> Vec<(String, String)> {
         let mut args = vec!["template", "x", "charts/s3-operator"];
-        for s in sets {
-            args.extend(["--set-string", s]);
+        for (flag, s) in sets {
+            args.extend([*flag, *s]);
         }
         let out = tool("helm", &args, None);
         serde_yaml::Deserializer::from_str(&out)
@@ -455,12 +455,7 @@ fn helm_chart_passes_the_allow_lists_to_the_operator() {
                     .cloned()
                     .unwrap_or_default()
             })
-            .filter(|e| {
-                e["name"]
-                    .as_str()
-                    .unwrap_or_default()
-                    .starts_with("ALLOWED_")
-            })
+            .filter(|e| e["name"].as_str().unwrap_or_default().starts_with("ALLOW"))
             .map(|e| {
                 let name = e["name"].as_str().unwrap_or_default().to_string();
                 (name, e["value"].as_str().unwrap_or_default().to_string())
@@ -470,9 +465,14 @@ fn helm_chart_passes_the_allow_lists_to_the_operator() {
     assert_eq!(env_of(&[]), vec![]);
     let queues = "arn:aws:sqs:us-east-1:123456789012:team-*";
     let topic = "arn:aws:sns:us-east-1:123456789012:t";
+    let targets = format!("allowedNotificationTargets={{{queues},{topic}}}");
     let got = env_of(&[
-        &format!("allowedNotificationTargets={{{queues},{topic}}}"),
-        "allowedPolicyPrincipals={123456789012,logging.s3.amazonaws.com}",
+        ("--set-string", &targets),
+        (
+            "--set-string",
+            "allowedPolicyPrincipals={123456789012,logging.s3.amazonaws.com}",
+        ),
+        ("--set", "allowComplianceRetention=true"),
     ]);
     assert_eq!(
         got,
@@ -485,6 +485,7 @@ fn helm_chart_passes_the_allow_lists_to_the_operator() {
                 "ALLOWED_NOTIFICATION_TARGETS".to_string(),
                 format!("{queues},{topic}")
             ),
+            ("ALLOW_COMPLIANCE_RETENTION".to_string(), "true".to_string()),
         ]
     );
     let (code, out, err) = try_tool(
