@@ -169,27 +169,39 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
     })
     .await;
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let pfx = prefix(&op.cluster);
+    let plain = omitted_notifications_are_never_read(&op, &api).await;
+    a_queue_off_the_allow_list_is_refused(&op, &api, arn).await;
+    let (name, want) = allow_listed_events_arrive_filtered_by_key(&api, arn, url).await;
+    notifications_are_kept_and_drift_corrected(&op, &ns, &name, &want).await;
+    event_bridge_turns_on_and_off_and_targets_go(&api, &name, &want).await;
+    omitted_again_notifications_are_unmanaged(&op, &api, &name, &plain).await;
+    a_missing_queue_is_reported_as_s3_refuses_it(&api).await;
+}
 
-    // Omitted: never read nor written, on create or resync (item 8 of issue 17).
+/// Omitted: never read nor written, on create or resync (item 8 of issue 17). Returns the
+/// S3 name of that Bucket.
+async fn omitted_notifications_are_never_read(op: &Operator, api: &Api<Bucket>) -> String {
     api.create(&PostParams::default(), &bucket("plain", json!({})))
         .await
         .unwrap();
-    let plain = wait_ready(&api, "plain").await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    let plain = wait_ready(api, "plain").await;
+    op.two_more_calls("GetBucketPolicy").await;
     for operation in [GET, PUT] {
         assert_eq!(op.aws_calls(operation).await, 0.0, "{operation}");
     }
+    plain
+}
 
-    // A queue off the allow-list: refused naming the field and the rule; nothing is created.
-    let stranger = format!("{pfx}ntf-{}", random(6));
+/// A queue off the allow-list: refused naming the field and the rule; nothing is created.
+async fn a_queue_off_the_allow_list_is_refused(op: &Operator, api: &Api<Bucket>, arn: &str) {
+    let stranger = format!("{}ntf-{}", prefix(&op.cluster), random(6));
     let other_queue = arn.replace("s3op-e2e-", "s3op-other-");
     let spec = json!({"bucketName": stranger, "notifications": {"queues": [
         {"arn": other_queue, "events": ["s3:ObjectCreated:*"]}]}});
     api.create(&PostParams::default(), &bucket("stranger", spec))
         .await
         .unwrap();
-    let msg = wait_reason(&api, "stranger", "InvalidSpec", T).await;
+    let msg = wait_reason(api, "stranger", "InvalidSpec", T).await;
     assert!(
         msg.contains("spec.notifications.queues[0].arn")
             && msg.contains(&other_queue)
@@ -198,14 +210,21 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
     );
     assert!(!bucket_exists(&stranger).await, "nothing created");
     assert_eq!(op.aws_calls(PUT).await, 0.0, "nothing written");
+}
 
-    // Allow-listed: the configuration is in S3 and S3's events arrive, filtered by key.
+/// Allow-listed: the configuration is in S3 and S3's events arrive, filtered by key. Returns
+/// the bucket and its configuration as read back.
+async fn allow_listed_events_arrive_filtered_by_key(
+    api: &Api<Bucket>,
+    arn: &str,
+    url: &str,
+) -> (String, (bool, Queues)) {
     let spec = json!({"notifications": {"queues": [{"id": "uploads", "arn": arn,
         "events": ["s3:ObjectCreated:*"], "filter": {"prefix": "in/"}}]}});
     api.create(&PostParams::default(), &bucket("events", spec))
         .await
         .unwrap();
-    let name = wait_ready(&api, "events").await;
+    let name = wait_ready(api, "events").await;
     let want = (
         false,
         vec![(
@@ -231,49 +250,66 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
     assert_eq!(keys, ["in%2Fphoto.jpg"], "{got:?}");
     assert_eq!(got[0]["s3"]["configurationId"], "uploads");
     assert_eq!(got[0]["s3"]["bucket"]["name"], name.as_str());
+    (name, want)
+}
 
-    // Steady state: read on every resync, never rewritten.
+/// Steady state: read on every resync, never rewritten. Drift: notifications removed outside
+/// the operator are put back and reported.
+async fn notifications_are_kept_and_drift_corrected(
+    op: &Operator,
+    ns: &str,
+    name: &str,
+    want: &(bool, Queues),
+) {
     let puts = op.aws_calls(PUT).await;
-    let reads = op.aws_calls(GET).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
-    assert!(op.aws_calls(GET).await >= reads + 2.0);
+    op.two_more_calls(GET).await;
     assert_eq!(op.aws_calls(PUT).await, puts);
-
-    // Drift: notifications removed outside the operator are put back and reported.
-    put_notifications(&name, NotificationConfiguration::builder().build()).await;
+    put_notifications(name, NotificationConfiguration::builder().build()).await;
     wait_for("notifications restored", T, || async {
-        (notifications(&name).await == want).then_some(())
+        (notifications(name).await == *want).then_some(())
     })
     .await;
     assert!(op.drift_corrections("notifications").await >= 1.0);
-    let corrected = event_notes(&ns, "DriftCorrected").await;
+    let corrected = event_notes(ns, "DriftCorrected").await;
     assert!(
         corrected.iter().any(|n| n.contains("notifications")),
         "{corrected:?}"
     );
+}
 
-    // EventBridge on, then off; the queue stays.
-    patch_notifications(&api, "events", json!({"eventBridge": true})).await;
+/// EventBridge on, then off (the queue stays); then every target removed empties the
+/// configuration.
+async fn event_bridge_turns_on_and_off_and_targets_go(
+    api: &Api<Bucket>,
+    name: &str,
+    want: &(bool, Queues),
+) {
+    patch_notifications(api, "events", json!({"eventBridge": true})).await;
     wait_for("EventBridge on", T, || async {
-        let (eb, queues) = notifications(&name).await;
+        let (eb, queues) = notifications(name).await;
         (eb && queues == want.1).then_some(())
     })
     .await;
-    patch_notifications(&api, "events", json!({"eventBridge": false})).await;
+    patch_notifications(api, "events", json!({"eventBridge": false})).await;
     wait_for("EventBridge off", T, || async {
-        (notifications(&name).await == want).then_some(())
+        (notifications(name).await == *want).then_some(())
     })
     .await;
-
-    // Every target removed: the configuration is emptied.
-    patch_notifications(&api, "events", json!({"queues": null})).await;
+    patch_notifications(api, "events", json!({"queues": null})).await;
     wait_for("notifications removed", T, || async {
-        (notifications(&name).await == (false, vec![])).then_some(())
+        (notifications(name).await == (false, vec![])).then_some(())
     })
     .await;
+}
 
-    // Omitted again: unmanaged, so what is set outside the operator stays and is not read.
-    patch_notifications(&api, "events", serde_json::Value::Null).await;
+/// Omitted again: unmanaged, so what is set outside the operator stays and is not read.
+async fn omitted_again_notifications_are_unmanaged(
+    op: &Operator,
+    api: &Api<Bucket>,
+    name: &str,
+    plain: &str,
+) {
+    patch_notifications(api, "events", serde_json::Value::Null).await;
     wait_for("the spec served", T, || async {
         let b = api.get("events").await.ok()?;
         let st = b.status?;
@@ -284,22 +320,24 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
     let eb = NotificationConfiguration::builder()
         .event_bridge_configuration(EventBridgeConfiguration::builder().build())
         .build();
-    put_notifications(&name, eb).await;
+    put_notifications(name, eb).await;
     let reads = op.aws_calls(GET).await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    op.two_more_calls("GetBucketPolicy").await;
     assert_eq!(op.aws_calls(GET).await, reads, "unmanaged: not read");
-    assert_eq!(notifications(&name).await, (true, vec![]));
+    assert_eq!(notifications(name).await, (true, vec![]));
     // The plain Bucket was never concerned.
-    assert_eq!(notifications(&plain).await, (false, vec![]));
+    assert_eq!(notifications(plain).await, (false, vec![]));
+}
 
-    // Allow-listed (by prefix) but missing: S3 refuses it, and the condition says why.
+/// Allow-listed (by prefix) but missing: S3 refuses it, and the condition says why.
+async fn a_missing_queue_is_reported_as_s3_refuses_it(api: &Api<Bucket>) {
     let missing = format!("{MISSING}{}", random(6));
     let spec = json!({"notifications": {"queues": [
         {"arn": missing, "events": ["s3:ObjectRemoved:*"]}]}});
     api.create(&PostParams::default(), &bucket("missing", spec))
         .await
         .unwrap();
-    let msg = wait_reason(&api, "missing", "InvalidSpec", T).await;
+    let msg = wait_reason(api, "missing", "InvalidSpec", T).await;
     assert!(
         msg.contains(PUT) && msg.contains("Unable to validate") && msg.contains(&missing),
         "{msg}"
