@@ -271,7 +271,7 @@ async fn a_plain_bucket_reads_none_of_them(op: &Operator, api: &Api<Bucket>) {
         .await
         .unwrap();
     wait_ready(api, "plain").await;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    op.two_more_calls("GetBucketPolicy").await;
     for operation in NEW_OPERATIONS {
         assert_eq!(op.aws_calls(operation).await, 0.0, "{operation}");
     }
