@@ -386,7 +386,8 @@ async fn scrapes_need_a_reader_token(op: &Operator, reader_role: &str) {
 
 // ---------------------------------------------------------------- Helm
 
-fn helm_template(release: &str, ns: &str, sets: &[&str]) -> Vec<Value> {
+/// `helm template` arguments for the chart as release `release` in `ns` with `sets`.
+fn template_args<'a>(release: &'a str, ns: &'a str, sets: &[&'a str]) -> Vec<&'a str> {
     let mut args = vec![
         "template",
         release,
@@ -395,13 +396,17 @@ fn helm_template(release: &str, ns: &str, sets: &[&str]) -> Vec<Value> {
         ns,
         "--kube-version",
         KUBE_VERSION,
-        "--include-crds",
-        // What `helm install` creates: the `helm test` hooks only run on `helm test`.
-        "--skip-tests",
     ];
     for s in sets {
         args.extend(["--set", s]);
     }
+    args
+}
+
+fn helm_template(release: &str, ns: &str, sets: &[&str]) -> Vec<Value> {
+    let mut args = template_args(release, ns, sets);
+    // What `helm install` creates: the `helm test` hooks only run on `helm test`.
+    args.extend(["--include-crds", "--skip-tests"]);
     docs(&tool("helm", &args, None))
 }
 
@@ -495,18 +500,7 @@ fn rendered_with_two_test_hooks(
     ns: &str,
     sets: &[&str],
 ) -> (Vec<Value>, Vec<Value>) {
-    let mut args = vec![
-        "template",
-        release,
-        "charts/s3-operator",
-        "--namespace",
-        ns,
-        "--kube-version",
-        KUBE_VERSION,
-    ];
-    for s in sets {
-        args.extend(["--set", s]);
-    }
+    let mut args = template_args(release, ns, sets);
     let all = docs(&tool("helm", &args, None));
     args.extend(["--show-only", "templates/tests/readyz.yaml"]);
     let hooks = docs(&tool("helm", &args, None));

@@ -658,11 +658,14 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
             // The plan blocks on a refused policy before any write.
             Err(_) => Ok(()),
         },
-        Change::ObjectLock
-        | Change::IntelligentTiering { .. }
-        | Change::TransferAcceleration(_) => {
-            protection::write(aws, d, change).await.unwrap_or(Ok(()))
+        Change::ObjectLock => {
+            let retention = d.object_lock.as_ref().and_then(|l| l.default_retention);
+            aws.put_object_lock(r, n, retention.as_ref()).await
         }
+        Change::IntelligentTiering { put, delete } => {
+            protection::write_tiering(aws, d, put, delete).await
+        }
+        Change::TransferAcceleration(v) => aws.put_transfer_acceleration(r, n, *v).await,
         Change::Notifications => match &d.notifications {
             Some(Ok(want)) => aws.put_notifications(r, n, want).await,
             // Unmanaged is never planned; the plan blocks on a refusal before any write.

@@ -149,20 +149,8 @@ pub async fn observe(aws: &Aws, d: &Desired) -> Result<Observed, Error> {
 }
 
 /// Applies one of this module's changes; `None` for a change that is not one of them.
-pub async fn write(aws: &Aws, d: &Desired, change: &Change) -> Option<Result<(), Error>> {
-    let (r, n) = (d.region.as_str(), d.name.as_str());
-    Some(match change {
-        Change::ObjectLock => {
-            let retention = d.object_lock.as_ref().and_then(|l| l.default_retention);
-            aws.put_object_lock(r, n, retention.as_ref()).await
-        }
-        Change::IntelligentTiering { put, delete } => write_tiering(aws, d, put, delete).await,
-        Change::TransferAcceleration(v) => aws.put_transfer_acceleration(r, n, *v).await,
-        _ => return None,
-    })
-}
-
-async fn write_tiering(
+/// Writes the tiering configurations named in `put` and deletes those in `delete`.
+pub async fn write_tiering(
     aws: &Aws,
     d: &Desired,
     put: &[String],
