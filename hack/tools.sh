@@ -109,8 +109,9 @@ tool_prometheus() {
   if command -v prometheus >/dev/null && command -v promtool >/dev/null; then return 0; fi
   log "installing prometheus and promtool from Debian's packages"
   local sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
-  $sudo apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+  # Lock::Timeout: wait for another apt on the machine (unattended upgrades) instead of failing.
+  $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends prometheus >/dev/null
   # The package starts a system service; the tests run their own Prometheus.
   $sudo systemctl disable --now prometheus >/dev/null 2>&1 || $sudo pkill -x prometheus || true
 }
@@ -184,8 +185,8 @@ tool_node_pkgs() {
     printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod 755 "$policy"
     own_policy=1
   fi
-  $sudo apt-get update -qq >/dev/null
-  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
+  $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends "${missing[@]}" >/dev/null \
     || { [[ -n $own_policy ]] && $sudo rm -f "$policy"; return 1; }
   if [[ -n $own_policy ]]; then $sudo rm -f "$policy"; fi
   log "installed ${missing[*]}"

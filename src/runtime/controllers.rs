@@ -1,19 +1,18 @@
 //! Controller wiring: one controller per kind and scope, worker slots, the root span and metrics
 //! around every reconcile, error policy and the bookkeeping of deleted objects.
 
+use std::collections::HashMap;
 use std::panic::AssertUnwindSafe;
-use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 use futures::{FutureExt, StreamExt};
+use kube::Resource;
 use kube::api::DynamicObject;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::{Resource, ResourceExt};
-use prometheus::IntGauge;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
+use tokio::sync::watch;
 use tracing::Instrument;
 
 use super::lifecycle::wait_true;
@@ -46,39 +45,46 @@ pub(super) async fn run(
     let mut runs = Vec::new();
     let mut bucket_stores = Vec::new();
     let mut access_stores = Vec::new();
+    let (bucket_queue, access_queue) = (Queue::new("bucket"), Queue::new("bucketaccess"));
     for w in scopes {
         bucket_stores.push(w.buckets.clone());
         access_stores.push(w.accesses.clone());
-        tokio::spawn(forget_deleted(w.bucket_deletions, ctx.clone()));
-        tokio::spawn(forget_deleted(w.access_deletions, ctx.clone()));
-        let (store, linked) = (w.buckets.clone(), Linked::default());
-        let buckets = controller_for(&w.buckets, w.bucket_events, &shutdown).watches_shared_stream(
-            events(w.bucket_events_for_logging),
-            move |b: Arc<Bucket>| linked.related(&store, &b),
-        );
+        tokio::spawn(forget_deleted(
+            w.bucket_deletions,
+            ctx.clone(),
+            bucket_queue.clone(),
+        ));
+        tokio::spawn(forget_deleted(
+            w.access_deletions,
+            ctx.clone(),
+            access_queue.clone(),
+        ));
+        let (store, linked, queue) = (w.buckets.clone(), Linked::default(), bucket_queue.clone());
+        let buckets = controller_for(&w.buckets, w.bucket_events, &bucket_queue, &shutdown)
+            .concurrency(concurrency)
+            .watches_shared_stream(
+                events(w.bucket_events_for_logging),
+                move |b: Arc<Bucket>| queue.added(linked.related(&store, &b)),
+            );
         let run = drive(
             buckets,
-            "bucket",
             reconcile::bucket::reconcile,
-            concurrency,
+            bucket_queue.clone(),
             &ctx,
         );
         runs.push(run);
-        let store = w.accesses.clone();
-        let accesses = controller_for(&w.accesses, w.access_events, &shutdown)
-            .owns_shared_stream(events(w.secret_events))
+        let (store, queue) = (w.accesses.clone(), access_queue.clone());
+        let owners = access_queue.clone();
+        let secrets = events(w.secret_events).inspect(move |s| owners.add_owner_of(s.as_ref()));
+        let accesses = controller_for(&w.accesses, w.access_events, &access_queue, &shutdown)
+            .concurrency(concurrency)
+            .owns_shared_stream(secrets)
             .watches_shared_stream(
                 events(w.bucket_events_for_accesses),
-                move |b: Arc<Bucket>| accesses_of(&store, &b),
+                move |b: Arc<Bucket>| queue.added(accesses_of(&store, &b)),
             );
         let reconcile = reconcile::bucket_access::reconcile;
-        runs.push(drive(
-            accesses,
-            "bucketaccess",
-            reconcile,
-            concurrency,
-            &ctx,
-        ));
+        runs.push(drive(accesses, reconcile, access_queue.clone(), &ctx));
     }
     tokio::spawn(report_managed_objects(
         bucket_stores,
@@ -92,35 +98,51 @@ pub(super) async fn run(
 fn controller_for<K: Watched>(
     store: &Store<K>,
     changes: Gated<K>,
+    queue: &Queue,
     shutdown: &watch::Receiver<bool>,
-) -> Controller<K> {
-    Controller::for_shared_stream(trigger(store.state(), changes), store.clone())
-        .with_config(controller::Config::default())
-        .graceful_shutdown_on(wait_true(shutdown.clone()))
+) -> ControllerWith<K> {
+    let queue = queue.clone();
+    let objects =
+        trigger(store.state(), changes).inspect(move |o| queue.add(object_key(o.as_ref())));
+    ControllerWith {
+        controller: Controller::for_shared_stream(objects, store.clone())
+            .graceful_shutdown_on(wait_true(shutdown.clone())),
+    }
 }
 
-/// A Bucket change wakes every BucketAccess that refers to it.
+/// A controller still to be given its concurrency.
+struct ControllerWith<K: Watched> {
+    controller: Controller<K>,
+}
+
+impl<K: Watched> ControllerWith<K> {
+    /// At most `concurrency` reconciles at once, in kube's runner: it holds the rest in its
+    /// scheduler, at O(1) each. (Running it unbounded behind a semaphore of our own held every
+    /// queued object as an in-flight future, and kube's runner polls each of those on every
+    /// wake-up: at 2,000 pairs that doubled the CPU spent converging.)
+    fn concurrency(self, concurrency: u16) -> Controller<K> {
+        self.controller
+            .with_config(controller::Config::default().concurrency(concurrency))
+    }
+}
+
+/// A Bucket change wakes every BucketAccess that refers to it. This runs for every Bucket
+/// event over every cached BucketAccess, so it compares in place and allocates only for a match.
 fn accesses_of(store: &Store<BucketAccess>, b: &Bucket) -> Vec<ObjectRef<BucketAccess>> {
-    let ns = b.namespace();
+    let (ns, name) = (&b.metadata.namespace, b.metadata.name.as_deref());
     store
         .state()
-        .into_iter()
-        .filter(|a| a.namespace() == ns && a.spec.bucket_ref.name == b.name_any())
+        .iter()
+        .filter(|a| name == Some(a.spec.bucket_ref.name.as_str()) && a.metadata.namespace == *ns)
         .map(|a| ObjectRef::from_obj(a.as_ref()))
         .collect()
 }
 
-/// Runs a controller with `reconcile`, at most `concurrency` reconciles at once.
-///
-/// kube's own concurrency limit can strand a queued object for good: under load, objects queued
-/// behind a full set of workers were never reconciled (seen in the leader-kill and AWS-fault
-/// suites). The controller runs unbounded and each reconcile waits for a permit here instead;
-/// kube still never runs two reconciles of one object at once.
+/// Runs a controller with `reconcile`.
 fn drive<K, F, Fut>(
     controller: Controller<K>,
-    name: &'static str,
     reconcile: F,
-    concurrency: u16,
+    queue: Queue,
     ctx: &Arc<Context>,
 ) -> futures::future::BoxFuture<'static, ()>
 where
@@ -128,21 +150,19 @@ where
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Requeue, reconcile::Error>> + Send + 'static,
 {
-    let slots = Arc::new(Semaphore::new(concurrency.into()));
     let after = ctx.clone();
+    let forget = queue.clone();
     controller
         .run(
             move |obj, c| {
-                let reconcile = reconcile.clone();
-                with_slot(slots.clone(), name, move || {
-                    Box::pin(instrumented(name, obj, c, reconcile))
-                })
+                queue.started(&object_key(obj.as_ref()));
+                instrumented(queue.name, obj, c, reconcile.clone())
             },
             error_policy,
             ctx.clone(),
         )
         .for_each(move |r| {
-            after_reconcile(r, &after);
+            after_reconcile(r, &after, &forget);
             async {}
         })
         .boxed()
@@ -150,8 +170,11 @@ where
 
 /// Failed reconciles are logged by `instrumented`, and an object deleted before its turn is
 /// no news; anything else from the controller machinery is.
-fn after_reconcile<T, E, Q>(result: Result<T, controller::Error<E, Q>>, ctx: &Context)
-where
+fn after_reconcile<T, E, Q>(
+    result: Result<T, controller::Error<E, Q>>,
+    ctx: &Context,
+    queue: &Queue,
+) where
     E: std::error::Error,
     Q: std::error::Error,
 {
@@ -160,16 +183,24 @@ where
         // Its bookkeeping goes too, should a reconcile have finished after its Delete event, or
         // that event have been missed while the watch was down.
         Err(controller::Error::ObjectNotFound(r)) => {
-            forget(&ctx.settled, &ctx.backoff, &ref_key(&r))
+            let key = ref_key(&r);
+            queue.forget(&key);
+            forget(&ctx.settled, &ctx.backoff, &key)
         }
         Err(e) => tracing::warn!(error = %e, "controller error"),
     }
 }
 
 /// Drops the bookkeeping of every object deleted from the cluster.
-async fn forget_deleted<K: Resource<DynamicType = ()>>(mut deleted: Gated<K>, ctx: Arc<Context>) {
+async fn forget_deleted<K: Resource<DynamicType = ()>>(
+    mut deleted: Gated<K>,
+    ctx: Arc<Context>,
+    queue: Queue,
+) {
     while let Some(obj) = deleted.recv().await {
-        forget(&ctx.settled, &ctx.backoff, &object_key(obj.as_ref()));
+        let key = object_key(obj.as_ref());
+        queue.forget(&key);
+        forget(&ctx.settled, &ctx.backoff, &key);
     }
 }
 
@@ -184,50 +215,100 @@ fn ref_key(r: &ObjectRef<DynamicObject>) -> String {
     format!("{}/{ns}/{}", r.dyntype.kind, r.name)
 }
 
-/// Runs a reconcile once one of `slots` is free. Its future is built (and boxed) by `start`
-/// only then: thousands of objects wait at once at startup, and a waiting object should cost
-/// a few bytes, not a whole reconcile's state. The span starts after the wait, so traces and
-/// the duration metric show the work, not the queue.
-async fn with_slot<F>(
-    slots: Arc<Semaphore>,
-    controller: &'static str,
-    start: F,
-) -> Result<Action, Error>
-where
-    F: FnOnce() -> Pin<Box<dyn Future<Output = Result<Action, Error>> + Send>>,
-{
-    let _permit = queued(slots, controller).await;
-    start().await
+/// The work queue as controller-runtime reports it (`workqueue_depth`, `workqueue_adds_total`,
+/// `workqueue_queue_duration_seconds`): objects a trigger has named whose reconcile has not
+/// started. kube's scheduler holds them and reports nothing, so triggers are recorded as they go
+/// in and reconciles as they start. A requeue timer going off is an add at its start, as a
+/// client-go AddAfter becomes one when due.
+#[derive(Clone)]
+struct Queue {
+    name: &'static str,
+    since: Arc<Mutex<HashMap<String, Instant>>>,
 }
 
-/// Waits for a worker slot. This wait is the controller's work queue as far as it can be
-/// seen (kube-runtime's scheduler is not), so it feeds controller-runtime's workqueue metrics.
-async fn queued(slots: Arc<Semaphore>, name: &str) -> OwnedSemaphorePermit {
-    /// Leaves the queue also when the wait is cancelled (at shutdown).
-    struct InQueue(IntGauge);
-    impl Drop for InQueue {
-        fn drop(&mut self) {
-            self.0.dec();
+impl Queue {
+    fn new(name: &'static str) -> Queue {
+        Queue {
+            name,
+            since: Arc::default(),
         }
     }
-    METRICS
-        .workqueue_adds_total
-        .with_label_values(&[name])
-        .inc();
-    let depth = METRICS.workqueue_depth.with_label_values(&[name]);
-    depth.inc();
-    let in_queue = InQueue(depth);
-    let start = Instant::now();
-    let permit = slots
-        .acquire_owned()
-        .await
-        .expect("worker slots are never closed");
-    drop(in_queue);
-    METRICS
-        .workqueue_queue_duration_seconds
-        .with_label_values(&[name])
-        .observe(start.elapsed().as_secs_f64());
-    permit
+
+    /// An object named by a trigger; one already waiting stays one entry, as in client-go.
+    fn add(&self, key: String) {
+        let mut since = self.since.lock().expect("queue map poisoned");
+        if let std::collections::hash_map::Entry::Vacant(e) = since.entry(key) {
+            e.insert(Instant::now());
+            METRICS
+                .workqueue_adds_total
+                .with_label_values(&[self.name])
+                .inc();
+            METRICS
+                .workqueue_depth
+                .with_label_values(&[self.name])
+                .inc();
+        }
+    }
+
+    /// `add` for every object a mapper names; hands them on.
+    fn added<K: Resource<DynamicType = ()>>(&self, refs: Vec<ObjectRef<K>>) -> Vec<ObjectRef<K>> {
+        for r in &refs {
+            let ns = r.namespace.as_deref().unwrap_or_default();
+            self.add(format!("{}/{ns}/{}", K::kind(&()), r.name));
+        }
+        refs
+    }
+
+    /// An owned object wakes its controlling BucketAccess.
+    fn add_owner_of<O: Resource>(&self, owned: &O) {
+        let meta = owned.meta();
+        let ns = meta.namespace.as_deref().unwrap_or_default();
+        for o in meta.owner_references.iter().flatten() {
+            if o.controller == Some(true) && o.kind == BucketAccess::kind(&()) {
+                self.add(format!("{}/{ns}/{}", o.kind, o.name));
+            }
+        }
+    }
+
+    fn started(&self, key: &str) {
+        let waited = self.since.lock().expect("queue map poisoned").remove(key);
+        let seconds = match waited {
+            Some(at) => {
+                METRICS
+                    .workqueue_depth
+                    .with_label_values(&[self.name])
+                    .dec();
+                at.elapsed().as_secs_f64()
+            }
+            None => {
+                METRICS
+                    .workqueue_adds_total
+                    .with_label_values(&[self.name])
+                    .inc();
+                0.0
+            }
+        };
+        METRICS
+            .workqueue_queue_duration_seconds
+            .with_label_values(&[self.name])
+            .observe(seconds);
+    }
+
+    /// An object gone before its turn leaves the queue.
+    fn forget(&self, key: &str) {
+        if self
+            .since
+            .lock()
+            .expect("queue map poisoned")
+            .remove(key)
+            .is_some()
+        {
+            METRICS
+                .workqueue_depth
+                .with_label_values(&[self.name])
+                .dec();
+        }
+    }
 }
 
 /// One root span, metrics, a deadline and backoff bookkeeping around every reconcile.
@@ -415,6 +496,7 @@ async fn report_managed_objects(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kube::ResourceExt;
 
     fn bucket(name: &str) -> Arc<Bucket> {
         let b = serde_json::json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket",
@@ -519,28 +601,48 @@ mod tests {
         assert_eq!(panics(), 1);
     }
 
-    #[tokio::test]
-    async fn reconciles_waiting_for_a_slot_are_the_work_queue() {
+    #[test]
+    fn the_work_queue_holds_each_waiting_object_once_until_its_reconcile_starts() {
         let name = "queue-test";
+        let q = Queue::new(name);
         let depth = || METRICS.workqueue_depth.with_label_values(&[name]).get();
-        let slots = Arc::new(Semaphore::new(1));
-        let busy = slots.clone().acquire_owned().await.unwrap();
-        let waiting = tokio::spawn(queued(slots.clone(), name));
-        let cancelled = tokio::spawn(queued(slots.clone(), name));
-        while depth() < 2 {
-            tokio::task::yield_now().await;
-        }
-        cancelled.abort();
-        let _ = cancelled.await;
-        assert_eq!(depth(), 1, "a cancelled wait leaves the queue");
-        drop(busy);
-        drop(waiting.await.unwrap());
+        let adds = || {
+            METRICS
+                .workqueue_adds_total
+                .with_label_values(&[name])
+                .get()
+        };
+        q.add("Bucket/a/x".into());
+        q.add("Bucket/a/x".into());
+        q.add("Bucket/a/y".into());
+        assert_eq!((depth(), adds()), (2, 2), "one entry per waiting object");
+        q.started("Bucket/a/x");
+        assert_eq!(depth(), 1);
+        // A requeue timer going off is an add at its start.
+        q.started("Bucket/a/z");
+        assert_eq!((depth(), adds()), (1, 3));
+        // An object deleted before its turn leaves the queue.
+        q.forget("Bucket/a/y");
         assert_eq!(depth(), 0);
-        let adds = METRICS.workqueue_adds_total.with_label_values(&[name]);
-        assert_eq!(adds.get(), 2);
         let waited = METRICS
             .workqueue_queue_duration_seconds
             .with_label_values(&[name]);
-        assert_eq!(waited.get_sample_count(), 1);
+        assert_eq!(waited.get_sample_count(), 2);
+
+        // A mapper's objects are added; a Secret adds only the BucketAccess controlling it.
+        let mapped = q.added(vec![ObjectRef::<BucketAccess>::new("m").within("a")]);
+        assert_eq!((mapped.len(), depth()), (1, 1));
+        q.started("BucketAccess/a/m");
+        let secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s", "namespace": "a", "ownerReferences": [
+                {"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess", "name": "own",
+                 "uid": "1", "controller": true},
+                {"apiVersion": "v1", "kind": "ConfigMap", "name": "other", "uid": "2"}]}}))
+            .unwrap();
+        q.add_owner_of(&secret);
+        assert_eq!(depth(), 1);
+        q.started("BucketAccess/a/own");
+        assert_eq!(depth(), 0);
     }
 }

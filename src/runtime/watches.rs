@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::Secret;
 use kube::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher;
@@ -28,7 +29,7 @@ pub(super) struct Watches {
     pub bucket_events_for_logging: Gated<Bucket>,
     pub access_events: Gated<BucketAccess>,
     pub access_deletions: Gated<BucketAccess>,
-    pub secret_events: Gated<Secret>,
+    pub secret_events: Gated<PartialObjectMeta<Secret>>,
 }
 
 /// A kind that can be watched, cached and handed to a controller.
@@ -43,6 +44,16 @@ pub(super) type Gated<K> = tokio::sync::mpsc::UnboundedReceiver<Arc<K>>;
 pub(super) struct CacheSync {
     pub pending: AtomicUsize,
     pub health: Arc<Health>,
+}
+
+impl CacheSync {
+    /// One more watch has listed its objects.
+    fn listed(&self) {
+        if self.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
+            self.health.ready.store(true, Ordering::SeqCst);
+            tracing::info!("caches synced");
+        }
+    }
 }
 
 impl Watches {
@@ -65,22 +76,13 @@ impl Watches {
         // A deleted Bucket wakes the BucketAccesses that refer to it, as a change does.
         // A deleted Bucket also leaves the logging grant of the Bucket it logged into.
         let hear = [Changes, ChangesAndDeletions, Deletions, ChangesAndDeletions];
-        let (buckets, mut b) = shared_watch(api(client, ns), all(), &hear, sync, leading, |_| {});
+        let (buckets, mut b) = shared_watch(api(client, ns), all(), &hear, sync, leading);
         let hear = [Changes, Deletions];
-        let (accesses, mut a) = shared_watch(api(client, ns), all(), &hear, sync, leading, |_| {});
-        // Secrets only wake their BucketAccess (reconciles read them fresh): keep no key
-        // material in memory.
-        let (_, mut s) = shared_watch(
-            api(client, ns),
-            managed,
-            &[Changes],
-            sync,
-            leading,
-            |s: &mut Secret| {
-                s.data = None;
-                s.string_data = None;
-            },
-        );
+        let (accesses, mut a) = shared_watch(api(client, ns), all(), &hear, sync, leading);
+        // Secrets only wake their BucketAccess (reconciles read them fresh): only their
+        // metadata is watched, and none of it is kept.
+        // An Api of PartialObjectMeta makes metadata-only requests.
+        let secret_events = owned_watch::<Secret>(api(client, ns), managed, sync, leading);
         Watches {
             buckets,
             accesses,
@@ -90,7 +92,7 @@ impl Watches {
             bucket_events_for_logging: b.remove(0),
             access_events: a.remove(0),
             access_deletions: a.remove(0),
-            secret_events: s.remove(0),
+            secret_events,
         }
     }
 }
@@ -158,7 +160,6 @@ fn shared_watch<K>(
     hear: &[Hear],
     sync: &Arc<CacheSync>,
     leading: &watch::Receiver<bool>,
-    trim: fn(&mut K),
 ) -> (Store<K>, Vec<Gated<K>>)
 where
     K: Watched,
@@ -170,11 +171,7 @@ where
     let mut listed = false;
     let stream = watcher::watcher(api, cfg)
         .default_backoff()
-        // managedFields are most of an object's size and nothing here reads them.
-        .modify(move |o| {
-            o.meta_mut().managed_fields = None;
-            trim(o);
-        })
+        .modify(trim)
         .reflect(writer)
         .for_each(move |event| {
             match &event {
@@ -183,10 +180,7 @@ where
                 Ok(watcher::Event::InitDone) => {
                     if !listed {
                         listed = true;
-                        if sync.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
-                            sync.health.ready.store(true, Ordering::SeqCst);
-                            tracing::info!("caches synced");
-                        }
+                        sync.listed();
                     }
                     if *leading.borrow() {
                         for obj in store.state() {
@@ -210,6 +204,52 @@ where
         });
     tokio::spawn(stream);
     (reader, receivers)
+}
+
+/// Drops what nothing here reads from a cached object: managedFields, most of an object's size,
+/// and the copy of the whole object `kubectl apply` keeps in an annotation.
+fn trim<K: kube::Resource>(o: &mut K) {
+    let meta = o.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// The metadata of owned objects, handed on (listed ones too, so changes missed while a watch
+/// was down are seen) while this replica leads, and kept nowhere: they only wake their owner.
+fn owned_watch<K>(
+    api: Api<PartialObjectMeta<K>>,
+    cfg: watcher::Config,
+    sync: &Arc<CacheSync>,
+    leading: &watch::Receiver<bool>,
+) -> Gated<PartialObjectMeta<K>>
+where
+    K: Watched,
+{
+    let (fanout, mut receivers) = Fanout::new(&[Hear::Changes]);
+    let (sync, leading) = (sync.clone(), leading.clone());
+    let mut listed = false;
+    let stream = watcher::watcher(api, cfg)
+        .default_backoff()
+        .for_each(move |event| {
+            match event {
+                Ok(watcher::Event::InitDone) if !listed => {
+                    listed = true;
+                    sync.listed();
+                }
+                Ok(watcher::Event::InitApply(mut o) | watcher::Event::Apply(mut o))
+                    if *leading.borrow() =>
+                {
+                    trim(&mut o);
+                    fanout.send(&Arc::new(o), false);
+                }
+                _ => {}
+            }
+            async {}
+        });
+    tokio::spawn(stream);
+    receivers.remove(0)
 }
 
 /// A controller trigger: everything in the (warm) store, then every later change.

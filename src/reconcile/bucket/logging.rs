@@ -65,11 +65,11 @@ pub fn links(
     settings: &Settings,
     default_region: &str,
 ) -> Links {
-    let ns = b.namespace();
+    let ns = b.metadata.namespace.clone();
     let target = target_name(b).and_then(|t| {
         buckets
             .iter()
-            .find(|o| o.namespace() == ns && o.name_any() == t)
+            .find(|o| o.metadata.name.as_deref() == Some(t) && o.metadata.namespace == ns)
             .cloned()
     });
     Links {
@@ -267,13 +267,14 @@ impl Linked {
             .chain(before)
             .map(|t| ObjectRef::new(&t).within(&ns))
             .collect();
-        let name = b.name_any();
+        // Every Bucket event scans the cache: compare in place, allocate only for a match.
+        let name = b.metadata.name.as_deref();
         out.extend(
             store
                 .state()
                 .iter()
-                .filter(|s| s.namespace().as_deref() == Some(ns.as_str()))
-                .filter(|s| target_name(s) == Some(name.as_str()))
+                .filter(|s| target_name(s).is_some_and(|t| Some(t) == name))
+                .filter(|s| s.metadata.namespace.as_deref() == Some(ns.as_str()))
                 .map(|s| ObjectRef::from_obj(s.as_ref())),
         );
         out.sort_by_key(|r| r.name.clone());

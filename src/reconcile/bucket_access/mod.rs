@@ -55,6 +55,11 @@ enum BucketState {
     Gone(Blocked),
     /// The Bucket is not Ready yet: nothing is created, nothing is revoked.
     NotReady(String),
+    /// Neither the Bucket nor this access has reported anything yet: the Bucket's first pass
+    /// is still to come. Its status write wakes this access, so it waits without writing a
+    /// "waiting for Bucket" status that the Bucket's pass would overturn within a second (a
+    /// status write, its echo and a second AWS pass per pair, for nothing).
+    Pending,
     /// The bucket this Bucket's spec and UID name, still to be confirmed in AWS.
     Named(Box<super::bucket::Desired>, Owner),
 }
@@ -75,11 +80,12 @@ fn bucket_state(
         return gone(format!("Bucket {name} is being deleted"));
     }
     // Ready is only trusted to say "not yet"; what is granted is confirmed in AWS.
-    if !bucket
-        .status
-        .as_ref()
-        .is_some_and(|s| condition::is_ready(&s.conditions))
-    {
+    let conditions = bucket.status.as_ref().map(|s| s.conditions.as_slice());
+    if !conditions.is_some_and(condition::is_ready) {
+        let reported = conditions.is_some_and(|c| c.iter().any(|c| c.type_ == condition::READY));
+        if !reported && access.status.is_none() {
+            return BucketState::Pending;
+        }
         return BucketState::NotReady(format!("waiting for Bucket {name} to become Ready"));
     }
     let owner = owner(bucket, &settings.cluster_name);
@@ -225,6 +231,7 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
     let (d, bucket_owner) =
         match bucket_state(access, bucket.as_deref(), &ctx.settings, &ctx.aws.region) {
             BucketState::Gone(why) => return Err(withdraw(access, ctx, why).await),
+            BucketState::Pending => return Ok(Observation::Settled(ctx.resync_after())),
             BucketState::NotReady(msg) => {
                 return Err(Blocked::new(Reason::BucketNotReady, msg).into());
             }
@@ -730,4 +737,57 @@ async fn delete_identity(access: &BucketAccess, ctx: &Context) -> Result<(), cra
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object<K: serde::de::DeserializeOwned>(kind: &str, spec: serde_json::Value) -> K {
+        let o = serde_json::json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": kind,
+            "metadata": {"name": "b", "namespace": "team-a", "uid": "u1", "generation": 1},
+            "spec": spec});
+        serde_json::from_value(o).unwrap()
+    }
+
+    fn ready(status: bool) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        let reason = if status {
+            Reason::Available
+        } else {
+            Reason::InvalidSpec
+        };
+        let now = jiff::Timestamp::now();
+        vec![condition::ready(&[], status, reason, "m", Some(1), now)]
+    }
+
+    #[test]
+    fn an_access_waits_quietly_only_for_a_bucket_that_has_not_reported_yet() {
+        let settings = super::super::Settings::for_tests();
+        let mut access: BucketAccess = object(
+            "BucketAccess",
+            serde_json::json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite"}),
+        );
+        let mut bucket: Bucket = object("Bucket", serde_json::json!({}));
+        let state = |a: &BucketAccess, b: &Bucket| bucket_state(a, Some(b), &settings, "eu-west-1");
+        // A new Bucket and a new access: the Bucket's first status write wakes the access.
+        assert_eq!(state(&access, &bucket), BucketState::Pending);
+        // A Bucket that has reported Ready=False is reported as such.
+        bucket.status = Some(Default::default());
+        bucket.status.as_mut().unwrap().conditions = ready(false);
+        assert!(
+            matches!(state(&access, &bucket), BucketState::NotReady(m) if m.contains("Bucket b"))
+        );
+        // An access that has reported before says why it waits, even for a silent Bucket.
+        bucket.status = None;
+        access.status = Some(Default::default());
+        assert!(matches!(state(&access, &bucket), BucketState::NotReady(_)));
+        // A Ready Bucket names the grant's bucket.
+        bucket.status = Some(Default::default());
+        bucket.status.as_mut().unwrap().conditions = ready(true);
+        assert!(matches!(state(&access, &bucket), BucketState::Named(..)));
+        assert!(matches!(
+            bucket_state(&access, None, &settings, "eu-west-1"),
+            BucketState::Gone(_)
+        ));
+    }
 }
