@@ -102,7 +102,7 @@ if [[ $rc -ne 0 ]]; then
        /panicked at/ { n = 6 }
        n > 0 { print; n-- }
        /^failures:$/ { names = 1; next }
-       names && /^    [^ ]/ { failed[$1] = 1 }
+       names && /^    [a-z0-9_]+(::[a-z0-9_]+)+$/ { failed[$1] = 1 }
        /^test result:/ { names = 0 }
        END { for (t in failed) print "FAILED: " t }' "$out" >&2
   log "tests failed (exit code $rc)"
