@@ -60,12 +60,17 @@ pub(super) async fn run(
             access_queue.clone(),
         ));
         let (store, linked, queue) = (w.buckets.clone(), Linked::default(), bucket_queue.clone());
-        let buckets = controller_for(&w.buckets, w.bucket_events, &bucket_queue, &shutdown)
-            .concurrency(concurrency)
-            .watches_shared_stream(
-                events(w.bucket_events_for_logging),
-                move |b: Arc<Bucket>| queue.added(linked.related(&store, &b)),
-            );
+        let buckets = controller_for(
+            &w.buckets,
+            w.bucket_events,
+            &bucket_queue,
+            concurrency,
+            &shutdown,
+        )
+        .watches_shared_stream(
+            events(w.bucket_events_for_logging),
+            move |b: Arc<Bucket>| queue.added(linked.related(&store, &b)),
+        );
         let run = drive(
             buckets,
             reconcile::bucket::reconcile,
@@ -76,13 +81,18 @@ pub(super) async fn run(
         let (store, queue) = (w.accesses.clone(), access_queue.clone());
         let owners = access_queue.clone();
         let secrets = events(w.secret_events).inspect(move |s| owners.add_owner_of(s.as_ref()));
-        let accesses = controller_for(&w.accesses, w.access_events, &access_queue, &shutdown)
-            .concurrency(concurrency)
-            .owns_shared_stream(secrets)
-            .watches_shared_stream(
-                events(w.bucket_events_for_accesses),
-                move |b: Arc<Bucket>| queue.added(accesses_of(&store, &b)),
-            );
+        let accesses = controller_for(
+            &w.accesses,
+            w.access_events,
+            &access_queue,
+            concurrency,
+            &shutdown,
+        )
+        .owns_shared_stream(secrets)
+        .watches_shared_stream(
+            events(w.bucket_events_for_accesses),
+            move |b: Arc<Bucket>| queue.added(accesses_of(&store, &b)),
+        );
         let reconcile = reconcile::bucket_access::reconcile;
         runs.push(drive(accesses, reconcile, access_queue.clone(), &ctx));
     }
@@ -95,35 +105,24 @@ pub(super) async fn run(
 }
 
 /// A controller fed by a warm store: everything in it, then every change it hears of.
+///
+/// At most `concurrency` reconciles run at once, in kube's runner, which holds the rest in its
+/// scheduler at O(1) each. (Unbounded behind a semaphore of our own, every queued object was an
+/// in-flight future that kube's runner polls on every wake-up: at 2,000 pairs that doubled the
+/// CPU spent converging.)
 fn controller_for<K: Watched>(
     store: &Store<K>,
     changes: Gated<K>,
     queue: &Queue,
+    concurrency: u16,
     shutdown: &watch::Receiver<bool>,
-) -> ControllerWith<K> {
+) -> Controller<K> {
     let queue = queue.clone();
     let objects =
         trigger(store.state(), changes).inspect(move |o| queue.add(object_key(o.as_ref())));
-    ControllerWith {
-        controller: Controller::for_shared_stream(objects, store.clone())
-            .graceful_shutdown_on(wait_true(shutdown.clone())),
-    }
-}
-
-/// A controller still to be given its concurrency.
-struct ControllerWith<K: Watched> {
-    controller: Controller<K>,
-}
-
-impl<K: Watched> ControllerWith<K> {
-    /// At most `concurrency` reconciles at once, in kube's runner: it holds the rest in its
-    /// scheduler, at O(1) each. (Running it unbounded behind a semaphore of our own held every
-    /// queued object as an in-flight future, and kube's runner polls each of those on every
-    /// wake-up: at 2,000 pairs that doubled the CPU spent converging.)
-    fn concurrency(self, concurrency: u16) -> Controller<K> {
-        self.controller
-            .with_config(controller::Config::default().concurrency(concurrency))
-    }
+    Controller::for_shared_stream(objects, store.clone())
+        .with_config(controller::Config::default().concurrency(concurrency))
+        .graceful_shutdown_on(wait_true(shutdown.clone()))
 }
 
 /// A Bucket change wakes every BucketAccess that refers to it. This runs for every Bucket
