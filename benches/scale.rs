@@ -1,8 +1,9 @@
 //! The scale benchmark:
 //! `cargo bench --bench scale -- [--pairs 100,1000,5000] [--buckets 200,1000] [--write]`.
 //! `--buckets` runs Buckets alone, the workload of the quoted peer reference (empty: none).
-//! `--churn SECONDS[,BATCH]` instead creates and deletes BATCH pairs (default 50) over and over
-//! for that long and prints the operator's RSS after every cycle (as JSON lines too).
+//! `--churn SECONDS[,BATCH]` also creates and deletes BATCH pairs (default 50) over and over for
+//! that long and reports the operator's RSS after every cycle (`--pairs '' --buckets ''` for it
+//! alone).
 //!
 //! Each N runs in a child process with its own private control plane and emulator, so every run
 //! starts from the same empty state. The summary table goes to stdout; `--write` also writes
@@ -43,21 +44,14 @@ fn main() {
         println!("{}", serde_json::to_string(&row).expect("JSON"));
         return;
     }
-    if let Some(spec) = arg(&args, "--churn") {
-        let (secs, batch) = spec.split_once(',').unwrap_or((&spec, "50"));
-        let secs: u64 = secs.parse().expect("--churn SECONDS[,BATCH]");
-        let batch: usize = batch.parse().expect("--churn SECONDS[,BATCH]");
+    if let Some(spec) = arg(&args, "--one-churn") {
+        let (secs, batch) = churn_spec(&spec);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
             .expect("tokio runtime");
-        let samples = rt.block_on(scale::churn(std::time::Duration::from_secs(secs), batch));
-        println!("| cycle | after (s) | RSS (MiB) |\n|---|---|---|");
-        for s in &samples {
-            println!("| {} | {:.0} | {:.1} |", s.cycle, s.elapsed_s, s.rss_mib);
-        }
-        for s in &samples {
-            println!("{}", serde_json::to_string(s).expect("JSON"));
+        for s in rt.block_on(scale::churn(std::time::Duration::from_secs(secs), batch)) {
+            println!("{}", serde_json::to_string(&s).expect("JSON"));
         }
         return;
     }
@@ -90,6 +84,25 @@ fn main() {
         let last = text.lines().last().expect("a result line");
         rows.push(serde_json::from_str::<scale::Row>(last).expect("result JSON"));
     }
+    let churn = arg(&args, "--churn").map(|spec| {
+        let out = Command::new(&exe)
+            .args(["--one-churn", &spec])
+            .env_remove("S3OP_ENV_FILE")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run the churn benchmark");
+        assert!(out.status.success(), "the churn run failed");
+        let samples: Vec<scale::ChurnSample> = String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        let (secs, batch) = churn_spec(&spec);
+        Churn {
+            secs,
+            batch,
+            samples,
+        }
+    });
     let pairs: Vec<scale::Row> = rows
         .iter()
         .filter(|r| r.workload == scale::Workload::Pairs)
@@ -97,16 +110,87 @@ fn main() {
         .collect();
     println!("{}", scale::table(&pairs));
     println!("{}", scale::peer_rows(&rows, "this operator"));
+    if let Some(c) = &churn {
+        println!("{}", c.report());
+    }
     if args.iter().any(|a| a == "--write") {
         let path = support::repo().join("BENCHMARKS.md");
-        std::fs::write(&path, report(&pairs, &rows)).expect("write BENCHMARKS.md");
+        let text = report(&pairs, &rows) + &churn.as_ref().map(Churn::report).unwrap_or_default();
+        std::fs::write(&path, text).expect("write BENCHMARKS.md");
         eprintln!("wrote {}", path.display());
         // The same figures for tools and later runs to compare mechanically.
-        let json = serde_json::json!({"commit": commit(), "machine": machine(), "rows": rows});
+        let churn = churn.map(
+            |c| serde_json::json!({"seconds": c.secs, "batch": c.batch, "samples": c.samples}),
+        );
+        let json = serde_json::json!({"commit": commit(), "machine": machine(), "rows": rows,
+            "churn": churn});
         let path = support::repo().join("BENCHMARKS.json");
         let text = serde_json::to_string_pretty(&json).expect("JSON");
         std::fs::write(&path, text + "\n").expect("write BENCHMARKS.json");
         eprintln!("wrote {}", path.display());
+    }
+}
+
+/// `SECONDS[,BATCH]`, BATCH 50 by default.
+fn churn_spec(spec: &str) -> (u64, usize) {
+    let (secs, batch) = spec.split_once(',').unwrap_or((spec, "50"));
+    let usage = "--churn SECONDS[,BATCH]";
+    (secs.parse().expect(usage), batch.parse().expect(usage))
+}
+
+/// The churn run: the operator's RSS after each create/delete cycle of `batch` pairs.
+struct Churn {
+    secs: u64,
+    batch: usize,
+    samples: Vec<scale::ChurnSample>,
+}
+
+/// Growth over the second half of the churn run at most this is reported flat.
+const CHURN_FLAT_MIB: f64 = 1.0;
+
+impl Churn {
+    fn report(&self) -> String {
+        let s = &self.samples;
+        let (Some(first), Some(last)) = (s.first(), s.last()) else {
+            return "\n## Memory under churn\n\nThe churn run finished no cycle.\n".into();
+        };
+        // The second half: past the start-up and the first fill of every cache and pool.
+        let half = &s[s.len() / 2..];
+        let low = half.iter().map(|x| x.rss_mib).fold(f64::MAX, f64::min);
+        let high = half.iter().map(|x| x.rss_mib).fold(0.0, f64::max);
+        let growth = last.rss_mib - half[0].rss_mib;
+        let mut out = format!(
+            "\n## Memory under churn\n\n\
+             `--churn {secs},{b}`: {b} pairs created, made Ready, deleted and waited out, over \
+             and over: {cycles} cycles, {pairs} pairs in {took:.0} s, one operator process. RSS \
+             after the first cycle {start:.1} MiB. Over the second half (from {from:.0} s) RSS \
+             stays between {low:.1} and {high:.1} MiB and ends {growth:+.1} MiB from where that \
+             half began. Flat, within {CHURN_FLAT_MIB} MiB: {verdict}.\n\n\
+             | cycle | after (s) | RSS (MiB) | of which heap and stacks (MiB) |\n|---|---|---|---|\n",
+            secs = self.secs,
+            took = last.elapsed_s,
+            b = self.batch,
+            cycles = s.len(),
+            pairs = s.len() * self.batch,
+            start = first.rss_mib,
+            from = half[0].elapsed_s,
+            verdict = if growth <= CHURN_FLAT_MIB {
+                "met"
+            } else {
+                "missed"
+            },
+        );
+        let step = s.len().div_ceil(12).max(1);
+        for (i, x) in s.iter().enumerate() {
+            if i % step == 0 || i + 1 == s.len() {
+                let _ = writeln!(
+                    out,
+                    "| {} | {:.0} | {:.1} | {:.1} |",
+                    x.cycle, x.elapsed_s, x.rss_mib, x.anon_mib
+                );
+            }
+        }
+        out
     }
 }
 
@@ -147,13 +231,14 @@ fn report(pairs: &[scale::Row], all: &[scale::Row]) -> String {
     let _ = write!(
         out,
         "# Benchmarks\n\n\
-         Written by `cargo bench --bench scale -- --write` (see `benches/scale.rs`) with \
+         Written by `cargo bench --bench scale -- {args}` (see `benches/scale.rs`) with \
          BENCHMARKS.json (the same figures as JSON); do not edit by hand.\n\n\
          Commit measured: `{commit}`.\n\
          Machine: {machine}; kube-apiserver, etcd and moto run on the same cores as the operator.\n\
          Each N starts from an empty control plane and emulator. The floor makes the same AWS calls \
          directly (the operator's own AWS client code, credentials and policy, {c} at a time per kind) \
          with no Kubernetes in the way; the operator runs with `--max-concurrent-reconciles {c}`.\n\n",
+        args = std::env::args().skip(1).collect::<Vec<_>>().join(" "),
         commit = commit(),
         machine = machine(),
         c = all.first().map_or(0, |r| r.concurrency),

@@ -3,6 +3,7 @@
 
 pub mod bucket;
 pub mod bucket_access;
+pub mod events;
 pub mod tag_reads;
 
 use std::collections::HashMap;
@@ -11,7 +12,6 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::NamespaceResourceScope;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Api, Resource, ResourceExt};
 use rand::Rng;
 use serde::Serialize;
@@ -106,7 +106,7 @@ pub struct Context {
     pub client: kube::Client,
     pub aws: Aws,
     pub settings: Settings,
-    pub recorder: Recorder,
+    pub events: events::Events,
     pub backoff: Backoff,
     pub settled: Settled,
     /// The warm Bucket caches of every watched scope (BucketAccess looks its Bucket up here).
@@ -116,6 +116,23 @@ pub struct Context {
 }
 
 impl Context {
+    /// A context whose clients point at nothing, for unit tests of the bookkeeping.
+    #[cfg(test)]
+    pub fn for_tests() -> Context {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = kube::Client::try_from(config).expect("a client");
+        Context {
+            events: events::Events::new(client.clone(), MANAGER, None),
+            client,
+            aws: Aws::from_config(aws_config::SdkConfig::builder().build(), None),
+            settings: Settings::for_tests(),
+            backoff: Default::default(),
+            settled: Default::default(),
+            buckets: vec![],
+            tag_reads: Default::default(),
+        }
+    }
+
     /// A bucket's tags: this process's read of them no older than `within`, else a new read,
     /// recorded for the Bucket's and its accesses' next passes (`tag_reads`).
     pub async fn bucket_tags(
@@ -342,6 +359,19 @@ impl Settled {
         );
     }
 
+    /// Has a pass of `key` written over `version` of the object itself (its first input)? A
+    /// cache still at `version` is then behind this operator's own write, whose watch event
+    /// runs the pass again.
+    pub fn wrote_over(&self, key: &str, version: &str) -> bool {
+        let passes = self.passes.lock().expect("settled map poisoned");
+        let Some(own) = passes.get(key).and_then(|p| p.seen.first()) else {
+            return false;
+        };
+        own.iter()
+            .position(|v| v == version)
+            .is_some_and(|i| own[i + 1..].iter().any(|v| v != version))
+    }
+
     pub fn forget(&self, key: &str) {
         self.passes
             .lock()
@@ -418,22 +448,11 @@ impl Context {
         } else {
             tracing::info!(reason, note = %note, "event");
         }
-        let ev = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: reason.into(),
-            secondary: None,
-        };
         METRICS
             .kube_writes_total
             .with_label_values(&["Event", "publish"])
             .inc();
-        if let Err(e) = self.recorder.publish(&ev, &obj.object_ref(&())).await {
+        if let Err(e) = self.events.publish(obj, warning, reason, &note).await {
             tracing::warn!(error = %e, "could not publish event");
         }
     }
@@ -654,6 +673,25 @@ mod tests {
         assert_eq!(s.remaining("k", &[v("2")]), None, "due: the full pass runs");
         s.forget("k");
         assert_eq!(s.remaining("k", &[v("2")]), None);
+    }
+
+    #[test]
+    fn a_cache_behind_the_operators_own_write_is_known() {
+        let s = Settled::default();
+        let v = |x: &str| x.to_string();
+        assert!(!s.wrote_over("k", "1"), "never recorded");
+        s.record("k".into(), vec![vec![v("1"), v("1")]], Duration::ZERO);
+        assert!(!s.wrote_over("k", "1"), "a pass that wrote nothing");
+        s.record(
+            "k".into(),
+            vec![vec![v("1"), v("2"), v("3")]],
+            Duration::ZERO,
+        );
+        assert!(s.wrote_over("k", "1") && s.wrote_over("k", "2"));
+        assert!(!s.wrote_over("k", "3"), "the newest version");
+        assert!(!s.wrote_over("k", "4"), "someone else's change");
+        s.forget("k");
+        assert!(!s.wrote_over("k", "1"));
     }
 
     #[test]

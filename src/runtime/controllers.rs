@@ -22,7 +22,7 @@ use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
 use crate::metrics::{self, METRICS};
 use crate::reconcile::bucket::logging::Linked;
-use crate::reconcile::{self, Backoff, Context, Requeue, Settled, object_key};
+use crate::reconcile::{self, Context, Requeue, object_key};
 
 /// Longest a reconcile may run; then it fails and is retried with backoff. Cancelling one is
 /// like a crash at that point, which every reconcile is written to survive.
@@ -184,7 +184,7 @@ fn after_reconcile<T, E, Q>(
         Err(controller::Error::ObjectNotFound(r)) => {
             let key = ref_key(&r);
             queue.forget(&key);
-            forget(&ctx.settled, &ctx.backoff, &key)
+            forget(ctx, &key)
         }
         Err(e) => tracing::warn!(error = %e, "controller error"),
     }
@@ -199,13 +199,14 @@ async fn forget_deleted<K: Resource<DynamicType = ()>>(
     while let Some(obj) = deleted.recv().await {
         let key = object_key(obj.as_ref());
         queue.forget(&key);
-        forget(&ctx.settled, &ctx.backoff, &key);
+        forget(&ctx, &key);
     }
 }
 
-fn forget(settled: &Settled, backoff: &Backoff, key: &str) {
-    settled.forget(key);
-    backoff.reset(key);
+fn forget(ctx: &Context, key: &str) {
+    ctx.settled.forget(key);
+    ctx.backoff.reset(key);
+    ctx.events.forget(key);
 }
 
 /// `object_key` of the object a controller reference names.
@@ -505,7 +506,8 @@ mod tests {
 
     #[tokio::test]
     async fn deleted_objects_lose_their_bookkeeping_and_wake_their_accesses() {
-        let (settled, backoff) = (Settled::default(), Backoff::default());
+        let ctx = Context::for_tests();
+        let (settled, backoff) = (&ctx.settled, &ctx.backoff);
         let (gone, kept) = (bucket("gone"), bucket("kept"));
         for b in [&gone, &kept] {
             let key = object_key(b.as_ref());
@@ -534,7 +536,7 @@ mod tests {
         assert_eq!(names(&mut rx[2]), ["gone"], "the bookkeeping");
 
         // What `forget_deleted` does with each deleted object.
-        forget(&settled, &backoff, &object_key(gone.as_ref()));
+        forget(&ctx, &object_key(gone.as_ref()));
         let (gone_key, kept_key) = (object_key(gone.as_ref()), object_key(kept.as_ref()));
         assert_eq!(settled.remaining(&gone_key, &["1".into()]), None);
         assert!(
@@ -550,7 +552,7 @@ mod tests {
         // What `after_reconcile` does when a scheduled reconcile finds its object gone.
         let r = ObjectRef::from_obj(kept.as_ref()).erase();
         assert_eq!(ref_key(&r), kept_key);
-        forget(&settled, &backoff, &ref_key(&r));
+        forget(&ctx, &ref_key(&r));
         assert_eq!(settled.remaining(&kept_key, &["1".into()]), None);
     }
 

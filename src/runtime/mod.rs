@@ -19,11 +19,11 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
-use kube::runtime::events::{Recorder, Reporter};
 use tokio::sync::watch;
 
 use crate::aws::Aws;
 use crate::fence::Fence;
+use crate::reconcile::events::Events;
 use crate::reconcile::{self, Context};
 pub use config::Config;
 pub use controllers::RECONCILE_TIMEOUT;
@@ -162,17 +162,14 @@ fn start_watches(
         .collect()
 }
 
-/// What every reconcile shares: clients, settings, the event recorder and the warm Bucket caches.
+/// What every reconcile shares: clients, settings, the event publisher and the warm Bucket caches.
 fn context(config: &Config, client: &kube::Client, aws: Aws, watches: &[Watches]) -> Context {
-    let reporter = Reporter {
-        controller: "s3-operator".into(),
-        instance: config.leader_election.as_ref().map(|l| l.identity.clone()),
-    };
+    let instance = config.leader_election.as_ref().map(|l| l.identity.clone());
     Context {
         client: client.clone(),
         aws,
         settings: config.reconcile.clone(),
-        recorder: Recorder::new(client.clone(), reporter),
+        events: Events::new(client.clone(), "s3-operator", instance),
         backoff: Default::default(),
         settled: Default::default(),
         buckets: watches.iter().map(|w| w.buckets.clone()).collect(),

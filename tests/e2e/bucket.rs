@@ -6,6 +6,7 @@ use aws_sdk_s3::error::ProvideErrorMetadata;
 use aws_sdk_s3::types::{
     ObjectCannedAcl, ObjectOwnership, OwnershipControls, OwnershipControlsRule,
 };
+use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use s3_operator::api::Bucket;
 use serde_json::json;
@@ -152,10 +153,7 @@ async fn s3_holds_the_versioning_lifecycle_and_cors(ns: &str, name: &str) {
         cors[0].allowed_origins,
         vec!["https://example.com".to_string()]
     );
-    assert!(
-        !event_notes(ns, "Created").await.is_empty(),
-        "creation is reported as an event"
-    );
+    wait_event(ns, "Created", &[""]).await;
 }
 
 /// Quiet steady state: several resyncs (2s) make no AWS write and no Kubernetes write.
@@ -196,7 +194,7 @@ async fn drift_is_put_back(op: &Operator, ns: &str, name: &str) {
     })
     .await;
     assert!(op.drift_corrections("publicAccessBlock").await >= 1.0);
-    assert!(!event_notes(ns, "DriftCorrected").await.is_empty());
+    wait_event(ns, "DriftCorrected", &["publicAccessBlock"]).await;
 }
 
 /// Update: tags and versioning follow the spec.
@@ -310,7 +308,7 @@ async fn deletion_respects_retain_and_blocks_on_non_empty_buckets() {
     api.delete("full", &DeleteParams::default()).await.unwrap();
     let msg = wait_reason(&api, "full", "DeletionBlocked", T).await;
     assert!(msg.contains("forceDelete"), "{msg}");
-    assert!(!event_notes(&ns, "DeletionBlocked").await.is_empty());
+    wait_event(&ns, "DeletionBlocked", &["forceDelete"]).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         bucket_exists(&full).await && api.get_opt("full").await.unwrap().is_some(),
@@ -432,7 +430,7 @@ async fn an_unowned_bucket_is_adopted_only_when_asked(api: &Api<Bucket>, op: &Op
         Some("u")
     );
     assert_eq!(tags.get("k").map(String::as_str), Some("v"));
-    assert!(!event_notes(ns, "NameConflict").await.is_empty());
+    wait_event(ns, "NameConflict", &[""]).await;
 }
 
 /// A name outside the operator's prefix: refused before any AWS call, naming the rule.
@@ -502,7 +500,7 @@ async fn access_denied_lands_in_the_condition_without_a_hot_loop() {
         .unwrap();
     let msg = wait_reason(&api, "denied", "AccessDenied", T).await;
     assert!(msg.contains("PutBucketEncryption"), "{msg}");
-    assert!(!event_notes(&ns, "AccessDenied").await.is_empty());
+    wait_event(&ns, "AccessDenied", &["PutBucketEncryption"]).await;
     let before = op.aws_calls("GetBucketTagging").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = op.aws_calls("GetBucketTagging").await;
@@ -604,11 +602,26 @@ async fn object_ownership_disables_acls_by_default_and_is_kept_when_set() {
     })
     .await;
     assert!(op.drift_corrections("objectOwnership").await >= 1.0);
-    let corrected = event_notes(&ns, "DriftCorrected").await;
-    assert!(
-        corrected.iter().any(|n| n.contains("objectOwnership")),
-        "{corrected:?}"
-    );
+    wait_event(&ns, "DriftCorrected", &["objectOwnership"]).await;
+    // The same drift again is one Event counted twice, not a second Event.
+    set_ownership(&writer, ObjectOwnership::BucketOwnerEnforced).await;
+    let about_writer = || async {
+        let events = events_with(&ns, "DriftCorrected").await.into_iter();
+        let named = |e: &Event| e.regarding.as_ref()?.name.clone();
+        events
+            .filter(|e| named(e).as_deref() == Some("writer"))
+            .collect::<Vec<_>>()
+    };
+    wait_for("the second correction's count", T, || async {
+        let counted = about_writer().await.iter().any(|e| e.series.is_some());
+        counted.then_some(())
+    })
+    .await;
+    let events = about_writer().await;
+    assert_eq!(events.len(), 1, "{events:?}");
+    let count = events[0].series.as_ref().map(|s| s.count);
+    assert_eq!(count, Some(2), "{events:?}");
+    assert_eq!(ownership(&writer).await.as_deref(), Some("ObjectWriter"));
 
     // Setting it later manages an existing bucket from then on.
     let patch = json!({"spec": {"objectOwnership": "BucketOwnerEnforced"}});
@@ -720,11 +733,7 @@ async fn tls_only_policy_is_written_by_default_and_kept() {
     })
     .await;
     assert!(op.drift_corrections("policy").await >= 2.0);
-    let corrected = event_notes(&ns, "DriftCorrected").await;
-    assert!(
-        corrected.iter().any(|n| n.contains("policy")),
-        "{corrected:?}"
-    );
+    wait_event(&ns, "DriftCorrected", &["policy"]).await;
 }
 
 /// `spec.policy` statements join the TLS-only one; a statement granting a principal outside the

@@ -94,6 +94,9 @@ pub struct Row {
     pub resync_iam_reads_per_access: f64,
     pub rss_peak_mib: f64,
     pub rss_settled_mib: f64,
+    /// Of `rss_settled_mib`, the heap and stacks (the rest is mostly the binary's code).
+    #[serde(default)]
+    pub rss_anon_settled_mib: f64,
     pub cpu_converge_s: f64,
     pub cpu_resync_s: f64,
     pub caches_synced_s: f64,
@@ -159,8 +162,16 @@ fn is_read(op: &str) -> bool {
     ["Get", "List", "Head"].iter().any(|p| op.starts_with(p))
 }
 
-/// (RSS MiB, peak RSS MiB, CPU seconds) of a process, from /proc.
-fn footprint(pid: u32) -> (f64, f64, f64) {
+/// A process's memory (MiB) and CPU time, from /proc.
+struct Footprint {
+    rss: f64,
+    peak: f64,
+    /// The part of `rss` that is heap and stacks rather than mapped files (the binary's code).
+    anon: f64,
+    cpu_s: f64,
+}
+
+fn footprint(pid: u32) -> Footprint {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |key: &str| {
         status
@@ -180,11 +191,12 @@ fn footprint(pid: u32) -> (f64, f64, f64) {
             .and_then(|v| v.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    (
-        kib("VmRSS:") / 1024.0,
-        kib("VmHWM:") / 1024.0,
-        (ticks(14) + ticks(15)) / 100.0,
-    )
+    Footprint {
+        rss: kib("VmRSS:") / 1024.0,
+        peak: kib("VmHWM:") / 1024.0,
+        anon: kib("RssAnon:") / 1024.0,
+        cpu_s: (ticks(14) + ticks(15)) / 100.0,
+    }
 }
 
 /// The floor: each pair's AWS calls for a fresh Bucket and BucketAccess (the reads that find
@@ -393,11 +405,13 @@ async fn create_objects(
 }
 
 /// One create/delete cycle of the churn run: when it ended and the operator's RSS then.
-#[derive(Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
 pub struct ChurnSample {
     pub cycle: usize,
     pub elapsed_s: f64,
     pub rss_mib: f64,
+    /// Of `rss_mib`, the heap and stacks.
+    pub anon_mib: f64,
 }
 
 /// Creates `batch` pairs, waits for them to be Ready, deletes them and waits until they are
@@ -452,10 +466,12 @@ pub async fn churn(duration: Duration, batch: usize) -> Vec<ChurnSample> {
             },
         )
         .await;
+        let now = footprint(op.pid());
         let sample = ChurnSample {
             cycle,
             elapsed_s: start.elapsed().as_secs_f64(),
-            rss_mib: footprint(op.pid()).0,
+            rss_mib: now.rss,
+            anon_mib: now.anon,
         };
         eprintln!("[churn] {sample:?}");
         samples.push(sample);
@@ -479,7 +495,7 @@ impl Sampler {
         let p = peak.clone();
         let task = tokio::spawn(async move {
             loop {
-                let (_, hwm, _) = footprint(pid);
+                let hwm = footprint(pid).peak;
                 {
                     let mut g = p.lock().unwrap();
                     *g = g.max(hwm);
@@ -545,7 +561,7 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
     eprintln!("[{n}] operator: applying {n} {unit}s");
     let op = Operator::start_as(&id, &opts, "bench").await;
     let sampler = Sampler::start(op.pid());
-    let (_, _, cpu0) = footprint(op.pid());
+    let cpu0 = footprint(op.pid()).cpu_s;
     let before = op.metrics().await;
     let (buckets, accesses) = (
         Api::<Bucket>::namespaced(client.clone(), &ns),
@@ -586,14 +602,14 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
     );
     let writes = |t: &str| by_labels(t, "s3_operator_kube_writes_total", ["kind", "verb"]);
     row.kube_writes = delta(&writes(&after), &writes(&before), n);
-    let (_, _, cpu1) = footprint(op.pid());
+    let cpu1 = footprint(op.pid()).cpu_s;
     row.cpu_converge_s = cpu1 - cpu0;
     tokio::time::sleep(Duration::from_secs(5)).await;
 
     // A full resync: a restarted operator reconciles every object once, from fresh caches.
     eprintln!("[{n}] resync");
     drop(sampler);
-    let peak_first = footprint(op.pid()).1;
+    let peak_first = footprint(op.pid()).peak;
     assert_eq!(
         op.terminate().await,
         Some(0),
@@ -646,9 +662,10 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
     };
     row.resync_s3_reads_per_pair = sum_reads("s3:") / n as f64;
     row.resync_iam_reads_per_access = sum_reads("iam:") / n as f64;
-    let (rss, _, cpu) = footprint(op.pid());
-    row.cpu_resync_s = cpu;
-    row.rss_settled_mib = rss;
+    let settled = footprint(op.pid());
+    row.cpu_resync_s = settled.cpu_s;
+    row.rss_settled_mib = settled.rss;
+    row.rss_anon_settled_mib = settled.anon;
 
     // Single-object latency on the now quiet system.
     eprintln!("[{n}] latency");
@@ -685,7 +702,7 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
     row.latency_p99_s = percentile(&total, 0.99);
     row.latency_minus_aws_p50_s = percentile(&minus_aws, 0.5);
     row.latency_minus_aws_p99_s = percentile(&minus_aws, 0.99);
-    row.rss_peak_mib = peak_first.max(sampler.peak()).max(footprint(op.pid()).1);
+    row.rss_peak_mib = peak_first.max(sampler.peak()).max(footprint(op.pid()).peak);
     drop(sampler);
 
     row.audit_problems = audit(&id.cluster, &opts.namespaces).await;
@@ -771,6 +788,9 @@ pub fn table(rows: &[Row]) -> String {
     line("Peak RSS (MiB)", &|r| format!("{:.1}", r.rss_peak_mib));
     line("Settled RSS after resync (MiB)", &|r| {
         format!("{:.1}", r.rss_settled_mib)
+    });
+    line("of which heap and stacks (MiB)", &|r| {
+        format!("{:.1}", r.rss_anon_settled_mib)
     });
     line("CPU while converging (s)", &|r| {
         format!("{:.1}", r.cpu_converge_s)

@@ -560,7 +560,6 @@ async fn apply(
         }
         applied.push(change.clone());
     }
-    report(bucket, ctx, &d, &applied, served, adopting).await;
     let status = status_for(
         bucket,
         ctx,
@@ -569,7 +568,13 @@ async fn apply(
         Reason::Available,
         format!("S3 bucket {} is ready", d.name),
     );
-    versions.extend(update_status(&ctx.client, bucket, bucket.status.as_ref(), &status).await?);
+    // The event and the status go out together: a new bucket's pass waits for one round trip
+    // to the API server, not two.
+    let (_, written) = tokio::join!(
+        report(bucket, ctx, &d, &applied, served, adopting),
+        update_status(&ctx.client, bucket, bucket.status.as_ref(), &status),
+    );
+    versions.extend(written?);
     let next = ctx.resync_after();
     ctx.settled.record(
         object_key(bucket),

@@ -311,8 +311,25 @@ where
     .await
 }
 
-/// The notes of the events with `reason` in namespace `ns`.
-pub async fn event_notes(ns: &str, reason: &str) -> Vec<String> {
+/// Waits (up to a minute) until, for each of `words`, an event with `reason` in namespace `ns`
+/// has a note containing it (`""`: any such event); returns the notes of those events. Events
+/// are best effort and need not be written before the status or the AWS change they report.
+pub async fn wait_event(ns: &str, reason: &str, words: &[&str]) -> Vec<String> {
+    let what = format!("an event {reason} in {ns} naming {words:?}");
+    wait_for(&what, Duration::from_secs(60), || async {
+        let notes: Vec<String> = events_with(ns, reason)
+            .await
+            .into_iter()
+            .filter_map(|e| e.note)
+            .collect();
+        let all = words.iter().all(|w| notes.iter().any(|n| n.contains(w)));
+        (all && !notes.is_empty()).then_some(notes)
+    })
+    .await
+}
+
+/// The events with `reason` in namespace `ns`.
+pub async fn events_with(ns: &str, reason: &str) -> Vec<Event> {
     let api = Api::<Event>::namespaced(admin().await, ns);
     api.list(&ListParams::default())
         .await
@@ -320,7 +337,6 @@ pub async fn event_notes(ns: &str, reason: &str) -> Vec<String> {
         .items
         .into_iter()
         .filter(|e| e.reason.as_deref() == Some(reason))
-        .filter_map(|e| e.note)
         .collect()
 }
 
