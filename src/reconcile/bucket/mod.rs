@@ -429,8 +429,7 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue
     {
         return Ok(Requeue::Resync(wait));
     }
-    let version = ensure_finalizer(&ctx.client, bucket.as_ref()).await?;
-    apply(&bucket, &ctx, vec![start, version], &links).await
+    apply(&bucket, &ctx, start, &links).await
 }
 
 /// Reads what the plan needs: tags first (existence and ownership), then each managed aspect.
@@ -507,7 +506,7 @@ async fn observe(
 async fn apply(
     bucket: &Bucket,
     ctx: &Context,
-    mut versions: Vec<String>,
+    start: String,
     links: &logging::Links,
 ) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
@@ -524,7 +523,14 @@ async fn apply(
         },
     }
     let adopt = bucket.spec.adopt_existing;
-    let observed = match observe(ctx, &d, &owner, adopt).await {
+    // The finalizer must be in place before anything is created in AWS, not before it is read:
+    // both in one round trip.
+    let (version, observed) = tokio::join!(
+        ensure_finalizer(&ctx.client, bucket),
+        observe(ctx, &d, &owner, adopt)
+    );
+    let mut versions = vec![start, version?];
+    let observed = match observed {
         Ok(o) => o,
         Err(e) => match refusal(&e) {
             Some(why) => return blocked(bucket, ctx, Some(&d), &why).await,

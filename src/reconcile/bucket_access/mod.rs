@@ -232,7 +232,6 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
     if ctx.settled.wrote_over(&key, &start) {
         return Ok(Observation::Settled(ctx.resync_after()));
     }
-    let version = ensure_finalizer(&ctx.client, access).await?;
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
     let bucket_ref = access.spec.bucket_ref.name.clone();
     let bucket = ctx.bucket(&ns, &bucket_ref);
@@ -242,19 +241,19 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
     let (d, bucket_owner) =
         match bucket_state(access, bucket.as_deref(), &ctx.settings, &ctx.aws.region) {
             BucketState::Gone(why) => return Err(withdraw(access, ctx, why).await),
-            BucketState::Pending => {
-                // Its finalizer is recorded, so a cache still without it skips the next pass.
-                let wait = ctx.resync_after();
-                let inputs = vec![vec![start, version], vec![], vec![]];
-                ctx.settled.record(key, inputs, wait);
-                return Ok(Observation::Settled(wait));
-            }
+            // Nothing is created for it yet, so it needs no finalizer either.
+            BucketState::Pending => return Ok(Observation::Settled(ctx.resync_after())),
             BucketState::NotReady(msg) => {
                 return Err(Blocked::new(Reason::BucketNotReady, msg).into());
             }
             BucketState::Named(d, owner) => (d, owner),
         };
-    let secret = read_secret(access, ctx, &ns).await?;
+    // The finalizer (in place before anything is created in AWS) and the Secret's read are
+    // independent: one round trip to the API server, not two.
+    let (version, secret) = tokio::try_join!(
+        ensure_finalizer(&ctx.client, access),
+        read_secret(access, ctx, &ns)
+    )?;
     let versions = Versions {
         access: vec![start, version],
         bucket: vec![
@@ -276,14 +275,19 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
     {
         return Ok(Observation::Settled(wait));
     }
-    let facts = match confirm(ctx, &d, &bucket_owner, &bucket_ref).await {
+    let owner = owner(access, &ctx.settings.cluster_name);
+    // Both only read; the plan needs both.
+    let (facts, identity) = tokio::join!(
+        confirm(ctx, &d, &bucket_owner, &bucket_ref),
+        observe_identity(ctx, access, &owner)
+    );
+    let facts = match facts {
         Err(Error::Blocked(why)) => return Err(withdraw(access, ctx, why).await),
         other => other?,
     };
-    let owner = owner(access, &ctx.settings.cluster_name);
     let observed = Observed {
         bucket: facts,
-        identity: observe_identity(ctx, access, &owner).await?,
+        identity: identity?,
         secret,
         now: jiff::Timestamp::now(),
     };
