@@ -332,8 +332,13 @@ const WRITES: &str = "
 | Secret (`apply`) | | 1 | the credentials the workload mounts |
 
 A pair therefore costs 7 writes and a Bucket alone 3. A BucketAccess created before its Bucket
-has reported anything waits for the Bucket's first status write, which wakes it, instead of
-writing a `BucketNotReady` status the Bucket's pass would overturn within the second; it still
-reports `BucketNotReady` when the Bucket has reported that it is not Ready. The steady state
-writes nothing (the resync rows above).
+has reported anything writes nothing and waits for the Bucket's first status write, which wakes
+it, instead of writing a `BucketNotReady` status the Bucket's pass would overturn within the
+second; it still reports `BucketNotReady` when the Bucket has reported that it is not Ready. The
+steady state writes nothing (the resync rows above).
+
+Writes cost round trips inside a reconcile's slot, which the floor does not pay. A pass sends
+its finalizer patch together with its first reads (the finalizer must precede AWS writes, not
+reads), a BucketAccess reads its Secret in the same round trip, and the event goes out with the
+status: a new Bucket waits for two round trips to the API server, a new BucketAccess for three.
 ";
