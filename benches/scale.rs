@@ -238,7 +238,12 @@ fn report(pairs: &[scale::Row], all: &[scale::Row]) -> String {
          Each N starts from an empty control plane and emulator. The floor makes the same AWS calls \
          directly (the operator's own AWS client code, credentials and policy, {c} at a time per kind) \
          with no Kubernetes in the way; the operator runs with `--max-concurrent-reconciles {c}`.\n\n",
-        args = std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+        // Cargo adds `--bench` to a benchmark's arguments.
+        args = std::env::args()
+            .skip(1)
+            .filter(|a| a != "--bench")
+            .collect::<Vec<_>>()
+            .join(" "),
         commit = commit(),
         machine = machine(),
         c = all.first().map_or(0, |r| r.concurrency),
