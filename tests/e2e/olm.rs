@@ -283,28 +283,36 @@ impl Install {
         }
     }
 
-    /// Approves the InstallPlan that installs CSV `csv` (Manual approval).
+    /// Approves the InstallPlan that installs CSV `csv` (Manual approval), until OLM has
+    /// made that CSV. Under load OLM can resolve the Subscription twice and make a second plan
+    /// for the same CSV: only the one the Subscription names (`status.installPlanRef`) is
+    /// carried out, so that one is approved, and again should it change.
     async fn approve(&self, csv: &str) {
         let plans = olm_api(&self.ns, "v1alpha1", "InstallPlan").await;
-        let plan = wait_for(&format!("an InstallPlan for {csv}"), T, || async {
-            let list = plans.list(&Default::default()).await.ok()?;
-            list.items.into_iter().find_map(|p| {
-                let names = p.data["spec"]["clusterServiceVersionNames"].as_array()?;
-                names
-                    .iter()
-                    .any(|n| n == csv)
-                    .then(|| p.metadata.name.clone())?
-            })
-        })
+        let subs = olm_api(&self.ns, "v1alpha1", "Subscription").await;
+        let csvs = olm_api(&self.ns, "v1alpha1", "ClusterServiceVersion").await;
+        let approved = Patch::Merge(json!({"spec": {"approved": true}}));
+        wait_for(
+            &format!("an approved InstallPlan to make {csv}"),
+            T,
+            || async {
+                if csvs.get_opt(csv).await.ok()?.is_some() {
+                    return Some(());
+                }
+                let sub = subs.get(PACKAGE).await.ok()?;
+                let name = sub.data["status"]["installPlanRef"]["name"].as_str()?;
+                let plan = plans.get(name).await.ok()?;
+                let names = plan.data["spec"]["clusterServiceVersionNames"].as_array()?;
+                if names.iter().any(|n| n == csv) && plan.data["spec"]["approved"] != true {
+                    plans
+                        .patch(name, &PatchParams::default(), &approved)
+                        .await
+                        .expect("approve the InstallPlan");
+                }
+                None
+            },
+        )
         .await;
-        plans
-            .patch(
-                &plan,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"approved": true}})),
-            )
-            .await
-            .expect("approve the InstallPlan");
     }
 
     /// Waits until CSV `csv` is Succeeded and its Deployment has rolled out, every Pod on
