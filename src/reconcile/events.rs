@@ -34,7 +34,7 @@ pub struct Events {
 }
 
 /// The last event published about one object.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 struct Last {
     /// Hash of what it said (type, reason, note) and of the object's uid.
     what: u64,
