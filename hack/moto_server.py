@@ -8,12 +8,20 @@ parts the operator relies on. Everything else is stock moto.
   managed policies (`PolicyArn`, or the ARN CreatePolicy will give).
 - Conditions: stock moto passes no request context to identity policies and treats a statement
   whose condition fails as an explicit deny. Here a condition is evaluated against the request's
-  context keys (`iam:PermissionsBoundary`, `s3:prefix`, `aws:SecureTransport`) with AWS's
+  context keys (`iam:PermissionsBoundary`, `s3:prefix`, `aws:SecureTransport`, `aws:PrincipalArn`) with AWS's
   operators (String*, Arn*, Bool, Null, ...IfExists) and a statement whose condition does not
   hold simply does not apply.
 - Permissions boundaries: stock moto has none for users and enforces none. Here CreateUser takes
   `PermissionsBoundary`, Put/DeleteUserPermissionsBoundary exist, GetUser reports it, and every
   request by a user or role with a boundary must be allowed by that boundary too.
+- Bucket policies are evaluated for same-account callers, as AWS documents it (stock moto
+  ignores them): an explicit Deny that names the caller (`*`, its user or role ARN, or its role
+  session) and whose condition holds refuses the request, for the admin too; an Allow grants
+  without any identity policy, and one that names the user or the role session itself is not
+  capped by the caller's permissions boundary, while one naming the role or `*` is. A statement
+  naming only the account defers to the identity policies. `aws:PrincipalArn` (the user's ARN, or
+  the role's for a role session) is a condition key, and every request counts as made over TLS
+  (`aws:SecureTransport` true), as it would be against AWS.
 - Inactive access keys are refused, as AWS does (stock moto still accepts them).
 - CreateBucket with `Tags` in its CreateBucketConfiguration tags the new bucket in the same call
   (authorized as s3:TagResource), as S3 does; an existing bucket is never tagged this way.
@@ -72,10 +80,11 @@ from moto.iam.exceptions import NotFoundException
 from moto.iam.models import User, iam_backends
 from moto.iam.responses import IamResponse
 from moto.s3.exceptions import MalformedXML, S3ClientError
-from moto.s3.models import FakeBucket, S3Backend
+from moto.s3.models import FakeBucket, S3Backend, s3_backends
 from moto.s3.responses import ACTION_MAP, S3Response
 from moto.s3.utils import bucket_policy_is_public
 from moto.server import main
+from moto.utilities.utils import get_partition
 from moto.sns.models import sns_backends
 from moto.sqs.models import sqs_backends
 
@@ -249,9 +258,14 @@ def _boundary_of(backend, kind, name):
 
 
 def _request_context(self):
-    """The condition keys of this request that the operator's policies use."""
+    """The condition keys of this request that the operator's policies use. Requests reach the
+    emulator over loopback HTTP but stand for the TLS requests every AWS endpoint takes, so
+    aws:SecureTransport is true (the operator's TLS-only bucket policy statement binds no one)."""
     data = self._data or {}
-    context = {"aws:SecureTransport": "false"}
+    context = {"aws:SecureTransport": "true"}
+    principal_arn = _caller_principal(self)[0]
+    if principal_arn:
+        context["aws:PrincipalArn"] = principal_arn
     if self._service == "iam":
         boundary = _first(data.get("PermissionsBoundary"))
         if boundary is None:
@@ -267,6 +281,76 @@ def _request_context(self):
         if prefix is not None:
             context["s3:prefix"] = prefix
     return context
+
+
+def _caller_principal(self):
+    """(aws:PrincipalArn, the ARNs a resource policy may name the caller by directly). For a user
+    both are its ARN with its path; for a role session, aws:PrincipalArn is the role's ARN and the
+    direct name is the session's assumed-role ARN."""
+    key = self._access_key
+    try:
+        if hasattr(key, "_owner_user_name"):
+            arn = self.backend.get_user(key._owner_user_name).arn
+            return arn, {arn}
+        role = self.backend.get_role(getattr(key, "_owner_role_name", ""))
+        return role.arn, {key.arn}
+    except Exception:
+        return None, set()
+
+
+def _iam_like(pattern, value, ignore_case=False):
+    if ignore_case:
+        pattern, value = pattern.lower(), value.lower()
+    return fnmatch.fnmatchcase(value, pattern)
+
+
+def _principal_kind(principal, caller_arn, direct, account, partition):
+    """How a bucket policy statement's Principal names the caller: "direct" (its user or role
+    session ARN: not capped by a permissions boundary), "capped" (its role's ARN, or everyone:
+    the boundary still applies), "account" (the caller's account: the identity policy decides),
+    or None."""
+    if principal == "*":
+        return "capped"
+    names = _as_list((principal or {}).get("AWS"))
+    if "*" in names:
+        return "capped"
+    if any(n in direct for n in names):
+        return "direct"
+    if caller_arn and caller_arn in names:
+        return "capped"
+    if any(n in (account, f"arn:{partition}:iam::{account}:root") for n in names):
+        return "account"
+    return None
+
+
+def _bucket_policy_decision(self, resource, context):
+    """AWS's evaluation of a same-account bucket policy for this request: "deny" (an explicit
+    Deny applies), else the set of ways an Allow names the caller."""
+    if self._service != "s3" or ":::" not in resource:
+        return set()
+    name = resource.split(":::", 1)[1].split("/", 1)[0]
+    bucket = s3_backends[self.account_id][get_partition(self._region)].buckets.get(name)
+    policy = getattr(bucket, "policy", None)
+    if not policy:
+        return set()
+    doc = json.loads(policy)
+    caller_arn, direct = _caller_principal(self)
+    partition = resource.split(":")[1]
+    allows = set()
+    for st in _as_list(doc.get("Statement")):
+        if not any(_iam_like(a, self._action, True) for a in _as_list(st.get("Action"))):
+            continue
+        if not any(_iam_like(r, resource) for r in _as_list(st.get("Resource"))):
+            continue
+        kind = _principal_kind(st.get("Principal"), caller_arn, direct, self.account_id, partition)
+        if kind is None:
+            continue
+        if "Condition" in st and not condition_holds(st["Condition"], context):
+            continue
+        if st.get("Effect") == "Deny":
+            return "deny"
+        allows.add(kind)
+    return allows
 
 
 def _caller_boundary(self):
@@ -293,10 +377,20 @@ def _check_action_permitted(self, resource):
         if result == PermissionResult.DENIED:
             self._raise_access_denied()
         permitted = permitted or result == PermissionResult.PERMITTED
+    resource_policy = _bucket_policy_decision(self, resource, context)
+    if resource_policy == "deny":
+        self._raise_access_denied()
     boundary = _caller_boundary(self)
-    if boundary is not None:
-        capped = IAMPolicy(boundary).is_action_permitted(self._action, resource, None, context)
-        permitted = permitted and capped == PermissionResult.PERMITTED
+    within_boundary = boundary is None or (
+        IAMPolicy(boundary).is_action_permitted(self._action, resource, None, context)
+        == PermissionResult.PERMITTED
+    )
+    # Same account: an identity-policy or a resource-policy Allow suffices; the boundary caps
+    # both, except a resource policy that names the user or role session itself.
+    permitted = (
+        "direct" in resource_policy
+        or ((permitted or "capped" in resource_policy) and within_boundary)
+    )
     if self._is_assuming_role_operation(resource):
         permitted = permitted and self._check_role_trust_relationship(resource)
     if not permitted:

@@ -199,13 +199,7 @@ fn deletion_policy(s: &str) -> Result<DeletionPolicy, String> {
 }
 
 fn cluster_name(s: &str) -> Result<String, String> {
-    let ok = !s.is_empty()
-        && s.len() <= 32
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_');
-    ok.then(|| s.to_string()).ok_or_else(|| {
-        "must be 1-32 letters, digits, '-' or '_' (it becomes part of an IAM path)".into()
-    })
+    naming::check_cluster_name(s).map(|()| s.to_string())
 }
 
 fn main() -> ExitCode {
@@ -216,11 +210,17 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::IamPolicy(p)) => {
+            let prefix = naming::bucket_prefix(&p.cluster_name, p.bucket_name_prefix.as_deref());
+            let bucket_prefix = match prefix {
+                Ok(prefix) => prefix,
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             let scope = policy::Scope {
                 partition: p.partition,
-                bucket_prefix: p
-                    .bucket_name_prefix
-                    .unwrap_or_else(|| naming::default_bucket_prefix(&p.cluster_name)),
+                bucket_prefix,
                 iam_path: naming::iam_path(&p.cluster_name),
                 account: p.account_id,
             };
@@ -266,11 +266,17 @@ fn run(args: RunArgs) -> ExitCode {
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
         format!("{}-{}", host.trim(), std::process::id())
     });
+    let bucket_name_prefix =
+        match naming::bucket_prefix(&args.cluster_name, args.bucket_name_prefix.as_deref()) {
+            Ok(prefix) => prefix,
+            Err(e) => {
+                eprintln!("error: {e}");
+                return ExitCode::FAILURE;
+            }
+        };
     let config = runtime::Config {
         reconcile: s3_operator::reconcile::Settings {
-            bucket_name_prefix: args
-                .bucket_name_prefix
-                .unwrap_or_else(|| naming::default_bucket_prefix(&args.cluster_name)),
+            bucket_name_prefix,
             cluster_name: args.cluster_name,
             boundary_arn: args.permissions_boundary_arn.unwrap_or_default(),
             allow_cross_namespace_adoption: args.allow_cross_namespace_adoption,
@@ -282,6 +288,8 @@ fn run(args: RunArgs) -> ExitCode {
                 .map(|p| p.trim().to_string())
                 .filter(|p| !p.is_empty())
                 .collect(),
+            // Found through STS at start-up.
+            operator_principals: vec![],
             allow_compliance_retention: args.allow_compliance_retention,
             allowed_notification_targets: args
                 .allowed_notification_targets

@@ -32,6 +32,9 @@ use serde::{Deserialize, Serialize};
     "!has(self.objectLock) || has(oldSelf.objectLock)"
 ).message("spec.objectLock can only be chosen when the Bucket is created: S3 cannot turn object lock on for an existing bucket").field_path(".objectLock"))]
 #[x_kube(validation = Rule::new(
+    "!has(self.objectLock) || !has(self.objectLock.defaultRetention) || self.objectLock.defaultRetention.mode != 'COMPLIANCE' || (has(oldSelf.objectLock) && has(oldSelf.objectLock.defaultRetention) && oldSelf.objectLock.defaultRetention.mode == 'COMPLIANCE')"
+).message("spec.objectLock.defaultRetention.mode COMPLIANCE can only be chosen when the Bucket is created: like object lock itself it is a one-way door (no one in the account can shorten what it holds)").field_path(".objectLock.defaultRetention.mode"))]
+#[x_kube(validation = Rule::new(
     "!has(self.objectLock) || !has(self.versioning) || self.versioning != 'Suspended'"
 ).message("spec.versioning must not be Suspended with spec.objectLock: object lock keeps versioning enabled").field_path(".versioning"))]
 #[x_kube(validation = Rule::new(
@@ -396,10 +399,16 @@ impl Default for PublicAccessBlock {
     }
 }
 
+/// The CRD's rule on what an `Allow` may grant: the object and listing actions a BucketAccess
+/// holds, compared lowercased as IAM compares actions (`aws::policy::grantable_actions`, which a
+/// test keeps equal to this list).
+pub const ALLOW_ACTIONS_RULE: &str = "self.effect != 'Allow' || self.action.all(a, a.lowerAscii() in ['s3:abortmultipartupload', 's3:deleteobject', 's3:deleteobjectversion', 's3:getbucketlocation', 's3:getobject', 's3:getobjecttagging', 's3:getobjectversion', 's3:listbucket', 's3:listbucketmultipartuploads', 's3:listmultipartuploadparts', 's3:putobject', 's3:putobjecttagging'])";
+
 /// One statement of the bucket policy, in the IAM policy grammar.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(validation = Rule::new("self.effect != 'Allow' || !has(self.principal.aws) || !self.principal.aws.exists(p, p == '*')").message("spec.policy[].principal.aws must not be '*' in an Allow statement: it would make the bucket public"))]
+#[x_kube(validation = Rule::new(ALLOW_ACTIONS_RULE).message("spec.policy[].action of an Allow may list only the object and listing actions a BucketAccess holds (s3:GetObject, s3:GetObjectVersion, s3:GetObjectTagging, s3:PutObject, s3:PutObjectTagging, s3:DeleteObject, s3:DeleteObjectVersion, s3:AbortMultipartUpload, s3:ListMultipartUploadParts, s3:ListBucket, s3:ListBucketMultipartUploads, s3:GetBucketLocation): no wildcard, bucket configuration, retention, legal hold or bypass; a Deny may name any S3 action").field_path(".action"))]
 pub struct PolicyStatement {
     /// Statement id, unique in the policy (letters and digits). `DenyInsecureTransport` and
     /// `S3ServerAccessLogs` are the operator's own.
@@ -413,7 +422,9 @@ pub struct PolicyStatement {
     pub effect: PolicyEffect,
     /// Whom the statement applies to.
     pub principal: PolicyPrincipal,
-    /// S3 actions, such as `s3:GetObject` or `s3:*`.
+    /// S3 actions. An `Allow` may grant only the object and listing actions a BucketAccess
+    /// holds (such as `s3:GetObject`, `s3:PutObject`, `s3:ListBucket`), never a wildcard; a
+    /// `Deny` may name any, `s3:*` included, and never binds the operator itself.
     // Bounded items keep the CEL rules' estimated cost within the API server's budget.
     #[schemars(length(min = 1, max = 50), extend("items" = {"type": "string", "maxLength": 128}))]
     #[x_kube(validation = Rule::new("self.all(a, a.startsWith('s3:'))").message("spec.policy[].action must list S3 actions (s3:...)"))]

@@ -157,11 +157,16 @@ impl Aws {
     /// installation's policy `<iam_path>s3-operator-boundary` in the caller's own account. A
     /// boundary that does not exist stops start-up with one clear error instead of failing
     /// every user creation; one the operator may not read is left for IAM to judge.
-    pub async fn boundary(&self, configured: &str, iam_path: &str) -> Result<String, Error> {
+    pub async fn boundary(
+        &self,
+        configured: &str,
+        iam_path: &str,
+        account: &str,
+    ) -> Result<String, Error> {
         let arn = if configured.is_empty() {
             let scope = super::policy::Scope {
                 partition: super::naming::partition(&self.region).to_string(),
-                account: self.account_id().await?,
+                account: account.to_string(),
                 bucket_prefix: String::new(),
                 iam_path: iam_path.to_string(),
             };

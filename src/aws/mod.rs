@@ -233,18 +233,22 @@ impl Aws {
         &self.iam
     }
 
-    /// The account the operator's credentials belong to (STS GetCallerIdentity, which AWS
-    /// allows to every identity): it scopes the permissions boundary's ARN.
-    pub async fn account_id(&self) -> Result<String, Error> {
+    /// The account and ARN of the operator's credentials (STS GetCallerIdentity, which AWS
+    /// allows to every identity): the account scopes the permissions boundary's ARN, the ARN is
+    /// what tenant bucket-policy Deny statements exempt.
+    pub async fn caller(&self) -> Result<(String, String), Error> {
         let sts = aws_sdk_sts::Client::new(&self.base);
         let out = Aws::call("sts", "GetCallerIdentity", sts.get_caller_identity().send()).await?;
-        out.account.ok_or_else(|| Error {
-            service: "sts",
-            operation: "GetCallerIdentity",
-            code: "NoAccount".into(),
-            message: "the answer named no account".into(),
-            kind: ErrorKind::Transient,
-        })
+        match (out.account, out.arn) {
+            (Some(account), Some(arn)) => Ok((account, arn)),
+            _ => Err(Error {
+                service: "sts",
+                operation: "GetCallerIdentity",
+                code: "NoAccount".into(),
+                message: "the answer named no account or ARN".into(),
+                kind: ErrorKind::Transient,
+            }),
+        }
     }
 
     /// The endpoint applications should use for S3 in `region`.

@@ -57,11 +57,51 @@ pub fn iam_path(cluster: &str) -> String {
     format!("/s3-operator/{cluster}/")
 }
 
-/// The default bucket-name prefix of an installation: `s3op-<cluster>-`, so the operator policies
-/// of two clusters in one account cover disjoint buckets. The cluster name is lowercased and
-/// anything S3 does not allow becomes '-'.
-pub fn default_bucket_prefix(cluster: &str) -> String {
-    format!("s3op-{}-", sanitize(cluster).trim_matches('-'))
+/// Why `cluster` cannot name an installation, if it cannot. It goes unchanged into ownership
+/// tags, the IAM path and the default bucket prefix, so it must already be in the one form all
+/// three accept: two names that differ only where a sanitizer would fold them (`Prod`/`prod`,
+/// `prod_eu`/`prod-eu`) would otherwise share one prefix and one IAM path.
+pub fn check_cluster_name(cluster: &str) -> Result<(), String> {
+    let ok = (1..=32).contains(&cluster.len())
+        && cluster
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !cluster.starts_with('-')
+        && !cluster.ends_with('-')
+        && !cluster.contains("--");
+    ok.then_some(()).ok_or_else(|| {
+        format!(
+            "cluster name {cluster:?} must be 1-32 lowercase letters, digits and single hyphens, starting and ending with a letter or digit (it goes unchanged into ownership tags, the IAM path and the bucket prefix)"
+        )
+    })
+}
+
+/// The bucket-name prefix of an installation: `explicit` (`--bucket-name-prefix`), else
+/// `s3op-<cluster>-`. The default is given only to a cluster name without '-': the cluster name
+/// then ends at the first '-' after `s3op-`, so no installation's default prefix starts another's
+/// (`s3op-a-` would cover `s3op-a-b-`, the default of a cluster `a-b`), and neither can reach the
+/// other's buckets. A cluster name with '-' must choose its prefix, which the administrator keeps
+/// disjoint from every other installation's.
+pub fn bucket_prefix(cluster: &str, explicit: Option<&str>) -> Result<String, String> {
+    check_cluster_name(cluster)?;
+    if let Some(p) = explicit {
+        let ok = (1..=40).contains(&p.len())
+            && p.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !p.starts_with('-');
+        return ok.then(|| p.to_string()).ok_or_else(|| {
+            format!(
+                "bucket-name prefix {p:?} must be 1-40 lowercase letters, digits and hyphens, starting with a letter or digit"
+            )
+        });
+    }
+    if cluster.contains('-') {
+        return Err(format!(
+            "cluster name {cluster:?} contains '-', so it has no default bucket-name prefix: s3op-{cluster}- would fall under the prefix of cluster {:?}; set --bucket-name-prefix (an installation that already has buckets keeps s3op-{cluster}-)",
+            cluster.split('-').next().unwrap_or_default()
+        ));
+    }
+    Ok(format!("s3op-{cluster}-"))
 }
 
 /// The AWS partition of a region (`aws`, `aws-cn`, `aws-us-gov`).
@@ -124,12 +164,83 @@ mod tests {
     }
 
     #[test]
+    fn cluster_names_must_be_in_their_one_form() {
+        for ok in ["default", "prod", "prod-eu", "a1-b2-c3", &"c".repeat(32)] {
+            assert_eq!(check_cluster_name(ok), Ok(()), "{ok}");
+        }
+        for bad in [
+            "",
+            "Prod",
+            "prod_eu",
+            "-a",
+            "a-",
+            "a--b",
+            "a.b",
+            "has/slash",
+            &"c".repeat(33),
+        ] {
+            let why = check_cluster_name(bad).expect_err(bad);
+            assert!(
+                why.contains("lowercase letters, digits and single hyphens"),
+                "{why}"
+            );
+        }
+    }
+
+    #[test]
     fn default_prefixes_are_per_cluster_and_valid_in_bucket_names() {
-        assert_eq!(default_bucket_prefix("default"), "s3op-default-");
-        assert_eq!(default_bucket_prefix("Prod_EU"), "s3op-prod-eu-");
-        assert_ne!(default_bucket_prefix("a"), default_bucket_prefix("b"));
-        let n = bucket_name(&default_bucket_prefix(&"c".repeat(32)), "ns", "n", "uid");
+        assert_eq!(bucket_prefix("default", None).unwrap(), "s3op-default-");
+        assert_eq!(
+            bucket_prefix("prod-eu", Some("team-x-")).unwrap(),
+            "team-x-"
+        );
+        let why = bucket_prefix("prod-eu", None).unwrap_err();
+        assert!(
+            why.contains("--bucket-name-prefix") && why.contains("\"prod\""),
+            "{why}"
+        );
+        assert!(bucket_prefix("Prod", Some("x-")).is_err());
+        assert!(bucket_prefix("prod", Some("Bad_")).is_err());
+        let long = "c".repeat(32);
+        let n = bucket_name(&bucket_prefix(&long, None).unwrap(), "ns", "n", "uid");
         assert!(valid_bucket_name(&n) && n.starts_with("s3op-ccc"), "{n}");
+    }
+
+    /// No installation's default prefix is a prefix of another's, nor of any name another
+    /// generates: the operator policy of one (`arn:aws:s3:::<prefix>*`) reaches no bucket of the
+    /// other.
+    #[test]
+    fn default_prefixes_of_distinct_clusters_are_disjoint() {
+        let clusters = [
+            "a", "ab", "a1", "b", "default", "defaults", "prod", "prod2", "x9",
+        ];
+        for a in clusters {
+            let pa = bucket_prefix(a, None).unwrap();
+            let policy = crate::aws::policy::operator_policy(&crate::aws::policy::Scope {
+                partition: "aws".into(),
+                account: "123456789012".into(),
+                bucket_prefix: pa.clone(),
+                iam_path: iam_path(a),
+            });
+            let buckets = policy["Statement"][0]["Resource"]
+                .as_str()
+                .unwrap()
+                .to_string();
+            assert_eq!(buckets, format!("arn:aws:s3:::{pa}*"));
+            for b in clusters.iter().filter(|b| **b != a) {
+                let pb = bucket_prefix(b, None).unwrap();
+                for (ns, name) in [("default", "x"), ("b-c", "d"), ("-", "-")] {
+                    let theirs = bucket_name(&pb, ns, name, "uid");
+                    let arn = format!("arn:aws:s3:::{theirs}");
+                    let covered = arn.starts_with(buckets.trim_end_matches('*'));
+                    assert!(
+                        !covered,
+                        "{a}'s policy {buckets} covers {b}'s bucket {theirs}"
+                    );
+                }
+                assert!(!iam_path(b).starts_with(&iam_path(a)), "{a} {b}");
+            }
+        }
     }
 
     #[test]

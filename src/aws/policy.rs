@@ -325,6 +325,9 @@ pub fn operator_policy(scope: &Scope) -> Value {
     })
 }
 
+/// The condition operator and key that exempt the operator from a tenant's `Deny`.
+pub const OPERATOR_EXEMPTION: (&str, &str) = ("ArnNotLike", "aws:PrincipalArn");
+
 /// Sid of the statement every bucket policy of the operator starts with, and that it never drops.
 pub const TLS_ONLY_SID: &str = "DenyInsecureTransport";
 
@@ -390,23 +393,67 @@ fn principal_account(p: &str) -> Option<&str> {
     }
 }
 
+/// The only actions a tenant's `Allow` may grant: the object and listing actions a BucketAccess
+/// holds, exactly as IAM names them (no wildcard). Within one account a bucket policy that names
+/// a user or a role session is not capped by that identity's permissions boundary, so any other
+/// action (the bucket's policy, notifications, tags or deletion; retention, legal hold, bypass)
+/// granted here would reach past the boundary. The CRD's rule on `spec.policy[].action` lists the
+/// same, lowercased (a test keeps them equal).
+pub fn grantable_actions() -> Vec<&'static str> {
+    let (mut all, buckets) = app_actions();
+    all.extend(buckets);
+    all.sort_unstable();
+    all
+}
+
+/// The `aws:PrincipalArn` patterns of the operator's own principal, from its STS caller ARN: a
+/// user or role by name under any path (IAM names are unique in an account, and the session ARN
+/// of a role names neither its path nor how `aws:PrincipalArn` will spell it). Empty for a caller
+/// ARN of another shape, which no tenant Deny is then exempted for.
+pub fn operator_principals(caller_arn: &str) -> Vec<String> {
+    let parts: Vec<&str> = caller_arn.splitn(6, ':').collect();
+    let [_, partition, service, _, account, resource] = parts[..] else {
+        return vec![];
+    };
+    let (kind, name) = match (service, resource.split('/').collect::<Vec<_>>().as_slice()) {
+        ("iam", ["user", .., name]) => ("user", *name),
+        ("sts", ["assumed-role", role, _session]) => ("role", *role),
+        ("iam", ["root"]) => return vec![format!("arn:{partition}:iam::{account}:root")],
+        _ => return vec![],
+    };
+    vec![
+        format!("arn:{partition}:iam::{account}:{kind}/{name}"),
+        format!("arn:{partition}:iam::{account}:{kind}/*/{name}"),
+    ]
+}
+
+/// What a tenant's statements are checked against and rendered with.
+pub struct StatementRules<'a> {
+    /// The operator's account: an `Allow` may name its principals.
+    pub account: &'a str,
+    /// The operator's `--allowed-policy-principals` (ARNs, account ids or service names).
+    pub allowed: &'a [String],
+    /// The operator's own principal ([`operator_principals`]): exempt from every tenant `Deny`.
+    pub operator: &'a [String],
+}
+
 /// `spec.policy` as policy statements, or why one is refused, naming its field and the rule.
 /// The guard is the operator's, not only the CRD's: objects stored before a rule existed, and
 /// rules CEL cannot express (this bucket's ARN, the operator's account), are checked here.
-/// `allowed`: the operator's `--allowed-policy-principals` (ARNs, account ids or service names).
 pub fn bucket_statements(
     statements: &[PolicyStatement],
     bucket_arn: &str,
-    account: &str,
-    allowed: &[String],
+    rules: &StatementRules,
 ) -> Result<Vec<Value>, String> {
     statements
         .iter()
         .enumerate()
         .map(|(i, s)| {
             let field = format!("spec.policy[{i}]");
-            statement_refused(s, bucket_arn, account, allowed)
-                .map_or_else(|| Ok(statement_json(s)), |why| Err(format!("{field}{why}")))
+            statement_refused(s, bucket_arn, rules.account, rules.allowed).map_or_else(
+                || Ok(statement_json(s, rules.operator)),
+                |why| Err(format!("{field}{why}")),
+            )
         })
         .collect()
 }
@@ -456,6 +503,17 @@ fn statement_refused(
             ".principal.aws \"*\" in an Allow would make the bucket public; refused".into(),
         );
     }
+    let grantable = grantable_actions();
+    if let Some(a) = s
+        .action
+        .iter()
+        .find(|a| !grantable.iter().any(|g| g.eq_ignore_ascii_case(a)))
+    {
+        return Some(format!(
+            ".action {a:?} may not be granted by an Allow: only the object and listing actions a BucketAccess holds may ({}), never a wildcard, bucket configuration, retention, legal hold or bypass",
+            grantable.join(", ")
+        ));
+    }
     let outside = s
         .principal
         .aws
@@ -473,7 +531,10 @@ fn statement_refused(
 }
 
 /// The IAM JSON of an accepted statement.
-fn statement_json(s: &PolicyStatement) -> Value {
+/// `operator`: the patterns of the operator's own principal, which a `Deny` never binds (an
+/// `ArnNotLike` on `aws:PrincipalArn` added to the statement's conditions; values under the same
+/// operator and key are alternatives, so a tenant's own exemptions stay as they were).
+fn statement_json(s: &PolicyStatement, operator: &[String]) -> Value {
     let mut st = serde_json::Map::new();
     if let Some(sid) = &s.sid {
         st.insert("Sid".into(), json!(sid));
@@ -493,8 +554,19 @@ fn statement_json(s: &PolicyStatement) -> Value {
     st.insert("Principal".into(), Value::Object(principal));
     st.insert("Action".into(), json!(s.action));
     st.insert("Resource".into(), json!(s.resource));
-    if !s.condition.is_empty() {
-        st.insert("Condition".into(), json!(s.condition));
+    let mut condition = s.condition.clone();
+    if s.effect == PolicyEffect::Deny && !operator.is_empty() {
+        let exempt = condition
+            .entry(OPERATOR_EXEMPTION.0.into())
+            .or_default()
+            .entry(OPERATOR_EXEMPTION.1.into())
+            .or_default();
+        exempt.extend(operator.iter().cloned());
+        exempt.sort();
+        exempt.dedup();
+    }
+    if !condition.is_empty() {
+        st.insert("Condition".into(), json!(condition));
     }
     Value::Object(st)
 }
@@ -823,6 +895,143 @@ mod tests {
             doc["Statement"][1]["Resource"],
             "arn:aws:s3:::s3op-prod-*/*"
         );
+    }
+
+    #[test]
+    fn the_crds_allow_rule_lists_exactly_the_grantable_actions() {
+        let listed: Vec<String> = crate::api::ALLOW_ACTIONS_RULE
+            .split('[')
+            .nth(1)
+            .and_then(|l| l.split(']').next())
+            .unwrap()
+            .split(", ")
+            .map(|a| a.trim_matches('\'').to_string())
+            .collect();
+        let want: Vec<String> = grantable_actions()
+            .iter()
+            .map(|a| a.to_ascii_lowercase())
+            .collect();
+        assert_eq!(listed, want);
+    }
+
+    fn tenant(effect: PolicyEffect, actions: &[&str]) -> PolicyStatement {
+        PolicyStatement {
+            sid: None,
+            effect,
+            principal: crate::api::PolicyPrincipal {
+                aws: vec!["arn:aws:iam::123456789012:user/s3-operator/c/ns-app-1234abcd".into()],
+                service: vec![],
+            },
+            action: actions.iter().map(|a| a.to_string()).collect(),
+            resource: vec!["arn:aws:s3:::s3op-b".into(), "arn:aws:s3:::s3op-b/*".into()],
+            condition: Default::default(),
+        }
+    }
+
+    /// An Allow naming the tenant's own user is not capped by its boundary in AWS: only what the
+    /// boundary grants anyway may be granted there, whatever the case or wildcard.
+    #[test]
+    fn an_allow_grants_only_object_and_listing_actions() {
+        let rules = StatementRules {
+            account: "123456789012",
+            allowed: &[],
+            operator: &[],
+        };
+        let arn = "arn:aws:s3:::s3op-b";
+        for refused in [
+            "s3:*",
+            "s3:Get*",
+            "s3:PutBucketPolicy",
+            "s3:DeleteBucket",
+            "s3:PutBucketTagging",
+            "s3:PutBucketNotification",
+            "s3:PutObjectRetention",
+            "s3:PutObjectLegalHold",
+            "s3:BypassGovernanceRetention",
+            "s3:GetObject?",
+            "s3:PUTBUCKETPOLICY",
+        ] {
+            let st = tenant(PolicyEffect::Allow, &["s3:GetObject", refused]);
+            let why = bucket_statements(&[st], arn, &rules).unwrap_err();
+            assert!(
+                why.starts_with("spec.policy[0].action") && why.contains(refused),
+                "{why}"
+            );
+        }
+        let ok = tenant(
+            PolicyEffect::Allow,
+            &["s3:getobject", "s3:ListBucket", "s3:PutObject"],
+        );
+        assert!(bucket_statements(&[ok], arn, &rules).is_ok());
+        // A Deny may name anything.
+        let deny = tenant(PolicyEffect::Deny, &["s3:*"]);
+        assert!(bucket_statements(&[deny], arn, &rules).is_ok());
+    }
+
+    #[test]
+    fn a_tenant_deny_never_binds_the_operator() {
+        let operator = operator_principals("arn:aws:sts::123456789012:assumed-role/op/i-1");
+        assert_eq!(
+            operator,
+            [
+                "arn:aws:iam::123456789012:role/op",
+                "arn:aws:iam::123456789012:role/*/op"
+            ]
+        );
+        let rules = StatementRules {
+            account: "123456789012",
+            allowed: &[],
+            operator: &operator,
+        };
+        let mut deny = tenant(PolicyEffect::Deny, &["s3:*"]);
+        // The tenant's own exemption stays, next to the operator's.
+        deny.condition.insert(
+            "ArnNotLike".into(),
+            [(
+                "aws:PrincipalArn".into(),
+                vec!["arn:aws:iam::123456789012:role/ci".into()],
+            )]
+            .into(),
+        );
+        deny.condition.insert(
+            "StringNotEquals".into(),
+            [("aws:SourceVpce".into(), vec!["vpce-1".into()])].into(),
+        );
+        let allow = tenant(PolicyEffect::Allow, &["s3:GetObject"]);
+        let out = bucket_statements(&[deny, allow], "arn:aws:s3:::s3op-b", &rules).unwrap();
+        assert_eq!(
+            out[0]["Condition"]["ArnNotLike"]["aws:PrincipalArn"],
+            json!([
+                "arn:aws:iam::123456789012:role/*/op",
+                "arn:aws:iam::123456789012:role/ci",
+                "arn:aws:iam::123456789012:role/op"
+            ])
+        );
+        assert_eq!(
+            out[0]["Condition"]["StringNotEquals"]["aws:SourceVpce"],
+            json!(["vpce-1"])
+        );
+        assert!(
+            out[1].get("Condition").is_none(),
+            "an Allow is left as written"
+        );
+        for (caller, want) in [
+            (
+                "arn:aws:iam::123456789012:user/s3-operator/op",
+                vec![
+                    "arn:aws:iam::123456789012:user/op",
+                    "arn:aws:iam::123456789012:user/*/op",
+                ],
+            ),
+            (
+                "arn:aws:iam::123456789012:root",
+                vec!["arn:aws:iam::123456789012:root"],
+            ),
+            ("arn:aws:sts::123456789012:federated-user/x", vec![]),
+            ("nonsense", vec![]),
+        ] {
+            assert_eq!(operator_principals(caller), want, "{caller}");
+        }
     }
 
     #[test]

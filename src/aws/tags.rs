@@ -31,7 +31,8 @@ pub enum Ownership {
     Unowned,
     /// Retained by a deleted object: no owner, but it remembers its cluster and namespace.
     Released { cluster: String, namespace: String },
-    /// Tagged for another object, cluster or installation.
+    /// Tagged for another object, cluster or installation: a description that names none of
+    /// them (it reaches the status of a tenant that does not own it).
     Foreign(String),
 }
 
@@ -56,13 +57,12 @@ impl Owner {
         if tags.get(CLUSTER) == Some(&self.cluster) && tags.get(UID) == Some(&self.uid) {
             return Ownership::Ours;
         }
-        let get = |k: &str| tags.get(k).map(String::as_str).unwrap_or("?");
-        Ownership::Foreign(format!(
-            "owned by {}/{} in cluster {}",
-            get(NAMESPACE),
-            get(NAME),
-            get(CLUSTER)
-        ))
+        // Said to the tenant asking: never which namespace or object holds it.
+        Ownership::Foreign(if tags.get(CLUSTER) == Some(&self.cluster) {
+            "held by another object of this installation".into()
+        } else {
+            "held by another installation".into()
+        })
     }
 }
 
@@ -108,7 +108,16 @@ mod tests {
         );
         let mut other = o.tags();
         other.insert(UID.into(), "u2".into());
-        assert!(matches!(o.judge(&other), Ownership::Foreign(m) if m.contains("ns/n")));
+        let held = o.judge(&other);
+        assert_eq!(
+            held,
+            Ownership::Foreign("held by another object of this installation".into())
+        );
+        other.insert(CLUSTER.into(), "c2".into());
+        assert_eq!(
+            o.judge(&other),
+            Ownership::Foreign("held by another installation".into())
+        );
     }
 
     #[test]

@@ -69,6 +69,10 @@ pub struct Settings {
     /// Principals outside that account (ARNs, account ids, service names) a bucket policy's
     /// `Allow` may name (`--allowed-policy-principals`); none by default.
     pub allowed_policy_principals: Vec<String>,
+    /// `aws:PrincipalArn` patterns of the operator's own AWS principal (from STS at start-up):
+    /// exempt from every `Deny` a tenant writes into a bucket policy, so no tenant can lock the
+    /// operator out of managing or deleting its bucket.
+    pub operator_principals: Vec<String>,
     /// A Bucket may choose a COMPLIANCE object lock retention (`--allow-compliance-retention`).
     pub allow_compliance_retention: bool,
     /// SQS queue and SNS topic ARNs a Bucket's `spec.notifications` may name
@@ -95,6 +99,10 @@ impl Settings {
             allow_cross_namespace_adoption: false,
             account_id: "123456789012".into(),
             allowed_policy_principals: vec![],
+            operator_principals: vec![
+                "arn:aws:iam::123456789012:role/s3-operator".into(),
+                "arn:aws:iam::123456789012:role/*/s3-operator".into(),
+            ],
             allow_compliance_retention: false,
             allowed_notification_targets: vec![],
         }
@@ -113,6 +121,32 @@ pub struct Context {
     pub buckets: Vec<kube::runtime::reflector::Store<crate::api::Bucket>>,
     /// Bucket tags read from AWS, shared by a Bucket's pass and its accesses'.
     pub tag_reads: tag_reads::TagReads,
+    pub grants: Grants,
+}
+
+/// Wakes the BucketAccesses granted on an S3 bucket name, in every watched scope: a Bucket that
+/// finds its bucket gone or held by another, or that takes a name over, has them confirm their
+/// grant at once rather than at their next resync.
+#[derive(Clone)]
+pub struct Grants(tokio::sync::broadcast::Sender<String>);
+
+impl Default for Grants {
+    fn default() -> Self {
+        // A receiver that lags loses wake-ups, not safety: every access still confirms
+        // ownership on its own resync.
+        Grants(tokio::sync::broadcast::channel(1024).0)
+    }
+}
+
+impl Grants {
+    pub fn wake(&self, bucket: &str) {
+        // No receiver (no access controller yet) is nothing to wake.
+        let _ = self.0.send(bucket.to_string());
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.0.subscribe()
+    }
 }
 
 impl Context {
@@ -130,6 +164,7 @@ impl Context {
             settled: Default::default(),
             buckets: vec![],
             tag_reads: Default::default(),
+            grants: Default::default(),
         }
     }
 

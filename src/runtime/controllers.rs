@@ -92,7 +92,8 @@ pub(super) async fn run(
         .watches_shared_stream(
             events(w.bucket_events_for_accesses),
             move |b: Arc<Bucket>| queue.added(accesses_of(&store, &b)),
-        );
+        )
+        .reconcile_on(granted_on(&w.accesses, &ctx, &access_queue));
         let reconcile = reconcile::bucket_access::reconcile;
         runs.push(drive(accesses, reconcile, access_queue.clone(), &ctx));
     }
@@ -135,6 +136,48 @@ fn accesses_of(store: &Store<BucketAccess>, b: &Bucket) -> Vec<ObjectRef<BucketA
         .filter(|a| name == Some(a.spec.bucket_ref.name.as_str()) && a.metadata.namespace == *ns)
         .map(|a| ObjectRef::from_obj(a.as_ref()))
         .collect()
+}
+
+/// The BucketAccesses whose Bucket names an S3 bucket a Bucket pass woke (`Grants`): across
+/// namespaces, since a name can change hands between them.
+fn granted_on(
+    store: &Store<BucketAccess>,
+    ctx: &Arc<Context>,
+    queue: &Queue,
+) -> impl futures::Stream<Item = ObjectRef<BucketAccess>> + Send + 'static {
+    let (store, ctx, queue) = (store.clone(), ctx.clone(), queue.clone());
+    let names = futures::stream::unfold(ctx.grants.subscribe(), |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(name) => return Some((name, rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+            }
+        }
+    });
+    names.flat_map(move |name| {
+        let refs = store
+            .state()
+            .iter()
+            .filter(|a| {
+                let ns = a.metadata.namespace.as_deref().unwrap_or_default();
+                ctx.bucket(ns, &a.spec.bucket_ref.name)
+                    .and_then(|b| {
+                        let owner = reconcile::owner(b.as_ref(), &ctx.settings.cluster_name);
+                        let region = &ctx.aws.region;
+                        reconcile::bucket::address(&b, &ctx.settings, region, &owner).ok()
+                    })
+                    .is_some_and(|at| at.name == name)
+            })
+            .map(|a| {
+                // A full pass, not the settled echo of its last one: its inputs in Kubernetes
+                // have not changed, the bucket behind the name has.
+                ctx.settled.forget(&object_key(a.as_ref()));
+                ObjectRef::from_obj(a.as_ref())
+            })
+            .collect();
+        futures::stream::iter(queue.added(refs))
+    })
 }
 
 /// Runs a controller with `reconcile`.

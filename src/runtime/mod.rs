@@ -69,19 +69,18 @@ pub async fn run(config: Config) -> Result<(), Error> {
     }
     let aws = Aws::new(&config.aws).await.with_fence(fence.clone());
     let mut config = config;
+    let (account, caller) = aws.caller().await?;
     config.reconcile.boundary_arn = aws
         .boundary(
             &config.reconcile.boundary_arn,
             &crate::aws::naming::iam_path(&config.reconcile.cluster_name),
+            &account,
         )
         .await?;
     tracing::info!(boundary = %config.reconcile.boundary_arn, "permissions boundary");
-    // A customer-managed boundary lives in the operator's own account (IAM requires it), so its
-    // ARN names the account without another STS call; an AWS-managed one does not.
-    config.reconcile.account_id = match config.reconcile.boundary_arn.split(':').nth(4) {
-        Some(a) if crate::aws::policy::is_account_id(a) => a.to_string(),
-        _ => aws.account_id().await?,
-    };
+    config.reconcile.account_id = account;
+    config.reconcile.operator_principals = crate::aws::policy::operator_principals(&caller);
+    tracing::info!(principals = ?config.reconcile.operator_principals, "exempt from tenant Deny statements");
 
     let health = Arc::new(Health::default());
     tokio::spawn(heartbeat(health.clone()));
@@ -174,5 +173,6 @@ fn context(config: &Config, client: &kube::Client, aws: Aws, watches: &[Watches]
         settled: Default::default(),
         buckets: watches.iter().map(|w| w.buckets.clone()).collect(),
         tag_reads: Default::default(),
+        grants: Default::default(),
     }
 }

@@ -22,4 +22,5 @@ mod scale;
 mod security;
 mod smoke;
 mod support;
+mod tenancy;
 mod validation;

@@ -98,6 +98,26 @@ async fn bucket_policy_statements_are_checked(buckets: &Api<Bucket>) {
             json!({"sid": "DenyInsecureTransport"}),
             "reserved for the operator's TLS-only statement",
         ),
+        // An Allow naming the tenant's own user is not capped by its permissions boundary:
+        // only object and listing actions, no wildcard, whatever the case.
+        (
+            json!({"action": ["s3:GetObject", "s3:PutBucketPolicy"]}),
+            "spec.policy[0].action: Invalid value",
+        ),
+        (json!({"action": ["s3:*"]}), "of an Allow may list only"),
+        (json!({"action": ["s3:Get*"]}), "of an Allow may list only"),
+        (
+            json!({"action": ["s3:DeleteBucket"]}),
+            "of an Allow may list only",
+        ),
+        (
+            json!({"action": ["s3:PutObjectRetention"]}),
+            "of an Allow may list only",
+        ),
+        (
+            json!({"action": ["s3:BYPASSGOVERNANCERETENTION"]}),
+            "of an Allow may list only",
+        ),
         (json!({"effect": "Maybe"}), "spec.policy[0].effect"),
     ] {
         let msg = refused(buckets, stmt(over.clone())).await;
@@ -211,6 +231,31 @@ async fn bucket_name_and_region_are_immutable(buckets: &Api<Bucket>) {
         format!("{err}").contains("spec.region is immutable"),
         "{err}"
     );
+    // COMPLIANCE, a one-way door, is chosen at creation: an edit to it is refused at apply time
+    // instead of leaving a Bucket the operator would refuse (its deletion still works then).
+    let governance = json!({"objectLock": {"defaultRetention": {"mode": "GOVERNANCE", "days": 1}}});
+    let b: Bucket = serde_json::from_value(raw_bucket("lock", governance)).unwrap();
+    buckets.create(&PostParams::default(), &b).await.unwrap();
+    let to_compliance =
+        json!({"spec": {"objectLock": {"defaultRetention": {"mode": "COMPLIANCE", "days": 1}}}});
+    let err = buckets
+        .patch(
+            "lock",
+            &PatchParams::default(),
+            &Patch::Merge(to_compliance),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        format!("{err}").contains("spec.objectLock.defaultRetention.mode COMPLIANCE can only be chosen when the Bucket is created"),
+        "{err}"
+    );
+    let days =
+        json!({"spec": {"objectLock": {"defaultRetention": {"mode": "GOVERNANCE", "days": 2}}}});
+    buckets
+        .patch("lock", &PatchParams::default(), &Patch::Merge(days))
+        .await
+        .expect("a GOVERNANCE period may change");
 }
 
 /// Immutable fields: a BucketAccess's bucketRef; mutable fields still change.

@@ -512,8 +512,12 @@ mod tests {
         };
         // Even with the service allow-listed, the Sid stays the operator's.
         let allowed = [policy::LOGGING_SERVICE.to_string()];
-        let err = policy::bucket_statements(&[st], "arn:aws:s3:::s3op-x", "123456789012", &allowed)
-            .unwrap_err();
+        let rules = policy::StatementRules {
+            account: "123456789012",
+            allowed: &allowed,
+            operator: &[],
+        };
+        let err = policy::bucket_statements(&[st], "arn:aws:s3:::s3op-x", &rules).unwrap_err();
         assert!(
             err.contains("spec.policy[0].sid") && err.contains("reserved"),
             "{err}"

@@ -66,6 +66,13 @@ pub struct Desired {
 }
 
 impl Desired {
+    pub fn address(&self) -> Address {
+        Address {
+            name: self.name.clone(),
+            region: self.region.clone(),
+        }
+    }
+
     /// The ownership a new bucket is created with: the spec's, else `BucketOwnerEnforced` (ACLs
     /// disabled), as AWS creates buckets. It goes in the CreateBucket call itself, so the
     /// default costs no request of its own.
@@ -323,6 +330,43 @@ fn normalize_cors(rules: &[CorsRule]) -> Vec<CorsRule> {
         .collect()
 }
 
+/// Which S3 bucket a Bucket names: its name and region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Address {
+    pub name: String,
+    pub region: String,
+}
+
+/// The S3 bucket a Bucket names, from its spec's name and region (immutable) and its UID only:
+/// never from status (whoever can write status must not point a grant or a deletion at another
+/// bucket), and whatever else the spec says, so deletion and the grants' ownership checks work
+/// for a spec that an edit has made invalid. `Err`: a name outside the operator's bucket-name
+/// prefix, which it can neither have created nor adopted.
+pub fn address(
+    bucket: &Bucket,
+    settings: &super::Settings,
+    default_region: &str,
+    owner: &Owner,
+) -> Result<Address, Blocked> {
+    let spec = &bucket.spec;
+    let prefix = &settings.bucket_name_prefix;
+    let name = match &spec.bucket_name {
+        Some(n) => n.clone(),
+        None => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
+    };
+    if !name.starts_with(prefix.as_str()) {
+        let msg = format!(
+            "spec.bucketName {name:?} must start with the operator's bucket-name prefix {prefix:?}: its IAM policy only covers such buckets"
+        );
+        return Err(Blocked::new(Reason::InvalidSpec, msg));
+    }
+    let region = spec
+        .region
+        .clone()
+        .unwrap_or_else(|| default_region.to_string());
+    Ok(Address { name, region })
+}
+
 /// The spec resolved into a [`Desired`], or why it cannot be served.
 pub fn desired(
     bucket: &Bucket,
@@ -331,34 +375,18 @@ pub fn desired(
     owner: &Owner,
 ) -> Result<Desired, Blocked> {
     let spec = &bucket.spec;
-    let prefix = &ctx_settings.bucket_name_prefix;
-    // From spec and UID only, never from status: whoever can write status must not be able to
-    // point this object (and its deletion) at another bucket.
-    let name = match &spec.bucket_name {
-        Some(n) => n.clone(),
-        None => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
-    };
-    let region = spec
-        .region
-        .clone()
-        .unwrap_or_else(|| default_region.to_string());
-    if !name.starts_with(prefix.as_str()) {
-        let msg = format!(
-            "spec.bucketName {name:?} must start with the operator's bucket-name prefix {prefix:?}: its IAM policy only covers such buckets"
-        );
-        return Err(Blocked::new(Reason::InvalidSpec, msg));
-    }
+    let Address { name, region } = address(bucket, ctx_settings, default_region, owner)?;
     let compliance = ctx_settings.allow_compliance_retention;
     if let Some(why) = protection::spec_refused(spec, &name, compliance) {
         return Err(why);
     }
     let arn = naming::bucket_arn(naming::partition(&region), &name);
-    let statements = policy::bucket_statements(
-        &spec.policy,
-        &arn,
-        &ctx_settings.account_id,
-        &ctx_settings.allowed_policy_principals,
-    );
+    let rules = policy::StatementRules {
+        account: &ctx_settings.account_id,
+        allowed: &ctx_settings.allowed_policy_principals,
+        operator: &ctx_settings.operator_principals,
+    };
+    let statements = policy::bucket_statements(&spec.policy, &arn, &rules);
     let allowed_targets = &ctx_settings.allowed_notification_targets;
     let notifications = spec
         .notifications
@@ -403,8 +431,14 @@ pub fn adoption_refused(
         && (cluster != &owner.cluster || namespace != &owner.namespace)
         && !cross_namespace
     {
+        // Which namespace is not said: a tenant learns nothing about another's buckets.
+        let whom = if cluster == &owner.cluster {
+            "another namespace"
+        } else {
+            "another installation"
+        };
         return Some(format!(
-            "bucket {bucket} was retained by namespace {namespace} of cluster {cluster}; only that namespace may adopt it"
+            "bucket {bucket} was retained by {whom}; only it may adopt the bucket"
         ));
     }
     (!adopt_existing).then(|| {
@@ -430,6 +464,17 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue
         return Ok(Requeue::Resync(wait));
     }
     apply(&bucket, &ctx, start, &links).await
+}
+
+/// Reads whether the bucket at `at` is still this Bucket's, and wakes the accesses granted on
+/// that name if it is not. A failed read is left to the next pass.
+async fn confirm_held(ctx: &Context, at: &Address, owner: &Owner) {
+    let within = tag_reads::for_bucket(ctx.settings.resync_period);
+    match ctx.bucket_tags(&at.region, &at.name, within).await {
+        Ok(Some(tags)) if owner.judge(&tags) == Ownership::Ours => {}
+        Ok(_) => ctx.grants.wake(&at.name),
+        Err(e) => tracing::debug!(error = %e, bucket = %at.name, "ownership not confirmed"),
+    }
 }
 
 /// Reads what the plan needs: tags first (existence and ownership), then each managed aspect.
@@ -512,13 +557,20 @@ async fn apply(
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let mut d = match desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
         Ok(d) => d,
-        Err(why) => return blocked(bucket, ctx, None, &why).await,
+        Err(why) => {
+            // An invalid spec still names a bucket that grants may reach: if it is gone or held
+            // by another, they are withdrawn now, not once the spec is fixed.
+            if let Ok(at) = address(bucket, &ctx.settings, &ctx.aws.region, &owner) {
+                confirm_held(ctx, &at, &owner).await;
+            }
+            return blocked(bucket, ctx, None, &why).await;
+        }
     };
     match logging::complete(&mut d, bucket, ctx, links).await {
         Ok(None) => {}
-        Ok(Some(why)) => return blocked(bucket, ctx, Some(&d), &why).await,
+        Ok(Some(why)) => return blocked(bucket, ctx, Some(&d.address()), &why).await,
         Err(e) => match refusal(&e) {
-            Some(why) => return blocked(bucket, ctx, Some(&d), &why).await,
+            Some(why) => return blocked(bucket, ctx, Some(&d.address()), &why).await,
             None => return Err(e.into()),
         },
     }
@@ -533,12 +585,12 @@ async fn apply(
     let observed = match observed {
         Ok(o) => o,
         Err(e) => match refusal(&e) {
-            Some(why) => return blocked(bucket, ctx, Some(&d), &why).await,
+            Some(why) => return blocked(bucket, ctx, Some(&d.address()), &why).await,
             None => return Err(e.into()),
         },
     };
     let changes = match plan(&d, &observed) {
-        Plan::Blocked(why) => return blocked(bucket, ctx, Some(&d), &why).await,
+        Plan::Blocked(why) => return blocked(bucket, ctx, Some(&d.address()), &why).await,
         Plan::Apply(changes) => changes,
     };
     // Changes to an object whose spec we already served are drift: someone changed AWS.
@@ -560,16 +612,20 @@ async fn apply(
                 return Ok(Requeue::After(std::time::Duration::from_secs(1)));
             }
             return match refusal(&e) {
-                Some(why) => blocked(bucket, ctx, Some(&d), &why).await,
+                Some(why) => blocked(bucket, ctx, Some(&d.address()), &why).await,
                 None => Err(e.into()),
             };
         }
         applied.push(change.clone());
     }
+    if applied.contains(&Change::Create) || adopting {
+        // The name may have been another Bucket's, whose grants must not follow it here.
+        ctx.grants.wake(&d.name);
+    }
     let status = status_for(
         bucket,
         ctx,
-        Some(&d),
+        Some(&d.address()),
         true,
         Reason::Available,
         format!("S3 bucket {} is ready", d.name),
@@ -694,7 +750,7 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
 fn status_for(
     bucket: &Bucket,
     ctx: &Context,
-    d: Option<&Desired>,
+    d: Option<&Address>,
     ready: bool,
     reason: Reason,
     msg: String,
@@ -732,7 +788,7 @@ fn status_for(
 async fn blocked(
     bucket: &Bucket,
     ctx: &Context,
-    d: Option<&Desired>,
+    d: Option<&Address>,
     why: &Blocked,
 ) -> Result<Requeue, Error> {
     let status = status_for(bucket, ctx, d, false, why.reason, why.message.clone());
@@ -745,9 +801,10 @@ async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Requeue, Error> {
     }
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let policy = deletion_policy(bucket.spec.deletion_policy, &ctx.settings);
-    // A spec the operator never served created nothing.
-    if let Ok(d) = desired(bucket, &ctx.settings, &ctx.aws.region, &owner) {
-        match release_or_delete(bucket, ctx, &d, &owner, policy).await {
+    // From spec, UID and the tags in AWS, never from a spec check an edit can make fail. A name
+    // outside the prefix was never the operator's to create or adopt.
+    if let Ok(at) = address(bucket, &ctx.settings, &ctx.aws.region, &owner) {
+        match release_or_delete(bucket, ctx, &at, &owner, policy).await {
             Ok(true) => {}
             // Emptying goes on in the next pass: each pass stays short.
             Ok(false) => return Ok(Requeue::After(std::time::Duration::from_secs(1))),
@@ -755,7 +812,7 @@ async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Requeue, Error> {
             Err(Error::Aws(e)) if refusal(&e).is_some() => {
                 let why = refusal(&e).map(|r| r.message).unwrap_or_default();
                 let msg = format!("deleting the Bucket is waiting: {why}");
-                return Err(hold(bucket, ctx, &d, msg).await);
+                return Err(hold(bucket, ctx, &at, msg).await);
             }
             Err(e) => return Err(e),
         }
@@ -772,11 +829,11 @@ const EMPTY_PAGES_PER_PASS: usize = 10;
 async fn release_or_delete(
     bucket: &Bucket,
     ctx: &Context,
-    d: &Desired,
+    at: &Address,
     owner: &Owner,
     policy: DeletionPolicy,
 ) -> Result<bool, Error> {
-    let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
+    let (aws, r, n) = (&ctx.aws, at.region.as_str(), at.name.as_str());
     // The bucket is released or deleted below: no access may go on from an earlier read, and
     // its entry goes with the Bucket.
     ctx.tag_reads.forget(r, n);
@@ -805,7 +862,7 @@ async fn release_or_delete(
     }
     match policy {
         DeletionPolicy::Retain => retain(bucket, ctx, owner, &tags, r, n).await,
-        DeletionPolicy::Delete => delete(bucket, ctx, d).await,
+        DeletionPolicy::Delete => delete(bucket, ctx, at).await,
     }
 }
 
@@ -840,15 +897,15 @@ async fn retain(
 
 /// Deletes the bucket if it is empty, or empties it first with `forceDelete` (a page at a
 /// time: `Ok(false)` until it is empty). Never bypasses object lock retention.
-async fn delete(bucket: &Bucket, ctx: &Context, d: &Desired) -> Result<bool, Error> {
-    let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
+async fn delete(bucket: &Bucket, ctx: &Context, at: &Address) -> Result<bool, Error> {
+    let (aws, r, n) = (&ctx.aws, at.region.as_str(), at.name.as_str());
     if bucket.spec.force_delete {
         let emptied = aws.empty_bucket(r, n, EMPTY_PAGES_PER_PASS).await;
         let Emptied { deleted, empty } = match emptied {
             // Retention refused the deletes: report it, keep the bucket and its objects.
-            Err(e) if d.object_lock.is_some() && e.kind == ErrorKind::AccessDenied => {
+            Err(e) if bucket.spec.object_lock.is_some() && e.kind == ErrorKind::AccessDenied => {
                 let msg = protection::retention_holds(n, &e);
-                return Err(hold(bucket, ctx, d, msg).await);
+                return Err(hold(bucket, ctx, at, msg).await);
             }
             other => other?,
         };
@@ -868,7 +925,7 @@ async fn delete(bucket: &Bucket, ctx: &Context, d: &Desired) -> Result<bool, Err
         let msg = format!(
             "S3 bucket {n} is not empty; empty it or set spec.forceDelete: true to delete it with its objects"
         );
-        return Err(hold(bucket, ctx, d, msg).await);
+        return Err(hold(bucket, ctx, at, msg).await);
     }
     aws.delete_bucket(r, n).await?;
     ctx.event(bucket, false, "Deleted", format!("Deleted S3 bucket {n}"))
@@ -878,9 +935,9 @@ async fn delete(bucket: &Bucket, ctx: &Context, d: &Desired) -> Result<bool, Err
 
 /// Reports why deletion waits (status and event, once) and returns the error that keeps the
 /// finalizer and retries with backoff.
-async fn hold(bucket: &Bucket, ctx: &Context, d: &Desired, msg: String) -> Error {
+async fn hold(bucket: &Bucket, ctx: &Context, at: &Address, msg: String) -> Error {
     let why = Blocked::new(Reason::DeletionBlocked, msg);
-    if let Err(e) = blocked(bucket, ctx, Some(d), &why).await {
+    if let Err(e) = blocked(bucket, ctx, Some(at), &why).await {
         return e;
     }
     Error::DeletionBlocked(why.message)
@@ -971,7 +1028,10 @@ mod tests {
         let msg = adoption_refused("b", &released_here, &o, false, false).unwrap();
         assert!(msg.contains("adoptExisting"), "{msg}");
         let msg = adoption_refused("b", &released_elsewhere, &o, true, false).unwrap();
-        assert!(msg.contains("namespace other"), "{msg}");
+        assert!(
+            msg.contains("another namespace") && !msg.contains("other;"),
+            "{msg}"
+        );
         assert!(adoption_refused("b", &other_cluster, &o, true, false).is_some());
         // Only the operator's explicit flag lets another namespace take it.
         assert_eq!(
@@ -1443,7 +1503,7 @@ mod tests {
     fn foreign_and_unowned_buckets_are_never_touched() {
         let d = desired_for(BucketSpec::default());
         assert!(
-            matches!(plan(&d, &Observed::Foreign("owned by x/y in cluster z".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("x/y"))
+            matches!(plan(&d, &Observed::Foreign("held by another installation".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("held by another installation"))
         );
         assert!(
             matches!(plan(&d, &Observed::NotAdoptable("set spec.adoptExisting".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("adoptExisting"))

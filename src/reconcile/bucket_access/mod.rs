@@ -53,15 +53,16 @@ pub fn secret_name(access: &BucketAccess) -> String {
 enum BucketState {
     /// No grant may stand: credentials are revoked, and this is why.
     Gone(Blocked),
-    /// The Bucket is not Ready yet: nothing is created, nothing is revoked.
-    NotReady(String),
+    /// The Bucket is not Ready: nothing is created or changed, and a grant already in place
+    /// stays only while AWS says the bucket it names is still the Bucket's.
+    NotReady(String, Box<super::bucket::Address>, Owner),
     /// Neither the Bucket nor this access has reported anything yet: the Bucket's first pass
     /// is still to come. Its status write wakes this access, so it waits without writing a
     /// "waiting for Bucket" status that the Bucket's pass would overturn within a second (a
     /// status write, its echo and a second AWS pass per pair, for nothing).
     Pending,
     /// The bucket this Bucket's spec and UID name, still to be confirmed in AWS.
-    Named(Box<super::bucket::Desired>, Owner),
+    Named(Box<super::bucket::Address>, Owner),
 }
 
 fn bucket_state(
@@ -79,34 +80,37 @@ fn bucket_state(
     if bucket.metadata.deletion_timestamp.is_some() {
         return gone(format!("Bucket {name} is being deleted"));
     }
-    // Ready is only trusted to say "not yet"; what is granted is confirmed in AWS.
+    // The bucket is named by spec and UID alone (an edit that makes the rest of the spec
+    // invalid does not move it); Ready is only trusted to say "not yet", and what is granted is
+    // confirmed in AWS either way.
+    let owner = owner(bucket, &settings.cluster_name);
+    let at = match super::bucket::address(bucket, settings, default_region, &owner) {
+        Ok(at) => Box::new(at),
+        Err(why) => return BucketState::Gone(Blocked::new(Reason::BucketNotOwned, why.message)),
+    };
     let conditions = bucket.status.as_ref().map(|s| s.conditions.as_slice());
     if !conditions.is_some_and(condition::is_ready) {
         let reported = conditions.is_some_and(|c| c.iter().any(|c| c.type_ == condition::READY));
         if !reported && access.status.is_none() {
             return BucketState::Pending;
         }
-        return BucketState::NotReady(format!("waiting for Bucket {name} to become Ready"));
+        let msg = format!("waiting for Bucket {name} to become Ready");
+        return BucketState::NotReady(msg, at, owner);
     }
-    let owner = owner(bucket, &settings.cluster_name);
-    match super::bucket::desired(bucket, settings, default_region, &owner) {
-        Ok(d) => BucketState::Named(Box::new(d), owner),
-        Err(why) => BucketState::Gone(Blocked::new(Reason::BucketNotOwned, why.message)),
-    }
+    BucketState::Named(at, owner)
 }
 
 /// The grant's bucket if its tags in AWS still name the Bucket as owner; else why not (an
 /// `Error::Blocked` with reason `BucketNotOwned`).
+/// `within`: how old a read of the tags may serve.
 async fn confirm(
     ctx: &Context,
-    d: &super::bucket::Desired,
+    d: &super::bucket::Address,
     owner: &Owner,
     bucket_ref: &str,
+    within: Duration,
 ) -> Result<BucketFacts, Error> {
     let not_owned = |msg| Error::Blocked(Blocked::new(Reason::BucketNotOwned, msg));
-    // The Bucket's own pass reads these tags at least once per resync period (jittered by up to
-    // 10%): its last read serves, and a change of ownership it finds runs this pass again.
-    let within = ctx.settings.resync_period.mul_f64(1.1) + Duration::from_secs(30);
     let tags = match ctx.bucket_tags(&d.region, &d.name, within).await {
         Ok(tags) => tags,
         // A bucket whose owner cannot be confirmed is granted to no one.
@@ -243,8 +247,20 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
             BucketState::Gone(why) => return Err(withdraw(access, ctx, why).await),
             // Nothing is created for it yet, so it needs no finalizer either.
             BucketState::Pending => return Ok(Observation::Settled(ctx.resync_after())),
-            BucketState::NotReady(msg) => {
-                return Err(Blocked::new(Reason::BucketNotReady, msg).into());
+            BucketState::NotReady(msg, at, bucket_owner) => {
+                // Its pass may no longer read the tags (an invalid spec stops it early): this read
+                // is fresh, so a grant never follows the name to a bucket someone else made.
+                let fresh = Duration::ZERO;
+                return Err(
+                    match confirm(ctx, &at, &bucket_owner, &bucket_ref, fresh).await {
+                        Ok(_) => Blocked::new(Reason::BucketNotReady, msg).into(),
+                        Err(Error::Blocked(not_owned)) => {
+                            let msg = format!("{msg}; {}", not_owned.message);
+                            withdraw(access, ctx, Blocked::new(Reason::BucketNotReady, msg)).await
+                        }
+                        Err(e) => e,
+                    },
+                );
             }
             BucketState::Named(d, owner) => (d, owner),
         };
@@ -276,9 +292,12 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
         return Ok(Observation::Settled(wait));
     }
     let owner = owner(access, &ctx.settings.cluster_name);
+    // The Bucket's own pass reads these tags at least once per resync period (jittered by up to
+    // 10%) and wakes this access when they change hands: its last read serves.
+    let within = ctx.settings.resync_period.mul_f64(1.1) + Duration::from_secs(30);
     // Both only read; the plan needs both.
     let (facts, identity) = tokio::join!(
-        confirm(ctx, &d, &bucket_owner, &bucket_ref),
+        confirm(ctx, &d, &bucket_owner, &bucket_ref, within),
         observe_identity(ctx, access, &owner)
     );
     let facts = match facts {
@@ -794,12 +813,12 @@ mod tests {
         bucket.status = Some(Default::default());
         bucket.status.as_mut().unwrap().conditions = ready(false);
         assert!(
-            matches!(state(&access, &bucket), BucketState::NotReady(m) if m.contains("Bucket b"))
+            matches!(state(&access, &bucket), BucketState::NotReady(m, ..) if m.contains("Bucket b"))
         );
         // An access that has reported before says why it waits, even for a silent Bucket.
         bucket.status = None;
         access.status = Some(Default::default());
-        assert!(matches!(state(&access, &bucket), BucketState::NotReady(_)));
+        assert!(matches!(state(&access, &bucket), BucketState::NotReady(..)));
         // A Ready Bucket names the grant's bucket.
         bucket.status = Some(Default::default());
         bucket.status.as_mut().unwrap().conditions = ready(true);
@@ -808,5 +827,36 @@ mod tests {
             bucket_state(&access, None, &settings, "eu-west-1"),
             BucketState::Gone(_)
         ));
+    }
+
+    /// An edit that makes the Bucket's spec invalid neither moves the grant's bucket nor lets the
+    /// access skip confirming it: the not-Ready state still names the bucket to confirm in AWS.
+    #[test]
+    fn an_invalid_bucket_spec_still_names_the_bucket_to_confirm() {
+        let settings = super::super::Settings::for_tests();
+        let mut access: BucketAccess = object(
+            "BucketAccess",
+            serde_json::json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite"}),
+        );
+        access.status = Some(Default::default());
+        let mut bucket: Bucket = object("Bucket", serde_json::json!({}));
+        bucket.status = Some(Default::default());
+        bucket.status.as_mut().unwrap().conditions = ready(true);
+        let BucketState::Named(before, _) = bucket_state(&access, Some(&bucket), &settings, "r")
+        else {
+            panic!("a Ready Bucket names its bucket");
+        };
+        // COMPLIANCE retention, which this operator does not allow: the spec no longer resolves.
+        bucket.spec.object_lock = serde_json::from_value(serde_json::json!(
+            {"defaultRetention": {"mode": "COMPLIANCE", "days": 1}}
+        ))
+        .unwrap();
+        let owner = owner(&bucket, &settings.cluster_name);
+        assert!(super::super::bucket::desired(&bucket, &settings, "r", &owner).is_err());
+        bucket.status.as_mut().unwrap().conditions = ready(false);
+        match bucket_state(&access, Some(&bucket), &settings, "r") {
+            BucketState::NotReady(_, at, _) => assert_eq!(at, before),
+            other => panic!("{other:?}"),
+        }
     }
 }

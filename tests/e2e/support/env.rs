@@ -10,7 +10,7 @@ pub const ACCOUNT: &str = "123456789012";
 
 /// The bucket-name prefix of the installation for `cluster` (the operator's default).
 pub fn prefix(cluster: &str) -> String {
-    naming::default_bucket_prefix(cluster)
+    naming::bucket_prefix(cluster, None).expect("test cluster names have no '-'")
 }
 
 /// Where the installation for `cluster` may act.
