@@ -3,7 +3,9 @@
 //! `--buckets` runs Buckets alone, the workload of the quoted peer reference (empty: none).
 //! `--churn SECONDS[,BATCH]` also creates and deletes BATCH pairs (default 50) over and over for
 //! that long and reports the operator's RSS after every cycle (`--pairs '' --buckets ''` for it
-//! alone).
+//! alone). `--fairness N` measures a single Bucket's time to Ready in one namespace while another
+//! floods N Buckets. With `--write`, a part not run keeps its figures from BENCHMARKS.json, marked
+//! with the commit that measured it.
 //!
 //! Each N runs in a child process with its own private control plane and emulator, so every run
 //! starts from the same empty state. The summary table goes to stdout; `--write` also writes
@@ -44,6 +46,16 @@ fn main() {
         println!("{}", serde_json::to_string(&row).expect("JSON"));
         return;
     }
+    if let Some(n) = arg(&args, "--one-fairness") {
+        let n: usize = n.parse().expect("--one-fairness N");
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+            .expect("tokio runtime");
+        let f = rt.block_on(scale::fairness(n, 5));
+        println!("{}", serde_json::to_string(&f).expect("JSON"));
+        return;
+    }
     if let Some(spec) = arg(&args, "--one-churn") {
         let (secs, batch) = churn_spec(&spec);
         let rt = tokio::runtime::Builder::new_multi_thread()
@@ -71,7 +83,7 @@ fn main() {
                 .map(|n| (n, "buckets")),
         );
     let exe = std::env::current_exe().expect("own path");
-    let mut rows = Vec::new();
+    let mut rows: Vec<scale::Row> = Vec::new();
     for (n, workload) in runs {
         let out = Command::new(&exe)
             .args(["--one", &n.to_string(), "--workload", workload])
@@ -103,6 +115,63 @@ fn main() {
             samples,
         }
     });
+    let fairness = arg(&args, "--fairness").map(|n| {
+        let out = Command::new(&exe)
+            .args(["--one-fairness", &n])
+            .env_remove("S3OP_ENV_FILE")
+            .stderr(Stdio::inherit())
+            .output()
+            .expect("run the fairness benchmark");
+        assert!(out.status.success(), "the fairness run failed");
+        let text = String::from_utf8_lossy(&out.stdout);
+        let last = text.lines().last().expect("a result line");
+        serde_json::from_str::<scale::Fairness>(last).expect("result JSON")
+    });
+    if let Some(f) = &fairness {
+        println!("{}", f.report());
+    }
+    // With --write, what this run did not measure is kept from BENCHMARKS.json, marked with the
+    // commit that measured it.
+    let previous: serde_json::Value =
+        std::fs::read_to_string(support::repo().join("BENCHMARKS.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok())
+            .unwrap_or_default();
+    let kept = |key: &str| (!previous[key].is_null()).then(|| previous[key].clone());
+    let mut measured_at = serde_json::Map::new();
+    let now = commit();
+    for (key, ran) in [
+        ("rows", !rows.is_empty()),
+        ("churn", churn.is_some()),
+        ("fairness", fairness.is_some()),
+    ] {
+        let at = if ran {
+            Some(now.clone())
+        } else {
+            previous["measured_at"][key]
+                .as_str()
+                .or(previous["commit"].as_str())
+                .filter(|_| kept(key).is_some())
+                .map(String::from)
+        };
+        if let Some(at) = at {
+            measured_at.insert(key.into(), at.into());
+        }
+    }
+    if rows.is_empty()
+        && let Some(old) = kept("rows")
+    {
+        rows = serde_json::from_value(old).expect("BENCHMARKS.json rows");
+    }
+    let churn = churn.or_else(|| {
+        let old = kept("churn")?;
+        Some(Churn {
+            secs: old["seconds"].as_u64()?,
+            batch: old["batch"].as_u64()? as usize,
+            samples: serde_json::from_value(old["samples"].clone()).ok()?,
+        })
+    });
+    let fairness = fairness.or_else(|| serde_json::from_value(kept("fairness")?).ok());
     let pairs: Vec<scale::Row> = rows
         .iter()
         .filter(|r| r.workload == scale::Workload::Pairs)
@@ -115,15 +184,20 @@ fn main() {
     }
     if args.iter().any(|a| a == "--write") {
         let path = support::repo().join("BENCHMARKS.md");
-        let text = report(&pairs, &rows) + &churn.as_ref().map(Churn::report).unwrap_or_default();
+        let text = report(&pairs, &rows, &measured_at)
+            + &churn.as_ref().map(Churn::report).unwrap_or_default()
+            + &fairness
+                .as_ref()
+                .map(scale::Fairness::report)
+                .unwrap_or_default();
         std::fs::write(&path, text).expect("write BENCHMARKS.md");
         eprintln!("wrote {}", path.display());
         // The same figures for tools and later runs to compare mechanically.
         let churn = churn.map(
             |c| serde_json::json!({"seconds": c.secs, "batch": c.batch, "samples": c.samples}),
         );
-        let json = serde_json::json!({"commit": commit(), "machine": machine(), "rows": rows,
-            "churn": churn});
+        let json = serde_json::json!({"commit": commit(), "measured_at": measured_at,
+            "machine": machine(), "rows": rows, "churn": churn, "fairness": fairness});
         let path = support::repo().join("BENCHMARKS.json");
         let text = serde_json::to_string_pretty(&json).expect("JSON");
         std::fs::write(&path, text + "\n").expect("write BENCHMARKS.json");
@@ -225,15 +299,19 @@ fn verdict(met: bool, target: &str) -> String {
     }
 }
 
-/// `pairs`: the pair rows of `all`.
-fn report(pairs: &[scale::Row], all: &[scale::Row]) -> String {
+/// `pairs`: the pair rows of `all`; `measured_at`: the commit each section was measured at.
+fn report(
+    pairs: &[scale::Row],
+    all: &[scale::Row],
+    measured_at: &serde_json::Map<String, serde_json::Value>,
+) -> String {
     let mut out = String::new();
     let _ = write!(
         out,
         "# Benchmarks\n\n\
          Written by `cargo bench --bench scale -- {args}` (see `benches/scale.rs`) with \
          BENCHMARKS.json (the same figures as JSON); do not edit by hand.\n\n\
-         Commit measured: `{commit}`.\n\
+         Commit measured: {commit}.\n\
          Machine: {machine}; kube-apiserver, etcd and moto run on the same cores as the operator.\n\
          Each N starts from an empty control plane and emulator. The floor makes the same AWS calls \
          directly (the operator's own AWS client code, credentials and policy, {c} at a time per kind) \
@@ -244,7 +322,11 @@ fn report(pairs: &[scale::Row], all: &[scale::Row]) -> String {
             .filter(|a| a != "--bench")
             .collect::<Vec<_>>()
             .join(" "),
-        commit = commit(),
+        commit = measured_at
+            .iter()
+            .map(|(section, at)| format!("`{}` ({section})", at.as_str().unwrap_or("?")))
+            .collect::<Vec<_>>()
+            .join(", "),
         machine = machine(),
         c = all.first().map_or(0, |r| r.concurrency),
     );
@@ -285,7 +367,11 @@ fn report(pairs: &[scale::Row], all: &[scale::Row]) -> String {
         );
     }
     out += PEER;
-    out += &scale::peer_rows(all, &format!("this operator at `{}`, measured", commit()));
+    let rows_at = measured_at
+        .get("rows")
+        .and_then(|c| c.as_str())
+        .unwrap_or("?");
+    out += &scale::peer_rows(all, &format!("this operator at `{rows_at}`, measured"));
     out += QUOTED;
     out += WRITES;
     out += "\n## Calls per object while converging\n";

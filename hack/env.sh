@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts and stops the local test environment: etcd, kube-apiserver (TLS, RBAC, ServiceAccount
-# tokens), kube-controller-manager (garbage collection, namespaces, ServiceAccounts) and moto
+# tokens), kube-controller-manager (garbage collection, namespaces, ServiceAccounts, quotas) and moto
 # (S3, IAM, STS with IAM enforcement), all on loopback with free ports.
 #
 #   hack/env.sh up   [--state DIR] [--owner-pid PID]   start; prints the env file to source
@@ -166,9 +166,9 @@ up() {
       --service-account-private-key-file "$pki/sa.key" --service-cluster-ip-range 10.96.0.0/16 \
       --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" --v 1
   else
-    log "starting kube-controller-manager (garbage collector, namespaces, ServiceAccounts)"
+    log "starting kube-controller-manager (garbage collector, namespaces, ServiceAccounts, quotas)"
     start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kc" \
-      --controllers garbagecollector,namespace,serviceaccount \
+      --controllers garbagecollector,namespace,serviceaccount,resourcequota \
       --leader-elect=false --secure-port 0 --root-ca-file "$pki/ca.crt" --v 1
   fi
 

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use s3_operator::api::DeletionPolicy;
-use s3_operator::aws::{naming, policy};
+use s3_operator::aws::{budget, naming, policy};
 use s3_operator::runtime::{self, leader, telemetry};
 
 #[derive(Parser, Debug)]
@@ -134,6 +134,17 @@ struct RunArgs {
     /// How often a Ready object is re-read from AWS to correct drift (jittered by up to 10%).
     #[arg(long, env = "RESYNC_PERIOD", default_value = "10m", value_parser = duration)]
     resync_period: std::time::Duration,
+    /// AWS writes per second each namespace may make (a token bucket per namespace, so one
+    /// namespace cannot spend the account's S3 and IAM rate for the others); 0: no budget.
+    #[arg(long, env = "NAMESPACE_AWS_WRITE_RATE", default_value_t = budget::DEFAULT_RATE, value_parser = write_rate)]
+    namespace_aws_write_rate: f64,
+    /// AWS writes a namespace may make at once before its rate applies.
+    #[arg(long, env = "NAMESPACE_AWS_WRITE_BURST", default_value_t = budget::DEFAULT_BURST, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    namespace_aws_write_burst: u32,
+    /// Shortest `spec.credentials.rotation.interval` a BucketAccess may ask for; a shorter one is
+    /// refused (InvalidSpec), as each rotation costs IAM writes.
+    #[arg(long, env = "MIN_ROTATION_INTERVAL", default_value = "1h", value_parser = duration)]
+    min_rotation_interval: std::time::Duration,
     /// Reconciles running at once, per kind and namespace.
     #[arg(long, env = "MAX_CONCURRENT_RECONCILES", default_value_t = 10, value_parser = clap::value_parser!(u16).range(1..=1000))]
     max_concurrent_reconciles: u16,
@@ -195,6 +206,13 @@ fn deletion_policy(s: &str) -> Result<DeletionPolicy, String> {
         "Retain" => Ok(DeletionPolicy::Retain),
         "Delete" => Ok(DeletionPolicy::Delete),
         _ => Err("must be Retain or Delete".into()),
+    }
+}
+
+fn write_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && (0.0..=10_000.0).contains(&r) => Ok(r),
+        _ => Err("must be a number of writes per second from 0 (no budget) to 10000".into()),
     }
 }
 
@@ -300,6 +318,9 @@ fn run(args: RunArgs) -> ExitCode {
             default_deletion_policy: args.default_deletion_policy,
             oidc_provider_arn: args.oidc_provider_arn,
             resync_period: args.resync_period,
+            namespace_aws_write_rate: args.namespace_aws_write_rate,
+            namespace_aws_write_burst: args.namespace_aws_write_burst,
+            min_rotation_interval: args.min_rotation_interval,
         },
         aws: s3_operator::aws::Settings {
             region: args.aws_region,

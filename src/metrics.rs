@@ -52,6 +52,7 @@ pub struct Metrics {
     pub workqueue_work_duration_seconds: HistogramVec,
     pub workqueue_retries_total: IntCounterVec,
     pub rest_client_requests_total: IntCounterVec,
+    pub aws_write_budget_exhausted_total: IntCounterVec,
 }
 
 pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -204,6 +205,11 @@ impl Metrics {
                 "Number of HTTP requests, partitioned by status code, method, and host",
                 &["code", "method", "host"],
             ),
+            aws_write_budget_exhausted_total: counter(
+                "s3_operator_aws_write_budget_exhausted_total",
+                "Reconciles deferred because their namespace had spent its budget of AWS writes",
+                &["controller"],
+            ),
             access_key_age_seconds,
             access_key_rotation_overdue_seconds,
             registry,
@@ -216,6 +222,7 @@ impl Metrics {
             m.terminal_reconcile_errors_total.with_label_values(&[c]);
             m.active_workers.with_label_values(&[c]);
             m.reconcile_panics_total.with_label_values(&[c]);
+            m.aws_write_budget_exhausted_total.with_label_values(&[c]);
             m.workqueue_depth.with_label_values(&[c]);
             m.workqueue_adds_total.with_label_values(&[c]);
             m.workqueue_retries_total.with_label_values(&[c]);

@@ -2,6 +2,7 @@
 //! and policy documents. Each call is timed and traced in one place ([`Aws::call`]); each HTTP
 //! attempt, SDK retries included, is counted by [`AttemptCounter`].
 
+pub mod budget;
 mod fence;
 pub mod iam;
 pub mod naming;
@@ -72,6 +73,9 @@ pub enum ErrorKind {
     Invalid,
     /// Throttling, 5xx, timeouts, dropped connections: retry with backoff.
     Transient,
+    /// The namespace's budget of AWS writes is spent (see [`budget`]); nothing was sent, and the
+    /// pass may run again after this long.
+    OverBudget(std::time::Duration),
 }
 
 impl Error {
@@ -279,6 +283,21 @@ impl Aws {
             rpc.method = operation,
             aws.error_code = tracing::field::Empty,
         );
+        if budget::is_write(operation)
+            && let Err(spent) = budget::spend()
+        {
+            span.record("aws.error_code", "WriteBudgetExhausted");
+            return Err(Error {
+                service,
+                operation,
+                code: "WriteBudgetExhausted".into(),
+                message: format!(
+                    "this namespace's budget of AWS writes is spent; it may write again in {:.1}s",
+                    spent.wait.as_secs_f64()
+                ),
+                kind: ErrorKind::OverBudget(spent.wait),
+            });
+        }
         let start = Instant::now();
         let result = request.instrument(span.clone()).await;
         let elapsed = start.elapsed().as_secs_f64();

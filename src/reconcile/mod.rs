@@ -7,7 +7,7 @@ pub mod events;
 pub mod tag_reads;
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::NamespaceResourceScope;
@@ -79,6 +79,11 @@ pub struct Settings {
     /// (`--allowed-notification-targets`; an entry ending in `*` is an ARN prefix); none by
     /// default.
     pub allowed_notification_targets: Vec<String>,
+    /// AWS writes per second and burst of each namespace (`aws::budget`); a rate of 0: none.
+    pub namespace_aws_write_rate: f64,
+    pub namespace_aws_write_burst: u32,
+    /// Shortest key rotation interval a BucketAccess may ask for.
+    pub min_rotation_interval: Duration,
 }
 
 #[cfg(test)]
@@ -105,6 +110,9 @@ impl Settings {
             ],
             allow_compliance_retention: false,
             allowed_notification_targets: vec![],
+            namespace_aws_write_rate: 0.0,
+            namespace_aws_write_burst: 1,
+            min_rotation_interval: Duration::from_secs(10),
         }
     }
 }
@@ -122,6 +130,8 @@ pub struct Context {
     /// Bucket tags read from AWS, shared by a Bucket's pass and its accesses'.
     pub tag_reads: tag_reads::TagReads,
     pub grants: Grants,
+    /// Each namespace's budget of AWS writes.
+    pub budgets: Arc<crate::aws::budget::Budgets>,
 }
 
 /// Wakes the BucketAccesses granted on an S3 bucket name, in every watched scope: a Bucket that
@@ -165,6 +175,7 @@ impl Context {
             buckets: vec![],
             tag_reads: Default::default(),
             grants: Default::default(),
+            budgets: Arc::new(crate::aws::budget::Budgets::unlimited()),
         }
     }
 
@@ -229,6 +240,18 @@ impl Error {
     /// newer version's watch event runs the reconcile again; nothing failed.
     pub fn is_stale_write(&self) -> bool {
         matches!(self, Error::Kube(kube::Error::Api(e)) if e.code == 409)
+    }
+
+    /// The namespace's budget of AWS writes was spent before this pass wrote anything: it runs
+    /// again after the returned time. Nothing failed.
+    pub fn over_budget(&self) -> Option<Duration> {
+        match self {
+            Error::Aws(aws::Error {
+                kind: ErrorKind::OverBudget(wait),
+                ..
+            }) => Some(*wait),
+            _ => None,
+        }
     }
 }
 
@@ -299,7 +322,7 @@ pub fn refusal(e: &aws::Error, conflict: Option<Reason>, denied_also: &str) -> O
             Reason::InvalidSpec,
             format!("AWS rejected {op}: {code}: {msg}"),
         )),
-        (ErrorKind::NotFound | ErrorKind::Transient, _) => None,
+        (ErrorKind::NotFound | ErrorKind::Transient | ErrorKind::OverBudget(_), _) => None,
     }
 }
 

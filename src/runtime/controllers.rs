@@ -15,6 +15,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
 use tracing::Instrument;
 
+use super::fair::Gate;
 use super::lifecycle::wait_true;
 use super::watches::{Gated, Watched, Watches, events, trigger};
 use super::{Config, Error, telemetry};
@@ -60,42 +61,39 @@ pub(super) async fn run(
             access_queue.clone(),
         ));
         let (store, linked, queue) = (w.buckets.clone(), Linked::default(), bucket_queue.clone());
-        let buckets = controller_for(
-            &w.buckets,
-            w.bucket_events,
-            &bucket_queue,
-            concurrency,
-            &shutdown,
-        )
-        .watches_shared_stream(
-            events(w.bucket_events_for_logging),
-            move |b: Arc<Bucket>| queue.added(linked.related(&store, &b)),
-        );
+        let buckets = controller_for(&w.buckets, w.bucket_events, &bucket_queue, &shutdown)
+            .watches_shared_stream(
+                events(w.bucket_events_for_logging),
+                move |b: Arc<Bucket>| queue.added(linked.related(&store, &b)),
+            );
         let run = drive(
             buckets,
             reconcile::bucket::reconcile,
-            bucket_queue.clone(),
+            (
+                bucket_queue.clone(),
+                Gate::new(concurrency),
+                w.buckets.clone(),
+            ),
             &ctx,
         );
         runs.push(run);
         let (store, queue) = (w.accesses.clone(), access_queue.clone());
         let owners = access_queue.clone();
         let secrets = events(w.secret_events).inspect(move |s| owners.add_owner_of(s.as_ref()));
-        let accesses = controller_for(
-            &w.accesses,
-            w.access_events,
-            &access_queue,
-            concurrency,
-            &shutdown,
-        )
-        .owns_shared_stream(secrets)
-        .watches_shared_stream(
-            events(w.bucket_events_for_accesses),
-            move |b: Arc<Bucket>| queue.added(accesses_of(&store, &b)),
-        )
-        .reconcile_on(granted_on(&w.accesses, &ctx, &access_queue));
+        let accesses = controller_for(&w.accesses, w.access_events, &access_queue, &shutdown)
+            .owns_shared_stream(secrets)
+            .watches_shared_stream(
+                events(w.bucket_events_for_accesses),
+                move |b: Arc<Bucket>| queue.added(accesses_of(&store, &b)),
+            )
+            .reconcile_on(granted_on(&w.accesses, &ctx, &access_queue));
         let reconcile = reconcile::bucket_access::reconcile;
-        runs.push(drive(accesses, reconcile, access_queue.clone(), &ctx));
+        let served = (
+            access_queue.clone(),
+            Gate::new(concurrency),
+            w.accesses.clone(),
+        );
+        runs.push(drive(accesses, reconcile, served, &ctx));
     }
     tokio::spawn(report_managed_objects(
         bucket_stores,
@@ -107,22 +105,20 @@ pub(super) async fn run(
 
 /// A controller fed by a warm store: everything in it, then every change it hears of.
 ///
-/// At most `concurrency` reconciles run at once, in kube's runner, which holds the rest in its
-/// scheduler at O(1) each. (Unbounded behind a semaphore of our own, every queued object was an
-/// in-flight future that kube's runner polls on every wake-up: at 2,000 pairs that doubled the
-/// CPU spent converging.)
+/// kube's runner starts every due reconcile at once (its scheduler still merges the triggers of
+/// an object waiting or running into one); each then waits at the controller's [`Gate`], which
+/// runs at most `--max-concurrent-reconciles` of them and takes turns between namespaces. A
+/// waiting reconcile is a small future that is polled only when the gate wakes it.
 fn controller_for<K: Watched>(
     store: &Store<K>,
     changes: Gated<K>,
     queue: &Queue,
-    concurrency: u16,
     shutdown: &watch::Receiver<bool>,
 ) -> Controller<K> {
     let queue = queue.clone();
     let objects =
         trigger(store.state(), changes).inspect(move |o| queue.add(object_key(o.as_ref())));
     Controller::for_shared_stream(objects, store.clone())
-        .with_config(controller::Config::default().concurrency(concurrency))
         .graceful_shutdown_on(wait_true(shutdown.clone()))
 }
 
@@ -180,11 +176,11 @@ fn granted_on(
     })
 }
 
-/// Runs a controller with `reconcile`.
+/// Runs a controller with `reconcile`, each reconcile waiting its namespace's turn at `gate`.
 fn drive<K, F, Fut>(
     controller: Controller<K>,
     reconcile: F,
-    queue: Queue,
+    (queue, gate, store): (Queue, Gate, Store<K>),
     ctx: &Arc<Context>,
 ) -> futures::future::BoxFuture<'static, ()>
 where
@@ -197,8 +193,32 @@ where
     controller
         .run(
             move |obj, c| {
-                queue.started(&object_key(obj.as_ref()));
-                instrumented(queue.name, obj, c, reconcile.clone())
+                let (queue, gate, store, reconcile) = (
+                    queue.clone(),
+                    gate.clone(),
+                    store.clone(),
+                    reconcile.clone(),
+                );
+                async move {
+                    let ns = obj.meta().namespace.clone().unwrap_or_default();
+                    let key = object_key(obj.as_ref());
+                    // A namespace that has spent its AWS writes waits without taking a slot
+                    // (or making a read) until its budget refills.
+                    if let Some(wait) = c.budgets.defer(&ns) {
+                        queue.started(&key);
+                        over_budget(queue.name, obj.as_ref(), &c).await;
+                        return Ok(Action::requeue(wait));
+                    }
+                    let _slot = gate.enter(&ns).await;
+                    // The object as it is now, not as it was when its turn was asked for.
+                    let Some(obj) = store.get(&ObjectRef::from_obj(obj.as_ref())) else {
+                        queue.forget(&key);
+                        return Ok(Action::await_change());
+                    };
+                    queue.started(&key);
+                    // Boxed: a waiting reconcile holds only the gate's small future.
+                    Box::pin(instrumented(queue.name, obj, c, reconcile)).await
+                }
             },
             error_policy,
             ctx.clone(),
@@ -387,8 +407,10 @@ where
     let workers = METRICS.active_workers.with_label_values(&[controller]);
     workers.inc();
     let start = Instant::now();
-    let run = reconcile(obj, ctx.clone()).instrument(span.clone());
-    let result = guarded(controller, run).await;
+    let ns = obj.meta().namespace.clone().unwrap_or_default();
+    let budgets = ctx.budgets.clone();
+    let run = reconcile(obj.clone(), ctx.clone()).instrument(span.clone());
+    let result = budgets.pass(ns, guarded(controller, run)).await;
     workers.dec();
     let seconds = start.elapsed().as_secs_f64();
     for histogram in [
@@ -404,6 +426,12 @@ where
         // is retried with backoff but is no failed reconcile.
         Err(Error::Reconcile(e)) if e.is_deletion_blocked() => {
             span.in_scope(|| tracing::info!(reason = %e, "deletion waits; retrying with backoff"));
+        }
+        Err(Error::Reconcile(e)) if e.over_budget().is_some() => {
+            span.in_scope(|| tracing::info!(reason = %e, "namespace over its AWS write budget"));
+            over_budget(controller, obj.as_ref(), &ctx)
+                .instrument(span.clone())
+                .await;
         }
         Err(Error::Reconcile(e)) if e.is_stale_write() => {
             span.in_scope(
@@ -451,6 +479,23 @@ where
     }
 }
 
+/// Counts a pass deferred by its namespace's AWS write budget, and says so in an event on the
+/// first object that meets the exhausted budget (once per episode, not once per pass).
+async fn over_budget<K: Resource<DynamicType = ()>>(controller: &str, obj: &K, ctx: &Context) {
+    METRICS
+        .aws_write_budget_exhausted_total
+        .with_label_values(&[controller])
+        .inc();
+    let ns = obj.meta().namespace.as_deref().unwrap_or_default();
+    if ctx.budgets.report(ns) {
+        let (rate, burst) = (ctx.budgets.rate(), ctx.budgets.burst());
+        let note = format!(
+            "namespace {ns} has spent its budget of AWS writes ({rate} per second, {burst} at once): its objects wait their turn as it refills"
+        );
+        ctx.event(obj, true, "WriteBudgetExhausted", note).await;
+    }
+}
+
 /// The `result` label of `controller_runtime_reconcile_total`, in controller-runtime's terms:
 /// a requeue sooner than the resync is `requeue_after`; a blocked deletion, retried with
 /// backoff, and a write lost to a newer version of the object are `requeue`.
@@ -458,14 +503,18 @@ fn result_label(result: &Result<Requeue, Error>) -> &'static str {
     match result {
         Ok(Requeue::OnChange | Requeue::Resync(_)) => "success",
         Ok(Requeue::After(_)) => "requeue_after",
-        Err(Error::Reconcile(e)) if e.is_deletion_blocked() || e.is_stale_write() => "requeue",
+        Err(Error::Reconcile(e))
+            if e.is_deletion_blocked() || e.is_stale_write() || e.over_budget().is_some() =>
+        {
+            "requeue"
+        }
         Err(_) => "error",
     }
 }
 
 fn error_policy<K: Resource<DynamicType = ()>>(
     obj: Arc<K>,
-    _e: &Error,
+    e: &Error,
     ctx: Arc<Context>,
 ) -> Action {
     let controller = K::kind(&()).to_lowercase();
@@ -473,6 +522,13 @@ fn error_policy<K: Resource<DynamicType = ()>>(
         .workqueue_retries_total
         .with_label_values(&[controller.as_str()])
         .inc();
+    // Over budget: its turn as the namespace's budget refills, not an exponential backoff.
+    if let Error::Reconcile(over) = e
+        && let Some(wait) = over.over_budget()
+    {
+        let ns = obj.meta().namespace.as_deref().unwrap_or_default();
+        return Action::requeue(ctx.budgets.defer(ns).unwrap_or(wait));
+    }
     Action::requeue(ctx.backoff.next(&object_key(obj.as_ref())))
 }
 

@@ -9,6 +9,7 @@
 pub mod client;
 mod config;
 mod controllers;
+mod fair;
 pub mod leader;
 mod lifecycle;
 pub mod telemetry;
@@ -174,5 +175,9 @@ fn context(config: &Config, client: &kube::Client, aws: Aws, watches: &[Watches]
         buckets: watches.iter().map(|w| w.buckets.clone()).collect(),
         tag_reads: Default::default(),
         grants: Default::default(),
+        budgets: Arc::new(crate::aws::budget::Budgets::new(
+            config.reconcile.namespace_aws_write_rate,
+            config.reconcile.namespace_aws_write_burst,
+        )),
     }
 }

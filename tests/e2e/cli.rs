@@ -58,7 +58,9 @@ fn cluster_names_that_would_overlap_another_installation_are_refused() {
             &["iam-policy", "--account-id", "123456789012"][..],
             &["run"],
         ] {
-            let out = run(&[cmd, &["--cluster-name", bad]].concat());
+            // `=`: clap would take `-a` after a space for a flag of its own.
+            let flag = format!("--cluster-name={bad}");
+            let out = run(&[cmd, &[flag.as_str()]].concat());
             let err = String::from_utf8_lossy(&out.stderr);
             assert_eq!(out.status.code(), Some(2), "{bad} {cmd:?}: {err}");
             assert!(err.contains("single hyphens"), "{bad}: {err}");

@@ -10,6 +10,7 @@ mod bucket_notifications;
 mod bucket_protection;
 mod cli;
 mod cluster;
+mod fairness;
 mod faults;
 mod monitoring;
 mod node;

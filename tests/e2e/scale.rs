@@ -422,6 +422,7 @@ pub async fn churn(duration: Duration, batch: usize) -> Vec<ChurnSample> {
     let ns = namespace(&client, "churn").await;
     let opts = OperatorOpts {
         namespaces: vec![ns.clone()],
+        extra_args: vec!["--namespace-aws-write-rate".into(), "0".into()],
         env: vec![("RUST_LOG".into(), "info".into())],
         ..Default::default()
     };
@@ -539,9 +540,12 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
         namespaces: vec![ns.clone()],
         // No periodic resync inside the measurements; the resync is measured on its own.
         resync: "1h",
+        // Throughput is measured here; the per-namespace write budget in `fairness`.
         extra_args: vec![
             "--max-concurrent-reconciles".into(),
             CONCURRENCY.to_string(),
+            "--namespace-aws-write-rate".into(),
+            "0".into(),
         ],
         env: vec![("RUST_LOG".into(), "info".into())],
         ..Default::default()
@@ -727,6 +731,151 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
     }
     drop(op);
     row
+}
+
+/// The fairness run: one namespace floods a cluster-wide operator (its defaults: 10 reconciles
+/// at once, the default write budget) while another applies single Buckets one after another.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct Fairness {
+    pub flood: usize,
+    /// Time to Ready of a single Bucket on the idle operator, median of the samples.
+    pub idle_ready_s: f64,
+    /// The same while the flood converges: median and worst.
+    pub flooded_ready_p50_s: f64,
+    pub flooded_ready_max_s: f64,
+    pub samples: usize,
+    /// The flood's own time from the first create to all Ready.
+    pub flood_converge_s: f64,
+    /// Passes of the flood deferred by its write budget.
+    pub budget_deferrals: f64,
+    pub write_rate: f64,
+    pub write_burst: u32,
+}
+
+/// Time from create to Ready of Bucket `name` in `api`, watched.
+async fn time_to_ready(api: &Api<Bucket>, name: &str) -> f64 {
+    let ready = await_condition(api.clone(), name, |b: Option<&Bucket>| {
+        b.and_then(|b| b.status.as_ref())
+            .is_some_and(|s| condition::is_ready(&s.conditions))
+    });
+    let start = Instant::now();
+    let (pp, object) = (PostParams::default(), bucket(name, json!({})));
+    let create = api.create(&pp, &object);
+    let (created, ready) = tokio::join!(
+        create,
+        tokio::time::timeout(Duration::from_secs(120), ready)
+    );
+    created.unwrap();
+    ready.expect("Ready within 120 s").expect("watch");
+    start.elapsed().as_secs_f64()
+}
+
+/// Runs the fairness measurement with a flood of `flood` Buckets and `samples` single Buckets
+/// of the other namespace before and during it. Cluster-wide, as the default install runs: a
+/// benchmark child has the control plane to itself.
+pub async fn fairness(flood: usize, samples: usize) -> Fairness {
+    let client = admin().await;
+    let (busy, quiet) = (
+        namespace(&client, "flood").await,
+        namespace(&client, "quiet").await,
+    );
+    let opts = OperatorOpts {
+        resync: "1h",
+        env: vec![("RUST_LOG".into(), "info".into())],
+        ..Default::default()
+    };
+    let op = Operator::start(opts).await;
+    let (flooded, alone) = (
+        Api::<Bucket>::namespaced(client.clone(), &busy),
+        Api::<Bucket>::namespaced(client.clone(), &quiet),
+    );
+    let mut idle = Vec::new();
+    for j in 0..samples {
+        idle.push(time_to_ready(&alone, &format!("idle{j}")).await);
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    eprintln!("[fairness] idle time to Ready {idle:?}; flooding {flood}");
+    let start = Instant::now();
+    let done = tokio::spawn(all_ready(flooded.clone(), flood));
+    let names = (0..flood).map(|i| format!("f{i}"));
+    let empty = Api::<BucketAccess>::namespaced(client.clone(), &busy);
+    let creating = create_objects(&flooded, &empty, names, Workload::Buckets);
+    // Samples spread over the flood: the first while it is still being applied.
+    let sampling = async {
+        let mut during = Vec::new();
+        for j in 0..samples {
+            during.push(time_to_ready(&alone, &format!("during{j}")).await);
+            tokio::time::sleep(Duration::from_secs(2)).await;
+        }
+        during
+    };
+    let ((), mut during) = tokio::join!(creating, sampling);
+    let converged = done.await.unwrap();
+    let pending = ready_count_of(&flooded).await < flood;
+    eprintln!("[fairness] flooded time to Ready {during:?}; flood still converging: {pending}");
+    idle.sort_by(f64::total_cmp);
+    during.sort_by(f64::total_cmp);
+    let metrics = op.metrics().await;
+    Fairness {
+        flood,
+        idle_ready_s: percentile(&idle, 0.5),
+        flooded_ready_p50_s: percentile(&during, 0.5),
+        flooded_ready_max_s: during.last().copied().unwrap_or_default(),
+        samples,
+        flood_converge_s: converged.duration_since(start).as_secs_f64(),
+        budget_deferrals: metric_sum(
+            &metrics,
+            "s3_operator_aws_write_budget_exhausted_total",
+            &[],
+        ),
+        // The operator ran with its defaults.
+        write_rate: s3_operator::aws::budget::DEFAULT_RATE,
+        write_burst: s3_operator::aws::budget::DEFAULT_BURST,
+    }
+}
+
+async fn ready_count_of(api: &Api<Bucket>) -> usize {
+    let list = api.list(&Default::default()).await.unwrap();
+    list.items
+        .iter()
+        .filter(|b| {
+            b.status
+                .as_ref()
+                .is_some_and(|s| condition::is_ready(&s.conditions))
+        })
+        .count()
+}
+
+impl Fairness {
+    /// The section of BENCHMARKS.md.
+    pub fn report(&self) -> String {
+        let met = self.flooded_ready_max_s <= self.idle_ready_s + 2.0;
+        format!(
+            "\n## One namespace flooding, another waiting\n\n\
+             `--fairness {flood}`: a cluster-wide operator with its defaults (10 reconciles at once \
+             per kind, served in turns by namespace; {rate} AWS writes per second and {burst} at \
+             once per namespace). One namespace applies {flood} Buckets, 32 at a time; another \
+             applies a single Bucket {samples} times while the flood converges (the first while it \
+             is still being applied, then every 2 s), after {samples} samples on the idle operator.\n\n\
+             | single Bucket, time to Ready | seconds |\n|---|---|\n\
+             | idle operator, median | {idle:.3} |\n\
+             | during the flood, median | {p50:.3} |\n\
+             | during the flood, worst | {max:.3} |\n\
+             | the flood's own convergence ({flood} Buckets) | {conv:.1} |\n\n\
+             The flood's passes deferred by its write budget: {def:.0}. Target: the worst single \
+             Bucket within 2 s of the idle operator's time: {verdict}.\n",
+            flood = self.flood,
+            rate = self.write_rate,
+            burst = self.write_burst,
+            samples = self.samples,
+            idle = self.idle_ready_s,
+            p50 = self.flooded_ready_p50_s,
+            max = self.flooded_ready_max_s,
+            conv = self.flood_converge_s,
+            def = self.budget_deferrals,
+            verdict = if met { "met" } else { "missed" },
+        )
+    }
 }
 
 /// The summary table, one column per run.

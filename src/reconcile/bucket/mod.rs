@@ -6,6 +6,7 @@ pub mod protection;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use kube::ResourceExt;
 
@@ -486,7 +487,15 @@ async fn observe(
 ) -> Result<Observed, crate::aws::Error> {
     let aws = &ctx.aws;
     let within = tag_reads::for_bucket(ctx.settings.resync_period);
-    let read = ctx.bucket_tags(&d.region, &d.name, within).await?;
+    let mut read = ctx.bucket_tags(&d.region, &d.name, within).await?;
+    // A recent read (perhaps another object's) may find the bucket ours, but never refuse it: a
+    // name can change hands within seconds.
+    if read
+        .as_ref()
+        .is_some_and(|t| owner.judge(t) != Ownership::Ours)
+    {
+        read = ctx.bucket_tags(&d.region, &d.name, Duration::ZERO).await?;
+    }
     let Some(tags) = read else {
         return Ok(Observed::Absent);
     };

@@ -212,6 +212,15 @@ pub fn plan(
         bucket: facts.clone(),
         rotation: rotation_policy(access),
     };
+    if let Some(interval) = plan.rotation.interval
+        && interval < settings.min_rotation_interval
+    {
+        let msg = format!(
+            "spec.credentials.rotation.interval {interval:?} is shorter than the operator's minimum of {:?} (--min-rotation-interval): every rotation costs IAM writes",
+            settings.min_rotation_interval
+        );
+        return Err(Blocked::new(Reason::InvalidSpec, msg));
+    }
     let served = is_served(access);
     match &observed.identity {
         Identity::User(found) => plan_user(&mut plan, access, found, observed, served)?,
@@ -599,6 +608,31 @@ mod tests {
             t(5),
         );
         assert_eq!((again.data, again.annotations), (out.data, out.annotations));
+    }
+
+    /// Each rotation costs IAM writes: an interval below the operator's floor is refused before
+    /// any write, naming the field and the flag.
+    #[test]
+    fn a_rotation_interval_below_the_operators_minimum_is_refused() {
+        let a = served(
+            access(json!({"rotation": {"interval": "100s", "gracePeriod": "10s"}})),
+            "A",
+        );
+        let o = observed(ours(&a, vec![key("A", 0)]), None, 100);
+        let mut s = settings();
+        s.min_rotation_interval = Duration::from_secs(3600);
+        let refused = plan(&a, &s, &o).unwrap_err();
+        assert_eq!(refused.reason, Reason::InvalidSpec);
+        assert!(
+            refused
+                .message
+                .contains("spec.credentials.rotation.interval 100s")
+                && refused.message.contains("--min-rotation-interval"),
+            "{}",
+            refused.message
+        );
+        s.min_rotation_interval = Duration::from_secs(100);
+        assert!(plan(&a, &s, &o).is_ok(), "the minimum itself is allowed");
     }
 
     #[test]

@@ -90,6 +90,22 @@ impl Identity {
             .collect();
         grants.push((operator_ns.as_str(), leader_rules()));
         let token = service_account(&client, &operator_ns, "s3-operator", &grants).await;
+        if namespaces.is_empty() {
+            // Every namespace: the manager's rules in a ClusterRole, as the cluster-wide
+            // packages grant them.
+            let role = format!("e2e-s3-operator-{}", random(6));
+            let cluster_role: k8s_openapi::api::rbac::v1::ClusterRole =
+                serde_json::from_value(serde_json::json!({
+                    "metadata": {"name": role},
+                    "rules": manager_rules(),
+                }))
+                .expect("a ClusterRole");
+            Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone())
+                .create(&PostParams::default(), &cluster_role)
+                .await
+                .expect("create ClusterRole");
+            bind_cluster_role(&client, None, &role, &operator_ns, "s3-operator").await;
+        }
         Identity {
             _pass: pass,
             ..Identity::with_token(cluster, operator_ns, &token, policy).await
@@ -194,7 +210,11 @@ impl Operator {
         if opts.leader_elect {
             args.push("--leader-elect".into());
         }
-        let mut env = vec![("RUST_LOG".to_string(), "info,s3_operator=debug".to_string())];
+        let mut env = vec![
+            ("RUST_LOG".to_string(), "info,s3_operator=debug".to_string()),
+            // The tests rotate keys every few seconds; the default floor is an hour.
+            ("MIN_ROTATION_INTERVAL".to_string(), "10s".to_string()),
+        ];
         env.extend(opts.env.iter().cloned());
         let cluster_wide = opts.namespaces.is_empty();
         Operator::spawn(
