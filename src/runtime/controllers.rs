@@ -71,7 +71,7 @@ pub(super) async fn run(
             reconcile::bucket::reconcile,
             (
                 bucket_queue.clone(),
-                Gate::new(concurrency),
+                closed_on_shutdown(Gate::new(concurrency), &shutdown),
                 w.buckets.clone(),
             ),
             &ctx,
@@ -90,7 +90,7 @@ pub(super) async fn run(
         let reconcile = reconcile::bucket_access::reconcile;
         let served = (
             access_queue.clone(),
-            Gate::new(concurrency),
+            closed_on_shutdown(Gate::new(concurrency), &shutdown),
             w.accesses.clone(),
         );
         runs.push(drive(accesses, reconcile, served, &ctx));
@@ -101,6 +101,16 @@ pub(super) async fn run(
         shutdown,
     ));
     join_all(runs).await;
+}
+
+/// `gate`, closed when `shutdown` fires.
+fn closed_on_shutdown(gate: Gate, shutdown: &watch::Receiver<bool>) -> Gate {
+    let (closing, shutdown) = (gate.clone(), shutdown.clone());
+    tokio::spawn(async move {
+        wait_true(shutdown).await;
+        closing.close();
+    });
+    gate
 }
 
 /// A controller fed by a warm store: everything in it, then every change it hears of.
@@ -209,7 +219,11 @@ where
                         over_budget(queue.name, obj.as_ref(), &c).await;
                         return Ok(Action::requeue(wait));
                     }
-                    let _slot = gate.enter(&ns).await;
+                    // Shutting down: a reconcile that has not started yet never will.
+                    let Some(_slot) = gate.enter(&ns).await else {
+                        queue.forget(&key);
+                        return Ok(Action::await_change());
+                    };
                     // The object as it is now, not as it was when its turn was asked for.
                     let Some(obj) = store.get(&ObjectRef::from_obj(obj.as_ref())) else {
                         queue.forget(&key);

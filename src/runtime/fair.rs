@@ -16,6 +16,8 @@ use tokio::sync::oneshot;
 pub(super) struct Gate(Arc<Mutex<State>>);
 
 struct State {
+    /// Shutting down: no one waiting is admitted any more.
+    closed: bool,
     free: usize,
     /// Per namespace, the reconciles waiting for a slot, oldest first.
     waiting: HashMap<String, VecDeque<oneshot::Sender<Slot>>>,
@@ -29,20 +31,24 @@ pub(super) struct Slot(Option<Gate>);
 impl Gate {
     pub(super) fn new(slots: u16) -> Gate {
         Gate(Arc::new(Mutex::new(State {
+            closed: false,
             free: usize::from(slots.max(1)),
             waiting: HashMap::new(),
             turns: VecDeque::new(),
         })))
     }
 
-    /// Waits for a slot for a reconcile of an object in `namespace`. Cancel-safe: a waiter
-    /// dropped before its turn is skipped when the turn comes.
-    pub(super) async fn enter(&self, namespace: &str) -> Slot {
+    /// Waits for a slot for a reconcile of an object in `namespace`; `None` once the gate is
+    /// closed. Cancel-safe: a waiter dropped before its turn is skipped when the turn comes.
+    pub(super) async fn enter(&self, namespace: &str) -> Option<Slot> {
         let rx = {
             let mut s = self.0.lock().expect("gate poisoned");
+            if s.closed {
+                return None;
+            }
             if s.free > 0 && s.turns.is_empty() {
                 s.free -= 1;
-                return Slot(Some(self.clone()));
+                return Some(Slot(Some(self.clone())));
             }
             let (tx, rx) = oneshot::channel();
             let s = &mut *s;
@@ -58,9 +64,18 @@ impl Gate {
             }
             rx
         };
-        // A sender is only dropped unsent while the gate hands on a slot to someone else, after
-        // this waiter was cancelled: this waiter is then gone and never sees it.
-        rx.await.unwrap_or(Slot(None))
+        // A sender is dropped unsent only when the gate closes.
+        rx.await.ok()
+    }
+
+    /// At shutdown: reconciles still waiting for a slot never start (kube's runner drains what
+    /// it started, and every waiting reconcile counts as started there), so draining takes as
+    /// long as the reconciles already running, not the whole backlog.
+    pub(super) fn close(&self) {
+        let mut s = self.0.lock().expect("gate poisoned");
+        s.closed = true;
+        s.waiting.clear();
+        s.turns.clear();
     }
 
     /// Gives a slot to the first live waiter of the next namespace in turn, or frees it.
@@ -116,7 +131,7 @@ mod tests {
     /// The order in which waiting reconciles get the one slot.
     async fn order(gate: &Gate, waiting: &[(&str, usize)]) -> Vec<String> {
         let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
-        let first = gate.enter("busy").await;
+        let first = gate.enter("busy").await.unwrap();
         for (ns, n) in waiting {
             for i in 0..*n {
                 let (gate, tx, id) = (gate.clone(), tx.clone(), format!("{ns}{i}"));
@@ -156,8 +171,8 @@ mod tests {
     #[tokio::test]
     async fn slots_are_bounded_and_cancelled_waiters_are_skipped() {
         let gate = Gate::new(2);
-        let a = gate.enter("a").await;
-        let b = gate.enter("a").await;
+        let a = gate.enter("a").await.unwrap();
+        let b = gate.enter("a").await.unwrap();
         assert_eq!(gate.free(), 0);
         let waiting = gate.enter("b");
         // Not admitted while both slots are held.
@@ -180,5 +195,25 @@ mod tests {
             .unwrap();
         drop(b);
         assert_eq!(gate.free(), 2);
+    }
+
+    #[tokio::test]
+    async fn closing_turns_away_the_waiting_and_the_new() {
+        let gate = Gate::new(1);
+        let running = gate.enter("a").await.unwrap();
+        let gate2 = gate.clone();
+        let waiting = tokio::spawn(async move { gate2.enter("b").await.is_none() });
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        gate.close();
+        assert!(
+            tokio::time::timeout(Duration::from_secs(5), waiting)
+                .await
+                .expect("the waiter is let go at once")
+                .unwrap(),
+            "a waiting reconcile never starts after shutdown"
+        );
+        assert!(gate.enter("c").await.is_none());
+        // The running reconcile finishes as usual.
+        drop(running);
     }
 }
