@@ -180,6 +180,17 @@ impl Versions {
     }
 }
 
+/// The Secret's version as a pass's input. A missing Secret has none: its absence never matches
+/// a version a pass saw or wrote, so a deleted Secret always runs the full pass that restores
+/// it. (Recorded as "", the absence its first pass saw before creating it would make that
+/// deletion look like the echo of the pass's own write until the next resync.)
+fn secret_versions(secret: Option<&Secret>) -> Vec<String> {
+    secret
+        .and_then(|s| s.resource_version())
+        .into_iter()
+        .collect()
+}
+
 /// What observing found: nothing new since the last pass, or all the plan decides from.
 enum Observation {
     /// Every input is at a version the last pass saw or wrote: wait this long.
@@ -277,12 +288,7 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
                 .and_then(|b| b.resource_version())
                 .unwrap_or_default(),
         ],
-        secret: vec![
-            secret
-                .as_ref()
-                .and_then(|s| s.resource_version())
-                .unwrap_or_default(),
-        ],
+        secret: secret_versions(secret.as_ref()),
     };
     // The echo of this operator's own writes costs no AWS reads (see `Settled`); roles are
     // cheap to re-read and keep no such record.
@@ -827,6 +833,45 @@ mod tests {
             bucket_state(&access, None, &settings, "eu-west-1"),
             BucketState::Gone(_)
         ));
+    }
+
+    /// The echo of a pass's own writes is skipped, but a Secret deleted or edited since is not
+    /// its echo: the full pass runs and restores it at once, not at the next resync.
+    #[test]
+    fn a_secret_deleted_or_edited_after_a_pass_runs_the_full_pass() {
+        let settled = super::super::Settled::default();
+        let secret = |version: &str| {
+            let mut s = Secret::default();
+            s.metadata.resource_version = Some(version.into());
+            s
+        };
+        let v = |x: &str| x.to_string();
+        // The first pass finds no Secret and writes it (version 7).
+        let mut first = Versions {
+            access: vec![v("1"), v("2"), v("3")],
+            bucket: vec![v("5")],
+            secret: secret_versions(None),
+        };
+        first.secret.push(v("7"));
+        settled.record("k".into(), first.into_inputs(), Duration::from_secs(600));
+        let now = |s: Option<&Secret>| {
+            Versions {
+                access: vec![v("3")],
+                bucket: vec![v("5")],
+                secret: secret_versions(s),
+            }
+            .current()
+        };
+        assert!(
+            settled.remaining("k", &now(Some(&secret("7")))).is_some(),
+            "the echo of its own write"
+        );
+        assert_eq!(settled.remaining("k", &now(None)), None, "deleted since");
+        assert_eq!(
+            settled.remaining("k", &now(Some(&secret("9")))),
+            None,
+            "edited since"
+        );
     }
 
     /// An edit that makes the Bucket's spec invalid neither moves the grant's bucket nor lets the
