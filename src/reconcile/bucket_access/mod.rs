@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 
 use super::{
@@ -249,7 +249,10 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
     }
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
     let bucket_ref = access.spec.bucket_ref.name.clone();
-    let bucket = ctx.bucket(&ns, &bucket_ref);
+    let bucket = match ctx.bucket(&ns, &bucket_ref) {
+        Some(b) => Some(b),
+        None => live_bucket(ctx, &ns, &bucket_ref).await?.map(Arc::new),
+    };
     if let Some(p) = &access.spec.prefix {
         policy::check_prefix(p).map_err(|msg| Blocked::new(Reason::InvalidSpec, msg))?;
     }
@@ -317,6 +320,19 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
         now: jiff::Timestamp::now(),
     };
     Ok(Observation::Seen(Box::new(observed), versions))
+}
+
+/// The Bucket `name` as the API server has it, for when the cache has not seen it. Watch events
+/// of different kinds arrive independently: under load a new BucketAccess's event can come
+/// before its Bucket's, even when the Bucket was created first. Judged from the cache alone, the
+/// access then reported `BucketNotFound` and, moments later, its Bucket's progress: a status flip
+/// (and an event) for a Bucket that existed all along. Found here, it waits like any access on
+/// a new Bucket; the Bucket's own watch event wakes it again. (A LIST by name: the operator's
+/// RBAC grants list and watch on Buckets, not get.)
+async fn live_bucket(ctx: &Context, ns: &str, name: &str) -> Result<Option<Bucket>, Error> {
+    let api = Api::<Bucket>::namespaced(ctx.client.clone(), ns);
+    let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
+    Ok(api.list(&by_name).await?.items.into_iter().next())
 }
 
 /// The user or role with this access's name: whether it is ours, and if so what the plan
