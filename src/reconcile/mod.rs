@@ -430,6 +430,20 @@ impl Settled {
             .is_some_and(|i| own[i + 1..].iter().any(|v| v != version))
     }
 
+    /// Makes the next pass of `key` a full one, keeping what its last pass wrote: a pass from a
+    /// cache still behind those writes is skipped (`wrote_over`) rather than run on stale input,
+    /// where it would write its status again or have its finalizer patch refused.
+    pub fn expire(&self, key: &str) {
+        if let Some(p) = self
+            .passes
+            .lock()
+            .expect("settled map poisoned")
+            .get_mut(key)
+        {
+            p.due = Instant::now();
+        }
+    }
+
     pub fn forget(&self, key: &str) {
         self.passes
             .lock()
@@ -750,6 +764,26 @@ mod tests {
         assert!(!s.wrote_over("k", "4"), "someone else's change");
         s.forget("k");
         assert!(!s.wrote_over("k", "1"));
+    }
+
+    #[test]
+    fn an_expired_pass_runs_in_full_but_still_knows_its_own_writes() {
+        let s = Settled::default();
+        let v = |x: &str| x.to_string();
+        s.record(
+            "k".into(),
+            vec![vec![v("1"), v("2"), v("3")]],
+            Duration::from_secs(600),
+        );
+        assert!(s.remaining("k", &[v("3")]).is_some());
+        s.expire("k");
+        assert_eq!(s.remaining("k", &[v("3")]), None, "the full pass runs");
+        assert!(
+            s.wrote_over("k", "2"),
+            "a cache behind its writes is still known"
+        );
+        s.expire("never-recorded");
+        assert!(!s.wrote_over("never-recorded", "1"));
     }
 
     #[test]

@@ -177,8 +177,9 @@ fn granted_on(
             })
             .map(|a| {
                 // A full pass, not the settled echo of its last one: its inputs in Kubernetes
-                // have not changed, the bucket behind the name has.
-                ctx.settled.forget(&object_key(a.as_ref()));
+                // have not changed, the bucket behind the name has. What its last pass wrote is
+                // kept, so a pass from a cache behind those writes is still skipped.
+                ctx.settled.expire(&object_key(a.as_ref()));
                 ObjectRef::from_obj(a.as_ref())
             })
             .collect();

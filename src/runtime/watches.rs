@@ -227,29 +227,42 @@ fn owned_watch<K>(
 where
     K: Watched,
 {
-    let (fanout, mut receivers) = Fanout::new(&[Hear::Changes]);
+    let (fanout, mut receivers) = Fanout::new(&[OWNED]);
     let (sync, leading) = (sync.clone(), leading.clone());
     let mut listed = false;
     let stream = watcher::watcher(api, cfg)
         .default_backoff()
         .for_each(move |event| {
-            match event {
-                Ok(watcher::Event::InitDone) if !listed => {
-                    listed = true;
-                    sync.listed();
-                }
-                Ok(watcher::Event::InitApply(mut o) | watcher::Event::Apply(mut o))
-                    if *leading.borrow() =>
-                {
-                    trim(&mut o);
-                    fanout.send(&Arc::new(o), false);
-                }
-                _ => {}
+            if let Ok(watcher::Event::InitDone) = &event
+                && !listed
+            {
+                listed = true;
+                sync.listed();
+            }
+            if *leading.borrow()
+                && let Some((mut o, deleted)) = owned_change(event)
+            {
+                trim(&mut o);
+                fanout.send(&Arc::new(o), deleted);
             }
             async {}
         });
     tokio::spawn(stream);
     receivers.remove(0)
+}
+
+/// What the owner of an owned object hears of: its changes and its deletion.
+const OWNED: Hear = Hear::ChangesAndDeletions;
+
+/// What an owned object's watch event wakes its owner with: the object listed, changed or
+/// deleted (`true`). A deletion wakes it too: the owner restores what it owns at once, not at
+/// its next resync.
+fn owned_change<K>(event: Result<watcher::Event<K>, watcher::Error>) -> Option<(K, bool)> {
+    match event {
+        Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o)) => Some((o, false)),
+        Ok(watcher::Event::Delete(o)) => Some((o, true)),
+        Ok(watcher::Event::Init | watcher::Event::InitDone) | Err(_) => None,
+    }
 }
 
 /// A controller trigger: everything in the (warm) store, then every later change.
@@ -264,4 +277,40 @@ pub(super) fn events<K: Send + Sync + 'static>(
     rx: Gated<K>,
 ) -> impl futures::Stream<Item = Arc<K>> + Send + 'static {
     futures::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|o| (o, rx)) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secret(name: &str) -> Secret {
+        let mut s = Secret::default();
+        s.metadata.name = Some(name.into());
+        s
+    }
+
+    /// A deleted Secret wakes its BucketAccess as a changed one does: deletions were dropped,
+    /// so a deleted Secret came back only at the next resync (10 minutes by default).
+    #[test]
+    fn an_owned_object_wakes_its_owner_when_listed_changed_or_deleted() {
+        use watcher::Event::*;
+        let woken =
+            |e| owned_change(Ok(e)).map(|(s, deleted): (Secret, _)| (s.metadata.name, deleted));
+        assert_eq!(
+            woken(InitApply(secret("a"))),
+            Some((Some("a".into()), false))
+        );
+        assert_eq!(woken(Apply(secret("b"))), Some((Some("b".into()), false)));
+        assert_eq!(woken(Delete(secret("c"))), Some((Some("c".into()), true)));
+        assert_eq!(woken(Init), None);
+        assert_eq!(woken(InitDone), None);
+
+        // And the fanout of the owned watch hands deletions on.
+        let (fanout, mut rx) = Fanout::new(&[OWNED]);
+        fanout.send(&Arc::new(secret("c")), true);
+        assert_eq!(
+            rx[0].try_recv().unwrap().metadata.name.as_deref(),
+            Some("c")
+        );
+    }
 }

@@ -452,7 +452,7 @@ mod tests {
             "s3.operator.dev",
             "buckets",
             "list",
-            "runtime::watches::shared_watch (watcher)",
+            "runtime::watches::shared_watch (watcher), reconcile::bucket_access::live_bucket",
         ),
         (
             "s3.operator.dev",

@@ -14,7 +14,7 @@ use std::time::Duration;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
-use kube::api::{Patch, PatchParams};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 
 use super::{
@@ -180,6 +180,17 @@ impl Versions {
     }
 }
 
+/// The Secret's version as a pass's input. A missing Secret has none: its absence never matches
+/// a version a pass saw or wrote, so a deleted Secret always runs the full pass that restores
+/// it. (Recorded as "", the absence its first pass saw before creating it would make that
+/// deletion look like the echo of the pass's own write until the next resync.)
+fn secret_versions(secret: Option<&Secret>) -> Vec<String> {
+    secret
+        .and_then(|s| s.resource_version())
+        .into_iter()
+        .collect()
+}
+
 /// What observing found: nothing new since the last pass, or all the plan decides from.
 enum Observation {
     /// Every input is at a version the last pass saw or wrote: wait this long.
@@ -238,7 +249,10 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
     }
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
     let bucket_ref = access.spec.bucket_ref.name.clone();
-    let bucket = ctx.bucket(&ns, &bucket_ref);
+    let bucket = match ctx.bucket(&ns, &bucket_ref) {
+        Some(b) => Some(b),
+        None => live_bucket(ctx, &ns, &bucket_ref).await?.map(Arc::new),
+    };
     if let Some(p) = &access.spec.prefix {
         policy::check_prefix(p).map_err(|msg| Blocked::new(Reason::InvalidSpec, msg))?;
     }
@@ -277,12 +291,7 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
                 .and_then(|b| b.resource_version())
                 .unwrap_or_default(),
         ],
-        secret: vec![
-            secret
-                .as_ref()
-                .and_then(|s| s.resource_version())
-                .unwrap_or_default(),
-        ],
+        secret: secret_versions(secret.as_ref()),
     };
     // The echo of this operator's own writes costs no AWS reads (see `Settled`); roles are
     // cheap to re-read and keep no such record.
@@ -311,6 +320,19 @@ async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Er
         now: jiff::Timestamp::now(),
     };
     Ok(Observation::Seen(Box::new(observed), versions))
+}
+
+/// The Bucket `name` as the API server has it, for when the cache has not seen it. Watch events
+/// of different kinds arrive independently: under load a new BucketAccess's event can come
+/// before its Bucket's, even when the Bucket was created first. Judged from the cache alone, the
+/// access then reported `BucketNotFound` and, moments later, its Bucket's progress: a status flip
+/// (and an event) for a Bucket that existed all along. Found here, it waits like any access on
+/// a new Bucket; the Bucket's own watch event wakes it again. (A LIST by name: the operator's
+/// RBAC grants list and watch on Buckets, not get.)
+async fn live_bucket(ctx: &Context, ns: &str, name: &str) -> Result<Option<Bucket>, Error> {
+    let api = Api::<Bucket>::namespaced(ctx.client.clone(), ns);
+    let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
+    Ok(api.list(&by_name).await?.items.into_iter().next())
 }
 
 /// The user or role with this access's name: whether it is ours, and if so what the plan
@@ -827,6 +849,45 @@ mod tests {
             bucket_state(&access, None, &settings, "eu-west-1"),
             BucketState::Gone(_)
         ));
+    }
+
+    /// The echo of a pass's own writes is skipped, but a Secret deleted or edited since is not
+    /// its echo: the full pass runs and restores it at once, not at the next resync.
+    #[test]
+    fn a_secret_deleted_or_edited_after_a_pass_runs_the_full_pass() {
+        let settled = super::super::Settled::default();
+        let secret = |version: &str| {
+            let mut s = Secret::default();
+            s.metadata.resource_version = Some(version.into());
+            s
+        };
+        let v = |x: &str| x.to_string();
+        // The first pass finds no Secret and writes it (version 7).
+        let mut first = Versions {
+            access: vec![v("1"), v("2"), v("3")],
+            bucket: vec![v("5")],
+            secret: secret_versions(None),
+        };
+        first.secret.push(v("7"));
+        settled.record("k".into(), first.into_inputs(), Duration::from_secs(600));
+        let now = |s: Option<&Secret>| {
+            Versions {
+                access: vec![v("3")],
+                bucket: vec![v("5")],
+                secret: secret_versions(s),
+            }
+            .current()
+        };
+        assert!(
+            settled.remaining("k", &now(Some(&secret("7")))).is_some(),
+            "the echo of its own write"
+        );
+        assert_eq!(settled.remaining("k", &now(None)), None, "deleted since");
+        assert_eq!(
+            settled.remaining("k", &now(Some(&secret("9")))),
+            None,
+            "edited since"
+        );
     }
 
     /// An edit that makes the Bucket's spec invalid neither moves the grant's bucket nor lets the

@@ -107,7 +107,7 @@ pub(crate) async fn https_get_inner(
 
 /// Accepts any server certificate, but still checks the handshake's signatures.
 #[derive(Debug)]
-pub(crate) struct AnyServerCert(Arc<rustls::crypto::CryptoProvider>);
+pub(crate) struct AnyServerCert(pub(crate) Arc<rustls::crypto::CryptoProvider>);
 
 impl rustls::client::danger::ServerCertVerifier for AnyServerCert {
     fn verify_server_cert(

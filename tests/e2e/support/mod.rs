@@ -31,6 +31,7 @@ mod http;
 mod identities;
 mod operator;
 mod tools;
+mod watch_lag;
 
 pub use aws::*;
 pub use env::*;
@@ -39,3 +40,4 @@ pub use http::*;
 pub use identities::*;
 pub use operator::*;
 pub use tools::*;
+pub use watch_lag::*;
