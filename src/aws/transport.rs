@@ -181,12 +181,11 @@ impl HttpConnector for Pooled {
 /// As the SDK's own client classifies transport errors: timeouts and io errors are retried,
 /// anything else is not; a closed fence is the caller's, and final.
 fn classify(error: BoxError) -> ConnectorError {
-    let mut timed_out = false;
-    let mut io = false;
-    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error.as_ref());
     if caused_by_fence(error.as_ref()) {
         return ConnectorError::user(error);
     }
+    let (mut timed_out, mut io) = (false, false);
+    let mut next: Option<&(dyn std::error::Error + 'static)> = Some(error.as_ref());
     while let Some(e) = next {
         if let Some(h) = e.downcast_ref::<hyper::Error>() {
             timed_out |= h.is_timeout();
@@ -243,7 +242,10 @@ impl Service<Uri> for Route {
                     };
                     Ok(tunnel.oneshot(dst).await?)
                 }
-                Some(proxy) => Ok(tcp.oneshot(proxy.uri().clone()).await?.to_forward_proxy()),
+                Some(proxy) => Ok(tcp
+                    .oneshot(proxy.uri().clone())
+                    .await?
+                    .through_forward_proxy()),
             }
         })
     }

@@ -79,7 +79,7 @@ impl<T> Fenced<T> {
 
     /// Marks a connection to a forward proxy, which takes requests in absolute form (the AWS
     /// client's plain-HTTP requests through `HTTP_PROXY`).
-    pub fn to_forward_proxy(mut self) -> Self {
+    pub fn through_forward_proxy(mut self) -> Self {
         self.forward_proxy = true;
         self
     }

@@ -61,7 +61,9 @@ type Stack = BoxService<Request<kube::client::Body>, Response<hyper::body::Incom
 /// kube's own stack (`ClientBuilder::try_from(Config)` in kube-client 4.2: proxy, TLS from the
 /// kubeconfig, connect/read/write timeouts, base URI, retries of 429/503/504, credentials, extra
 /// headers), from the same public parts, but with every TCP connection made through
-/// [`FenceConnector`]: kube takes no connector of ours. Left out: its debug-level tracing layer.
+/// [`FenceConnector`]: kube takes no connector of ours. Left out: its debug-level tracing layer,
+/// and `Client::valid_until` for exec-plugin certificates (kube-private; the operator never
+/// reads it).
 fn kube_stack(config: &kube::Config, fence: Fence) -> Result<Stack, kube::Error> {
     let mut tcp = HttpConnector::new();
     tcp.enforce_http(false);
