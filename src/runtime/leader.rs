@@ -164,8 +164,9 @@ async fn lead(
                     _ = shutdown.changed() => break,
                 }
             }
-            // Our claim changed the lease: every other replica waits a whole lease from when
-            // it sees that, and our claim reached the API server after `start`.
+            // Our claim (or, for an absent lease, the crate's create just below) changes the
+            // lease after `start`: every other replica waits a whole lease from when it sees
+            // that change.
             fence.extend(start + valid_for).map_err(fenced)?;
         }
         // The crate runs only now, on a lease this replica has just claimed or holds, and only
