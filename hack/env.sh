@@ -132,7 +132,7 @@ up() {
     watchdog
     node_ip=$("$here/node.sh" net-up --state "$state" | tail -n 1)
   fi
-  "$here/tools.sh" etcd kube moto
+  "$here/tools.sh" etcd kube moto faketime
   certs
   local etcd_port peer_port api_port moto_port
   etcd_port=$(free_port); peer_port=$(free_port); api_port=$(free_port); moto_port=$(free_port)

@@ -15,7 +15,7 @@ source hack/lib.sh
 [[ $(id -u) -eq 0 ]] || die "hack/test.sh needs root: its one-node cluster runs containerd, kubelet and kube-proxy (run it with sudo)"
 
 log "building or reusing the test tools"
-hack/tools.sh etcd kube moto prometheus jaeger helm kustomize bundle_validate crds hadolint \
+hack/tools.sh etcd kube moto faketime prometheus jaeger helm kustomize bundle_validate crds hadolint \
   node_pkgs kube_node coredns olm opm grpc_health_probe prom_operator prometheus_server
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"

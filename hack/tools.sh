@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds (or reuses) every external tool the tests and the local run need, from package
-# registries only: Go tools from the Go module proxy, moto from PyPI, Prometheus from Debian.
+# registries only: Go tools from the Go module proxy, moto from PyPI, Prometheus and libfaketime
+# from Debian.
 # Usage: hack/tools.sh [tool ...]   (default: all). Each tool lands in $S3OP_BIN keyed by version.
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -114,6 +115,16 @@ tool_prometheus() {
   DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends prometheus >/dev/null
   # The package starts a system service; the tests run their own Prometheus.
   $sudo systemctl disable --now prometheus >/dev/null 2>&1 || $sudo pkill -x prometheus || true
+}
+
+# libfaketime from Debian's packages: an e2e test runs one replica with its wall clock skewed
+# (LD_PRELOAD, that process only) to prove leader election does not trust clocks.
+tool_faketime() {
+  if compgen -G "/usr/lib/*/faketime/libfaketime.so.1" >/dev/null; then return 0; fi
+  log "installing faketime from Debian's packages"
+  local sudo=""; [[ $(id -u) -ne 0 ]] && sudo=sudo
+  $sudo apt-get -o DPkg::Lock::Timeout=600 update -qq >/dev/null
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get -o DPkg::Lock::Timeout=600 install -y -qq --no-install-recommends faketime >/dev/null
 }
 
 tool_bundle_validate() {
@@ -260,5 +271,5 @@ tool_grpc_health_probe() {
   if [[ -x $S3OP_BIN/grpc-health-probe ]]; then mv "$S3OP_BIN/grpc-health-probe" "$S3OP_BIN/grpc_health_probe"; fi
 }
 
-all=(etcd kube moto prometheus helm kustomize jaeger bundle_validate crds hadolint)
+all=(etcd kube moto faketime prometheus helm kustomize jaeger bundle_validate crds hadolint)
 for t in "${@:-${all[@]}}"; do "tool_$t"; done

@@ -1,4 +1,6 @@
-//! Refuses every AWS request once the fence closes (see `crate::fence`).
+//! Refuses every AWS request once the fence closes (see `crate::fence`), early and with a clear
+//! error; the guarantee is the connection's own check as the request is written
+//! (`aws::transport`).
 
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
@@ -16,8 +18,8 @@ impl Intercept for FenceCheck {
         "FenceCheck"
     }
 
-    // The last hook before the request goes on the wire, run for every attempt, so SDK
-    // retries are checked too. Reads are refused as well: a fenced process only exits.
+    // Run for every attempt, so SDK retries are refused before they take a connection. Reads
+    // are refused as well: a fenced process only exits.
     fn read_before_transmit(
         &self,
         _: &BeforeTransmitInterceptorContextRef<'_>,

@@ -9,6 +9,7 @@ pub mod naming;
 pub mod policy;
 pub mod s3;
 pub mod tags;
+mod transport;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,7 @@ use std::time::Instant;
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::http::SharedHttpClient;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
 use aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef;
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
@@ -46,6 +48,8 @@ pub struct Aws {
     s3: Arc<Mutex<HashMap<String, aws_sdk_s3::Client>>>,
     /// Checked before every request leaves (see `crate::fence`).
     fence: Fence,
+    /// The S3 and IAM clients' HTTP client: every write to its connections checks the fence.
+    http: SharedHttpClient,
 }
 
 /// An AWS call failed.
@@ -200,8 +204,10 @@ impl Aws {
             .region()
             .map(|r| r.to_string())
             .unwrap_or_else(|| "us-east-1".to_string());
+        let http = transport::client(fence.clone());
         let iam = aws_sdk_iam::Client::from_conf(
             aws_sdk_iam::config::Builder::from(&base)
+                .http_client(http.clone())
                 .interceptor(AttemptCounter)
                 .interceptor(fence::FenceCheck(fence.clone()))
                 .build(),
@@ -213,6 +219,7 @@ impl Aws {
             iam,
             s3: Default::default(),
             fence,
+            http,
         }
     }
 
@@ -225,6 +232,7 @@ impl Aws {
                 let conf = aws_sdk_s3::config::Builder::from(&self.base)
                     .region(Region::new(region.to_string()))
                     .force_path_style(self.endpoint_url.is_some())
+                    .http_client(self.http.clone())
                     .interceptor(AttemptCounter)
                     .interceptor(fence::FenceCheck(self.fence.clone()))
                     .build();

@@ -1,7 +1,9 @@
 //! The operator's Kubernetes client. kube-client sets no read timeout, so a request to an API
 //! server that stops answering would hang a reconcile or the lease loop forever; and kube-client
-//! knows nothing of fencing. One layer in front of kube's own stack handles both, and counts
-//! every request as client-go's `rest_client_requests_total` does.
+//! knows nothing of fencing. kube's own stack is rebuilt here over fenced connections
+//! (`crate::fence::conn`: every write to the socket checks the fence), and one layer in front of
+//! it puts a deadline on every request, refuses writes early once fenced, and counts every
+//! request as client-go's `rest_client_requests_total` does.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -11,8 +13,13 @@ use std::time::Duration;
 
 use http::{Method, Request, Response};
 use http_body::{Body, Frame, SizeHint};
-use tower::{BoxError, Layer, Service};
+use hyper_util::client::legacy::connect::proxy::Tunnel;
+use hyper_util::client::legacy::connect::{Connection, HttpConnector};
+use kube::client::ConfigExt;
+use tower::util::BoxService;
+use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 
+use crate::fence::conn::FenceConnector;
 use crate::fence::{self, Fence};
 use crate::metrics::METRICS;
 
@@ -38,14 +45,82 @@ pub async fn build(identity: Option<&str>, fence: Fence) -> Result<kube::Client,
         config.headers.push((http::header::USER_AGENT, v));
     }
     let host = config.cluster_url.authority().map(|a| a.to_string());
-    let builder = kube::client::ClientBuilder::try_from(config)?;
-    Ok(builder
+    let default_ns = config.default_namespace.clone();
+    let stack = kube_stack(&config, fence.clone())?;
+    Ok(kube::client::ClientBuilder::new(stack, default_ns)
         .with_layer(&GuardLayer {
             fence,
             timeout: REQUEST_TIMEOUT,
             host: host.unwrap_or_default().into(),
         })
         .build())
+}
+
+type Stack = BoxService<Request<kube::client::Body>, Response<hyper::body::Incoming>, BoxError>;
+
+/// kube's own stack (`ClientBuilder::try_from(Config)` in kube-client 4.2: proxy, TLS from the
+/// kubeconfig, connect/read/write timeouts, base URI, retries of 429/503/504, credentials, extra
+/// headers), from the same public parts, but with every TCP connection made through
+/// [`FenceConnector`]: kube takes no connector of ours. Left out: its debug-level tracing layer,
+/// and `Client::valid_until` for exec-plugin certificates (kube-private; the operator never
+/// reads it).
+fn kube_stack(config: &kube::Config, fence: Fence) -> Result<Stack, kube::Error> {
+    let mut tcp = HttpConnector::new();
+    tcp.enforce_http(false);
+    let tcp = FenceConnector::new(tcp, fence);
+    match config.proxy_url.clone() {
+        None => over(tcp, config),
+        Some(proxy) if proxy.scheme_str() == Some("http") => over(tunnel(proxy, tcp), config),
+        Some(proxy) if proxy.scheme_str() == Some("https") => {
+            let to_proxy = config.rustls_https_connector_with_connector(tcp)?;
+            over(tunnel(proxy, to_proxy), config)
+        }
+        Some(proxy_url) => Err(kube::Error::ProxyProtocolUnsupported { proxy_url }),
+    }
+}
+
+/// CONNECT through `proxy`, with its `user:password` if it has one, as kube does.
+fn tunnel<C>(proxy: http::Uri, connector: C) -> Tunnel<C> {
+    use base64::Engine;
+    let auth = proxy
+        .authority()
+        .and_then(|a| a.as_str().split_once('@'))
+        .map(|(userinfo, _)| base64::engine::general_purpose::STANDARD.encode(userinfo))
+        .and_then(|b64| http::HeaderValue::from_str(&format!("Basic {b64}")).ok());
+    let tunnel = Tunnel::new(proxy, connector);
+    match auth {
+        Some(auth) => tunnel.with_auth(auth),
+        None => tunnel,
+    }
+}
+
+/// kube's layers and hyper's pooled client over `connector`.
+fn over<C>(connector: C, config: &kube::Config) -> Result<Stack, kube::Error>
+where
+    C: Service<http::Uri> + Clone + Send + Sync + 'static,
+    C::Response: Connection + hyper::rt::Read + hyper::rt::Write + Send + Unpin + 'static,
+    C::Future: Send + 'static,
+    C::Error: Into<BoxError>,
+{
+    let mut timed = hyper_timeout::TimeoutConnector::new(
+        config.rustls_https_connector_with_connector(connector)?,
+    );
+    timed.set_connect_timeout(config.connect_timeout);
+    timed.set_read_timeout(config.read_timeout);
+    timed.set_write_timeout(config.write_timeout);
+    let client = hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+        .build::<_, kube::client::Body>(timed);
+    let retry = config
+        .default_retry
+        .then(|| tower::retry::RetryLayer::new(kube::client::retry::RetryPolicy::server_retry()));
+    let service = ServiceBuilder::new()
+        .layer(config.base_uri_layer())
+        .option_layer(retry)
+        .option_layer(config.auth_layer()?)
+        .layer(config.extra_headers_layer()?)
+        .map_err(BoxError::from)
+        .service(client);
+    Ok(service.boxed())
 }
 
 /// The proxy to reach the API server at `dst` through. kube-client reads only a kubeconfig's

@@ -1,12 +1,16 @@
-//! Leader election on a Lease with kube-leader-election, guarded against its known weakness:
+//! Leader election on a Lease with kube-leader-election, guarded against its known weaknesses:
 //! the crate acquires and renews with merge patches that carry no resourceVersion, so two
-//! replicas racing for an expired lease could both believe they lead. Here a candidate claims an
-//! expired lease itself with a compare-and-swap replace (409 on a lost race), the crate only
-//! renews, and every renewal's result must still name us as holder.
+//! replicas racing for an expired lease could both believe they lead; and it judges a lease
+//! expired by comparing the holder's `renewTime` with the local wall clock, so two nodes whose
+//! clocks differ by more than the lease could both lead. Here a candidate claims the lease itself
+//! with a compare-and-swap replace (409 on a lost race), judging expiry as client-go does, on its
+//! own monotonic clock from when it last saw the lease change ([`Seen`]); the crate only renews
+//! a lease this replica has just claimed or holds, and every renewal's result must still name us
+//! as holder.
 //!
-//! Each successful renewal extends the fence (`crate::fence`) to the renewal's start plus what
-//! is surely left of the lease; a renewal that cannot finish before then is abandoned, and the
-//! process exits without sending another write.
+//! Each successful claim or renewal extends the fence (`crate::fence`) to the request's start
+//! plus what is surely left of the lease; a renewal that cannot finish before then is abandoned,
+//! and the process exits without sending another request.
 
 use std::time::{Duration, Instant};
 
@@ -44,6 +48,58 @@ pub enum Error {
 /// The part of a lease that is a safety margin: clock-rate differences between nodes, and the
 /// time a request checked against the fence takes to reach the API server or AWS.
 const MARGIN_DIVISOR: u32 = 4;
+
+/// A Lease as a standby compares it between reads: any change restarts its wait.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Record {
+    holder: Option<String>,
+    renewed: Option<jiff::Timestamp>,
+    version: Option<String>,
+}
+
+impl Record {
+    fn of(lease: &Lease) -> Record {
+        let spec = lease.spec.as_ref();
+        Record {
+            holder: holder(lease).map(str::to_string),
+            renewed: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
+            version: lease.metadata.resource_version.clone(),
+        }
+    }
+}
+
+/// What this replica last saw of the lease, and since when, on its own monotonic clock. The
+/// lease's timestamps are never compared with the local wall clock: nodes' clocks may differ by
+/// any amount, their rates barely (that is what the fence's margin is for).
+#[derive(Clone, Debug)]
+struct Seen {
+    record: Record,
+    since: Instant,
+    /// The lease's own duration (its holder's setting).
+    duration: Duration,
+}
+
+impl Seen {
+    /// Folds in a read that returned `record` at `now`: an unchanged record keeps the instant it
+    /// was first seen, a changed one (renewed, taken, released) starts the wait again.
+    fn update(last: Option<Seen>, record: Record, duration: Duration, now: Instant) -> Seen {
+        match last {
+            Some(seen) if seen.record == record => seen,
+            _ => Seen {
+                record,
+                since: now,
+                duration,
+            },
+        }
+    }
+
+    /// Whether the lease may be taken at `now`: it names no holder (released), or it has not
+    /// changed for its whole duration. Its holder renews long before then (and stops writing
+    /// before then, see the fence), so an unchanged lease means the holder is gone.
+    fn expired(&self, now: Instant) -> bool {
+        self.record.holder.is_none() || now.saturating_duration_since(self.since) >= self.duration
+    }
+}
 
 /// Runs for the life of the process: campaigns until leading, sends `true` on `leading`, then
 /// renews. Returns `Err(Lost)` the moment leadership is lost and `Err(Fenced)` once the fence
@@ -92,21 +148,35 @@ async fn lead(
     );
     let fenced = |e| Error::Fenced(s.name.clone(), e);
     let mut led = false;
+    // What this replica last saw of another's lease: the campaign's only clock.
+    let mut seen: Option<Seen> = None;
     loop {
         if *shutdown.borrow() {
             break;
         }
-        if led {
-            fence.check().map_err(fenced)?;
-        }
-        if !led && !claimed(&leases, s).await {
-            tokio::select! {
-                _ = tokio::time::sleep(s.renew_period) => continue,
-                _ = shutdown.changed() => break,
+        // Open until the first claim; from then on, closed means exit.
+        fence.check().map_err(fenced)?;
+        if !led {
+            let start = Instant::now();
+            if !claimed(&leases, s, &mut seen).await {
+                tokio::select! {
+                    _ = tokio::time::sleep(s.renew_period) => continue,
+                    _ = shutdown.changed() => break,
+                }
             }
+            // Our claim (or, for an absent lease, the crate's create just below) changes the
+            // lease after `start`: every other replica waits a whole lease from when it sees
+            // that change.
+            fence.extend(start + valid_for).map_err(fenced)?;
         }
+        // The crate runs only now, on a lease this replica has just claimed or holds, and only
+        // while the fence is open: no other replica can have taken the lease by then (each
+        // waits a whole lease after our claim or renewal, the fence closes after three
+        // quarters), so the crate finds us holder and renews. Its own expiry judgement, which
+        // compares `renewTime` with the wall clock and could overwrite another holder with a
+        // merge patch, is never reached; past the fence its requests are refused.
         let start = Instant::now();
-        match renew(&lock, &fence, led).await.map_err(fenced)? {
+        match renew(&lock, &fence).await.map_err(fenced)? {
             Ok(LeaseLockResult::Acquired(lease)) if holder(&lease) == Some(s.identity.as_str()) => {
                 fence.extend(start + valid_for).map_err(fenced)?;
                 if !led {
@@ -130,8 +200,8 @@ async fn lead(
         }
         // Wake when the fence closes, to exit at once.
         let pause = match fence.remaining() {
-            Some(left) if led => s.renew_period.min(left),
-            _ => s.renew_period,
+            Some(left) => s.renew_period.min(left),
+            None => s.renew_period,
         };
         tokio::select! {
             _ = tokio::time::sleep(pause) => {}
@@ -147,30 +217,29 @@ async fn lead(
     Ok(())
 }
 
-/// Whether this replica holds the lease now (claimed, or already its own); a failure to read or
-/// claim it is logged and counts as no.
-async fn claimed(leases: &Api<Lease>, s: &Settings) -> bool {
-    claim(leases, s).await.unwrap_or_else(|e| {
+/// Whether this replica holds the lease now (claimed, or absent for the crate to create); a
+/// failure to read or claim it is logged and counts as no.
+async fn claimed(leases: &Api<Lease>, s: &Settings, seen: &mut Option<Seen>) -> bool {
+    claim(leases, s, seen).await.unwrap_or_else(|e| {
         tracing::warn!(error = %e, "leader election: could not read or claim the lease");
         false
     })
 }
 
-/// One renewal through the crate. While leading it may not run past the fence: past it, the
-/// crate's merge patch could overwrite a new holder's lease (`Err`: give up leading).
+/// One renewal through the crate. It may not run past the fence: past it, the crate's merge
+/// patch could overwrite a new holder's lease (`Err`: give up leading).
 async fn renew(
     lock: &LeaseLock,
     fence: &Fence,
-    led: bool,
 ) -> Result<Result<LeaseLockResult, kube_leader_election::Error>, fence::Error> {
     let renewal = lock.try_acquire_or_renew();
     match fence.remaining() {
-        Some(left) if led => tokio::time::timeout(left, renewal).await.map_err(|_| {
+        Some(left) => tokio::time::timeout(left, renewal).await.map_err(|_| {
             fence.check().err().unwrap_or(fence::Error {
                 closed_for: Duration::ZERO,
             })
         }),
-        _ => Ok(renewal.await),
+        None => Ok(renewal.await),
     }
 }
 
@@ -183,34 +252,41 @@ fn holder(lease: &Lease) -> Option<&str> {
         .filter(|h| !h.is_empty())
 }
 
-/// Claims the lease if it is free, expired or already ours, by a replace that fails with 409
-/// if anyone changed it since we read it. `Ok(false)`: another replica holds it.
-async fn claim(leases: &Api<Lease>, s: &Settings) -> Result<bool, kube::Error> {
-    let now = jiff::Timestamp::now();
+/// Claims the lease if it is free, expired (see [`Seen`]) or already ours, by a replace that
+/// fails with 409 if anyone changed it since we read it. Ours too is claimed anew: that write
+/// is what the fence is measured from. `Ok(false)`: another replica holds it.
+async fn claim(
+    leases: &Api<Lease>,
+    s: &Settings,
+    seen: &mut Option<Seen>,
+) -> Result<bool, kube::Error> {
     let Some(mut lease) = leases.get_opt(&s.name).await? else {
         // Absent: the crate creates it, and creation is atomic.
         return Ok(true);
     };
+    // Taken after the answer: the holder's last renewal happened before it.
+    let now = Instant::now();
+    let record = Record::of(&lease);
+    let ours = record.holder.as_deref() == Some(s.identity.as_str());
     let spec = lease.spec.get_or_insert_with(Default::default);
-    let current = spec.holder_identity.clone().filter(|h| !h.is_empty());
-    if current.as_deref() == Some(s.identity.as_str()) {
-        return Ok(true);
-    }
-    let expired = match (&spec.renew_time, spec.lease_duration_seconds) {
-        (Some(MicroTime(renewed)), Some(secs)) => renewed
-            .checked_add(jiff::SignedDuration::from_secs(secs.into()))
-            .map(|t| t < now)
-            .unwrap_or(true),
-        _ => true,
-    };
-    if current.is_some() && !expired {
+    let duration = spec
+        .lease_duration_seconds
+        .and_then(|secs| u64::try_from(secs).ok())
+        .map_or(s.lease_duration, Duration::from_secs);
+    let next = Seen::update(seen.take(), record, duration, now);
+    let last = seen.insert(next);
+    if !ours && !last.expired(now) {
         return Ok(false);
     }
-    spec.holder_identity = Some(s.identity.clone());
-    spec.acquire_time = Some(MicroTime(now));
-    spec.renew_time = Some(MicroTime(now));
+    // For people and other tools only: no replica of this operator reads these timestamps.
+    let stamp = MicroTime(jiff::Timestamp::now());
+    if !ours {
+        spec.holder_identity = Some(s.identity.clone());
+        spec.acquire_time = Some(stamp.clone());
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    }
+    spec.renew_time = Some(stamp);
     spec.lease_duration_seconds = Some(s.lease_duration.as_secs().try_into().unwrap_or(i32::MAX));
-    spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
     match leases
         .replace(&s.name, &PostParams::default(), &lease)
         .await
@@ -218,5 +294,71 @@ async fn claim(leases: &Api<Lease>, s: &Settings) -> Result<bool, kube::Error> {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         Err(e) => Err(e),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(holder: Option<&str>, version: &str) -> Record {
+        Record {
+            holder: holder.map(str::to_string),
+            renewed: Some(jiff::Timestamp::UNIX_EPOCH),
+            version: Some(version.to_string()),
+        }
+    }
+
+    const LEASE: Duration = Duration::from_secs(4);
+
+    #[test]
+    fn a_held_lease_expires_a_whole_lease_after_it_was_last_seen_to_change() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        // The first read starts the clock, however old the lease's renewTime looks.
+        let seen = Seen::update(None, record(Some("a"), "1"), LEASE, at(0));
+        assert!(!seen.expired(at(0)));
+        assert!(!seen.expired(at(3_999)));
+        // Unchanged reads keep the instant it was first seen.
+        let seen = Seen::update(Some(seen), record(Some("a"), "1"), LEASE, at(3_000));
+        assert!(!seen.expired(at(3_999)));
+        assert!(seen.expired(at(4_000)));
+        // A renewal (new resourceVersion) starts the wait again.
+        let renewed = Seen::update(Some(seen.clone()), record(Some("a"), "2"), LEASE, at(3_500));
+        assert!(!renewed.expired(at(4_000)));
+        assert!(!renewed.expired(at(7_499)));
+        assert!(renewed.expired(at(7_500)));
+        // So do a new holder and a new renewTime alone.
+        let taken = Seen::update(Some(seen.clone()), record(Some("b"), "1"), LEASE, at(3_500));
+        assert!(!taken.expired(at(4_000)));
+        let mut stamped = record(Some("a"), "1");
+        stamped.renewed = Some(jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(1));
+        let stamped = Seen::update(Some(seen), stamped, LEASE, at(3_500));
+        assert!(!stamped.expired(at(4_000)));
+        // The lease's own duration counts, not ours.
+        let long = Seen::update(None, record(Some("a"), "1"), Duration::from_secs(15), at(0));
+        assert!(!long.expired(at(14_999)));
+        assert!(long.expired(at(15_000)));
+        // A clock that reads earlier than the observation (never, for Instant) is no expiry.
+        assert!(!long.expired(t0));
+    }
+
+    #[test]
+    fn a_released_lease_may_be_taken_at_once() {
+        let t0 = Instant::now();
+        let free = Seen::update(None, record(None, "7"), LEASE, t0);
+        assert!(free.expired(t0));
+        let mut lease = Lease::default();
+        lease.metadata.resource_version = Some("7".into());
+        lease.spec = Some(Default::default());
+        lease.spec.as_mut().unwrap().holder_identity = Some(String::new());
+        assert_eq!(Record::of(&lease), record(None, "7").with_renewed(None));
+    }
+
+    impl Record {
+        fn with_renewed(mut self, renewed: Option<jiff::Timestamp>) -> Record {
+            self.renewed = renewed;
+            self
+        }
     }
 }

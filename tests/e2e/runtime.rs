@@ -208,6 +208,118 @@ fn aws_write(op: &str) -> bool {
     }
 }
 
+/// libfaketime's preload library (Debian's `faketime`, installed by `hack/tools.sh faketime`).
+fn libfaketime() -> String {
+    let found = std::fs::read_dir("/usr/lib").ok().and_then(|dirs| {
+        dirs.flatten()
+            .map(|d| d.path().join("faketime/libfaketime.so.1"))
+            .find(|p| p.exists())
+    });
+    found
+        .expect("libfaketime.so.1 not found: run hack/tools.sh faketime")
+        .display()
+        .to_string()
+}
+
+/// The time in the first stamped line of `op`'s log (text format: the time leads each line).
+fn first_log_stamp(op: &Operator) -> jiff::Timestamp {
+    let text = op.log_text();
+    let mut plain = String::with_capacity(text.len());
+    let mut escape = false;
+    for c in text.chars() {
+        match (escape, c) {
+            (false, '\u{1b}') => escape = true,
+            (true, 'm') => escape = false,
+            (true, _) => {}
+            (false, c) => plain.push(c),
+        }
+    }
+    plain
+        .lines()
+        .find_map(|l| l.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no timestamp in the log of {:?}", op.log))
+}
+
+/// A standby whose wall clock runs an hour ahead (libfaketime, in that process only) reads the
+/// leader's `renewTime` as an hour old. It must not take over while the leader renews: it
+/// judges expiry on its own monotonic clock, from when it last saw the lease change. Once the
+/// leader is killed, it takes over after a lease of no change: within the lease plus a renew
+/// period (and slack for its next read), and not before the lease could have run out.
+#[tokio::test]
+async fn a_standby_whose_clock_is_an_hour_ahead_takes_over_only_once_the_lease_stops_changing() {
+    let client = admin().await;
+    let ns = namespace(&client, "skew").await;
+    let opts = le_opts(vec![ns.clone()]);
+    let id = Identity::new(&opts.namespaces, None).await;
+    let leases = Api::<Lease>::namespaced(client.clone(), &id.operator_ns);
+    let a = Operator::start_as(&id, &opts, "a").await;
+    wait_leading(&a, Duration::from_secs(10)).await;
+    let skewed = OperatorOpts {
+        env: vec![
+            ("LD_PRELOAD".into(), libfaketime()),
+            ("FAKETIME".into(), "+1h".into()),
+            // Only the wall clock: the monotonic clock is what must be trusted.
+            ("FAKETIME_DONT_FAKE_MONOTONIC".into(), "1".into()),
+        ],
+        ..le_opts(vec![ns.clone()])
+    };
+    let b = Operator::start_as(&id, &skewed, "b").await;
+    // The skew took: b's log is stamped an hour ahead of ours.
+    let ahead = first_log_stamp(&b).duration_since(jiff::Timestamp::now());
+    assert!(
+        ahead > jiff::SignedDuration::from_mins(55),
+        "the standby's clock is not skewed: {ahead:?}"
+    );
+    let (a_id, b_id) = (format!("{}-a", id.cluster), format!("{}-b", id.cluster));
+    let transitions = |l: &Lease| l.spec.as_ref().and_then(|s| s.lease_transitions);
+    let before = transitions(&leases.get(LEASE).await.unwrap());
+
+    // Three leases long, the leader keeps renewing and keeps the lease.
+    let hold = Instant::now();
+    while hold.elapsed() < Duration::from_secs(12) {
+        let lease = leases.get(LEASE).await.unwrap();
+        let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+        assert_eq!(
+            holder.as_deref(),
+            Some(a_id.as_str()),
+            "the skewed standby took over"
+        );
+        assert_eq!(transitions(&lease), before);
+        assert!(
+            !leading(&b).await,
+            "the skewed standby reports itself leader"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(leading(&a).await);
+
+    let killed = Instant::now();
+    a.kill9().await;
+    wait_for(
+        "the skewed standby to take the lease",
+        Duration::from_secs(15),
+        || async {
+            (lease_holder(&id.operator_ns, LEASE).await.as_deref() == Some(b_id.as_str()))
+                .then_some(())
+        },
+    )
+    .await;
+    let takeover = killed.elapsed();
+    wait_leading(&b, Duration::from_secs(5)).await;
+    eprintln!(
+        "measured: skewed (+1h) standby took over {takeover:?} after kill -9 (lease 4s, renew 500ms)"
+    );
+    // The last renewal was at most a renew period (plus its latency) before the kill.
+    assert!(
+        takeover >= Duration::from_millis(4000 - 500 - 250),
+        "took over before the lease could have run out: {takeover:?}"
+    );
+    assert!(
+        takeover < Duration::from_millis(4000 + 500 + 1500),
+        "took over too late: {takeover:?}"
+    );
+}
+
 /// A leader frozen past its lease (SIGSTOP) wakes up after its standby has taken over. Its
 /// monotonic clock ran on while it was stopped, so its fence has closed: it must not send one
 /// more write, to Kubernetes or AWS, and must exit non-zero. Its writes are counted outside the

@@ -1,12 +1,15 @@
 //! Fencing for leader election. A leader frozen (SIGSTOP, a paused VM, a stalled node) or
 //! cut off past its lease may wake up after a standby has taken over; from then on, anything it
 //! sends races the new leader. The lease loop records until when the lease is surely still ours,
-//! on the monotonic clock (which keeps running while the process is stopped), and every request
-//! that could change Kubernetes or AWS is checked against it right before it leaves the process
-//! (`runtime::client` for Kubernetes, `aws::fence` for AWS). A closed fence never reopens: the
-//! process exits.
+//! on the monotonic clock (which keeps running while the process is stopped), and every byte a
+//! client writes to a connection is checked against it at the moment it is written ([`conn`],
+//! under both the Kubernetes and the AWS client); earlier checks (`runtime::client`,
+//! `aws::fence`) only refuse sooner and more clearly. A closed fence never reopens: the process
+//! exits.
 //!
 //! This module depends on nothing else in the crate; runtime, reconcile and aws depend on it.
+
+pub mod conn;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
