@@ -497,34 +497,6 @@ mod tests {
     }
 
     #[test]
-    fn the_grant_cannot_be_spoofed_through_spec_policy() {
-        use crate::api::{PolicyEffect, PolicyPrincipal, PolicyStatement};
-        let st = PolicyStatement {
-            sid: Some(policy::LOGGING_SID.into()),
-            effect: PolicyEffect::Allow,
-            principal: PolicyPrincipal {
-                aws: vec![],
-                service: vec![policy::LOGGING_SERVICE.into()],
-            },
-            action: vec!["s3:PutObject".into()],
-            resource: vec!["arn:aws:s3:::s3op-x/*".into()],
-            condition: Default::default(),
-        };
-        // Even with the service allow-listed, the Sid stays the operator's.
-        let allowed = [policy::LOGGING_SERVICE.to_string()];
-        let rules = policy::StatementRules {
-            account: "123456789012",
-            allowed: &allowed,
-            operator: &[],
-        };
-        let err = policy::bucket_statements(&[st], "arn:aws:s3:::s3op-x", &rules).unwrap_err();
-        assert!(
-            err.contains("spec.policy[0].sid") && err.contains("reserved"),
-            "{err}"
-        );
-    }
-
-    #[test]
     fn managed_logging_is_planned_kept_and_corrected_and_unmanaged_is_not() {
         use crate::reconcile::bucket::{Change, Config, Observed, Plan, plan};
         let s = settings();
