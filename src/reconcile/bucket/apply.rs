@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use super::observe::{confirm_held, observe};
+use super::observe::{self, confirm_held, observe};
 use super::{Address, Change, Desired, Plan, address, desired, logging, plan, protection, refusal};
 use crate::api::Bucket;
 use crate::api::BucketStatus;
@@ -38,7 +38,10 @@ pub(super) async fn apply(
         }
     };
     let at = d.address();
-    match logging::complete(&mut d, bucket, ctx, links).await {
+    if let Some(why) = logging::complete(&mut d, bucket, settings, region, links) {
+        return blocked(bucket, ctx, Some(&at), &why).await;
+    }
+    match observe::log_target(ctx, &d, links).await {
         Ok(None) => {}
         Ok(Some(why)) => return blocked(bucket, ctx, Some(&at), &why).await,
         Err(e) => return failed(bucket, ctx, &at, e).await,

@@ -1,13 +1,15 @@
-//! What a Bucket pass reads from AWS: whose the bucket is, then each managed aspect. Judging what
-//! was read is left to pure functions ([`plan`](super::plan), [`adoption_refused`]).
+//! What a Bucket pass reads from AWS: whose the bucket is, then each managed aspect, and whether
+//! the bucket it logs into is held by the Bucket it names. Judging what was read is left to pure
+//! functions ([`plan`](super::plan), [`adoption_refused`], [`logging::target_not_held`]).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::desired::adoption_refused;
+use super::logging::{self, Links};
 use super::{Address, Config, Desired, Observed, protection};
 use crate::aws::tags::{Owner, Ownership};
-use crate::reconcile::{Context, tag_reads};
+use crate::reconcile::{Blocked, Context, tag_reads};
 
 /// Reads whether the bucket at `at` is still this Bucket's, and wakes the accesses granted on
 /// that name if it is not. A failed read is left to the next pass.
@@ -18,6 +20,23 @@ pub(super) async fn confirm_held(ctx: &Context, at: &Address, owner: &Owner) {
         Ok(_) => ctx.grants.wake(&at.name),
         Err(e) => tracing::debug!(error = %e, bucket = %at.name, "ownership not confirmed"),
     }
+}
+
+/// Why `d` may not log into the S3 bucket it resolved, read from that bucket's tags (its
+/// Bucket's status is no proof). `Ok(None)`: it may, or it logs into none. The read is shared
+/// with the target's own passes.
+pub(super) async fn log_target(
+    ctx: &Context,
+    d: &Desired,
+    links: &Links,
+) -> Result<Option<Blocked>, crate::aws::Error> {
+    let Some((to, target)) = logging::target(d, links) else {
+        return Ok(None);
+    };
+    let within = tag_reads::for_bucket(ctx.settings.resync_period);
+    let tags = ctx.bucket_tags(&d.region, &to.bucket, within).await?;
+    let cluster = &ctx.settings.cluster_name;
+    Ok(logging::target_not_held(to, target, tags.as_ref(), cluster))
 }
 
 /// Reads what the plan needs: tags first (existence and ownership), then each managed aspect.
