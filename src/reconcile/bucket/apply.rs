@@ -4,10 +4,11 @@
 use std::time::Duration;
 
 use super::observe::{self, confirm_held, observe};
-use super::{Address, Change, Desired, Plan, address, desired, logging, plan, protection, refusal};
-use crate::api::Bucket;
-use crate::api::BucketStatus;
+use super::{
+    Address, Change, Desired, Observed, Plan, address, desired, logging, plan, protection, refusal,
+};
 use crate::api::condition::{self, Reason};
+use crate::api::{Bucket, BucketStatus};
 use crate::aws::naming;
 use crate::aws::tags::Ownership;
 use crate::metrics::METRICS;
@@ -63,7 +64,7 @@ pub(super) async fn apply(
         Plan::Apply(changes) => changes,
     };
     let adopting =
-        matches!(&observed, super::Observed::Present(c) if owner.judge(&c.tags) != Ownership::Ours);
+        matches!(&observed, Observed::Present(c) if owner.judge(&c.tags) != Ownership::Ours);
     converge(bucket, ctx, &d, &changes, adopting, versions, links).await
 }
 
