@@ -1123,4 +1123,131 @@ mod tests {
             assert!(!boundary.contains(&a.to_string()), "{a}");
         }
     }
+
+    /// A tenant statement reading objects, for the bucket `s3op-b` the checks below use.
+    fn team(effect: PolicyEffect, aws: &[&str], resource: &str) -> PolicyStatement {
+        PolicyStatement {
+            sid: Some("Team".into()),
+            effect,
+            principal: crate::api::PolicyPrincipal {
+                aws: aws.iter().map(|p| p.to_string()).collect(),
+                service: vec![],
+            },
+            action: vec!["s3:GetObject".into()],
+            resource: vec![resource.into()],
+            condition: Default::default(),
+        }
+    }
+
+    /// `statements` checked for the bucket `s3op-b`, with `allowed` as the operator's
+    /// `--allowed-policy-principals`.
+    fn checked(statements: Vec<PolicyStatement>, allowed: &[&str]) -> Result<Vec<Value>, String> {
+        let allowed: Vec<String> = allowed.iter().map(|p| p.to_string()).collect();
+        let rules = StatementRules {
+            account: "123456789012",
+            allowed: &allowed,
+            operator: &[],
+        };
+        bucket_statements(&statements, "arn:aws:s3:::s3op-b", &rules)
+    }
+
+    #[test]
+    fn a_public_allow_is_refused_naming_the_field_and_rule() {
+        for who in [&["*"][..], &["arn:aws:iam::123456789012:root", "*"]] {
+            let st = team(PolicyEffect::Allow, who, "arn:aws:s3:::s3op-b/*");
+            let msg = checked(vec![st], &["*"]).unwrap_err();
+            assert!(
+                msg.contains("spec.policy[0].principal") && msg.contains("public"),
+                "{msg}"
+            );
+        }
+        // A Deny for everyone narrows access: accepted.
+        let deny = team(PolicyEffect::Deny, &["*"], "arn:aws:s3:::s3op-b");
+        assert!(checked(vec![deny], &[]).is_ok());
+    }
+
+    #[test]
+    fn a_foreign_principal_is_refused_unless_allow_listed() {
+        let foreign = "arn:aws:iam::999999999999:role/partner";
+        let st = || team(PolicyEffect::Allow, &[foreign], "arn:aws:s3:::s3op-b/*");
+        let msg = checked(vec![st()], &[]).unwrap_err();
+        assert!(
+            msg.contains("spec.policy[0].principal")
+                && msg.contains("999999999999")
+                && msg.contains("--allowed-policy-principals"),
+            "{msg}"
+        );
+        let by_account = "999999999999";
+        let ws = |s: &str| checked(vec![st()], &[s]);
+        assert!(ws(foreign).is_ok(), "allow-listed by ARN");
+        assert!(ws(by_account).is_ok(), "allow-listed by account");
+        assert!(ws("888888888888").is_err(), "another account");
+        // A foreign account id, and a service principal, are outside the account too.
+        let by_id = team(
+            PolicyEffect::Allow,
+            &["999999999999"],
+            "arn:aws:s3:::s3op-b",
+        );
+        assert!(checked(vec![by_id], &[]).is_err());
+        let mut svc = st();
+        svc.principal = crate::api::PolicyPrincipal {
+            aws: vec![],
+            service: vec!["logging.s3.amazonaws.com".into()],
+        };
+        assert!(checked(vec![svc.clone()], &[]).is_err());
+        assert!(checked(vec![svc], &["logging.s3.amazonaws.com"]).is_ok());
+    }
+
+    #[test]
+    fn statements_may_name_only_this_bucket_and_not_replace_the_tls_statement() {
+        let own = ["arn:aws:iam::123456789012:root"];
+        for resource in [
+            "arn:aws:s3:::s3op-other/*",
+            "arn:aws:s3:::s3op-b-more",
+            "arn:aws:s3:::s3op-b/private/*",
+            "*",
+        ] {
+            let st = team(PolicyEffect::Allow, &own, resource);
+            let msg = checked(vec![st], &[]).unwrap_err();
+            assert!(
+                msg.contains("spec.policy[0].resource") && msg.contains("not this bucket"),
+                "{msg}"
+            );
+        }
+        let mut tls = team(PolicyEffect::Allow, &own, "arn:aws:s3:::s3op-b");
+        tls.sid = Some(TLS_ONLY_SID.into());
+        let msg = checked(vec![tls], &[]).unwrap_err();
+        assert!(
+            msg.contains("spec.policy[0].sid") && msg.contains("reserved"),
+            "{msg}"
+        );
+        let mut iam = team(PolicyEffect::Allow, &own, "arn:aws:s3:::s3op-b");
+        iam.action = vec!["iam:CreateUser".into()];
+        assert!(
+            checked(vec![iam], &[])
+                .unwrap_err()
+                .contains("spec.policy[0].action")
+        );
+    }
+
+    #[test]
+    fn the_logging_grant_cannot_be_spoofed_through_spec_policy() {
+        let st = PolicyStatement {
+            sid: Some(LOGGING_SID.into()),
+            effect: PolicyEffect::Allow,
+            principal: crate::api::PolicyPrincipal {
+                aws: vec![],
+                service: vec![LOGGING_SERVICE.into()],
+            },
+            action: vec!["s3:PutObject".into()],
+            resource: vec!["arn:aws:s3:::s3op-b/*".into()],
+            condition: Default::default(),
+        };
+        // Even with the service allow-listed, the Sid stays the operator's.
+        let err = checked(vec![st], &[LOGGING_SERVICE]).unwrap_err();
+        assert!(
+            err.contains("spec.policy[0].sid") && err.contains("reserved"),
+            "{err}"
+        );
+    }
 }

@@ -1,9 +1,10 @@
 //! spec.logging: where a Bucket's server access logs go, and the grant its target's bucket
 //! policy gives the S3 logging service. Both are pure functions of the cached Bucket objects, so
 //! a target's plan stays pure and its steady state writes nothing; a change of one end wakes the
-//! other (see [`Linked`]).
+//! other (see [`Linked`]). Whether the target's S3 bucket is held by its Bucket is read with the
+//! rest of what a pass observes and judged here ([`target_not_held`]).
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
@@ -15,7 +16,7 @@ use crate::api::condition::{Reason, is_ready};
 use crate::aws::s3::logging::LogTarget;
 use crate::aws::tags::Ownership;
 use crate::aws::{naming, policy};
-use crate::reconcile::{Blocked, Context, Settings, bucket, owner, tag_reads};
+use crate::reconcile::{Blocked, Context, Settings, bucket, owner};
 
 /// The field every refusal names.
 const FIELD: &str = "spec.logging.targetBucketRef";
@@ -185,50 +186,55 @@ pub fn wanted(
     Ok(Some(Some(LogTarget { bucket, prefix })))
 }
 
-/// Whether the S3 bucket `t` is held by the Bucket `target` (its tags in AWS say so; its status
-/// is no proof). The read is shared with the target's own passes.
-pub async fn held_by_target(
-    ctx: &Context,
+/// Completes `d` with what needs the cache: the logging grant of the buckets that log into this
+/// one (`links.sources`), added to its policy, and this Bucket's own logging. `Some(_)`: why
+/// spec.logging cannot be served (the whole pass waits, as for a refused spec.policy).
+pub fn complete(
+    d: &mut Desired,
+    b: &Bucket,
+    settings: &Settings,
+    default_region: &str,
+    links: &Links,
+) -> Option<Blocked> {
+    let arn = naming::bucket_arn(naming::partition(&d.region), &d.name);
+    if let Ok(doc) = &mut d.policy {
+        *doc = with_grant(doc.take(), &arn, &links.sources, &settings.account_id);
+    }
+    let target = links.target.as_deref();
+    match wanted(b, &d.region, target, settings, default_region) {
+        Ok(w) => d.logging = w,
+        Err(why) => return Some(why),
+    }
+    None
+}
+
+/// The S3 bucket `d` logs into and the Bucket it stands for, if it logs into one: whose tags
+/// the pass reads before anything else.
+pub fn target<'a>(d: &'a Desired, links: &'a Links) -> Option<(&'a LogTarget, &'a Bucket)> {
+    match (&d.logging, links.target.as_deref()) {
+        (Some(Some(to)), Some(target)) => Some((to, target)),
+        _ => None,
+    }
+}
+
+/// Why logs may not go to the S3 bucket `to`: its tags (`None`: it does not exist) do not say it
+/// is held by the Bucket `target` (whose status is no proof).
+pub fn target_not_held(
+    to: &LogTarget,
     target: &Bucket,
-    t: &LogTarget,
-    region: &str,
-) -> Result<Option<Blocked>, crate::aws::Error> {
-    let within = tag_reads::for_bucket(ctx.settings.resync_period);
-    let tags = ctx.bucket_tags(region, &t.bucket, within).await?;
-    let o = owner(target, &ctx.settings.cluster_name);
-    let held = tags.is_some_and(|tags| o.judge(&tags) == Ownership::Ours);
-    Ok((!held).then(|| {
+    tags: Option<&BTreeMap<String, String>>,
+    cluster: &str,
+) -> Option<Blocked> {
+    let o = owner(target, cluster);
+    let held = tags.is_some_and(|tags| o.judge(tags) == Ownership::Ours);
+    (!held).then(|| {
         let msg = format!(
             "{FIELD}: S3 bucket {} is not held by Bucket {}",
-            t.bucket,
+            to.bucket,
             target.name_any()
         );
         Blocked::new(Reason::BucketNotReady, msg)
-    }))
-}
-
-/// Completes `d` with what needs the cache: the logging grant of the buckets that log into this
-/// one (`links.sources`), added to its policy, and this Bucket's own logging. `Ok(Some(_))`: why
-/// spec.logging cannot be served (the whole pass waits, as for a refused spec.policy).
-pub async fn complete(
-    d: &mut Desired,
-    b: &Bucket,
-    ctx: &Context,
-    links: &Links,
-) -> Result<Option<Blocked>, crate::aws::Error> {
-    let arn = naming::bucket_arn(naming::partition(&d.region), &d.name);
-    if let Ok(doc) = &mut d.policy {
-        *doc = with_grant(doc.take(), &arn, &links.sources, &ctx.settings.account_id);
-    }
-    let target = links.target.as_deref();
-    d.logging = match wanted(b, &d.region, target, &ctx.settings, &ctx.aws.region) {
-        Ok(w) => w,
-        Err(why) => return Ok(Some(why)),
-    };
-    match (&d.logging, target) {
-        (Some(Some(t)), Some(target)) => held_by_target(ctx, target, t, &d.region).await,
-        _ => Ok(None),
-    }
+    })
 }
 
 /// S3 refuses logging into a bucket whose policy does not grant it yet. The grant is written by
@@ -497,31 +503,29 @@ mod tests {
     }
 
     #[test]
-    fn the_grant_cannot_be_spoofed_through_spec_policy() {
-        use crate::api::{PolicyEffect, PolicyPrincipal, PolicyStatement};
-        let st = PolicyStatement {
-            sid: Some(policy::LOGGING_SID.into()),
-            effect: PolicyEffect::Allow,
-            principal: PolicyPrincipal {
-                aws: vec![],
-                service: vec![policy::LOGGING_SERVICE.into()],
-            },
-            action: vec!["s3:PutObject".into()],
-            resource: vec!["arn:aws:s3:::s3op-x/*".into()],
-            condition: Default::default(),
+    fn logs_go_only_to_a_bucket_its_bucket_holds() {
+        let s = settings();
+        let target = b("ns", "logs", None, true);
+        let to = LogTarget {
+            bucket: "s3op-ns-logs".into(),
+            prefix: "photos/".into(),
         };
-        // Even with the service allow-listed, the Sid stays the operator's.
-        let allowed = [policy::LOGGING_SERVICE.to_string()];
-        let rules = policy::StatementRules {
-            account: "123456789012",
-            allowed: &allowed,
-            operator: &[],
-        };
-        let err = policy::bucket_statements(&[st], "arn:aws:s3:::s3op-x", &rules).unwrap_err();
-        assert!(
-            err.contains("spec.policy[0].sid") && err.contains("reserved"),
-            "{err}"
+        let held = crate::aws::tags::with_ownership(&Default::default(), &owner(&*target, "c"));
+        assert_eq!(
+            target_not_held(&to, &target, Some(&held), &s.cluster_name),
+            None
         );
+        // Gone, or held by anyone else (whatever the target's status says): refused.
+        let other = owner(&*b("ns", "other", None, true), "c");
+        let elsewhere = crate::aws::tags::with_ownership(&Default::default(), &other);
+        for tags in [None, Some(&elsewhere), Some(&Default::default())] {
+            let why = target_not_held(&to, &target, tags, &s.cluster_name).expect("refused");
+            assert_eq!(why.reason, Reason::BucketNotReady);
+            assert!(
+                why.message.contains(FIELD) && why.message.contains("s3op-ns-logs"),
+                "{why}"
+            );
+        }
     }
 
     #[test]

@@ -1,0 +1,292 @@
+//! The writes of a Bucket pass: the spec resolved and checked, S3 observed and planned, each
+//! planned write made, and the outcome reported (status and one event).
+
+use std::time::Duration;
+
+use super::observe::{self, confirm_held, observe};
+use super::{
+    Address, Change, Desired, Observed, Plan, address, desired, logging, plan, protection, refusal,
+};
+use crate::api::condition::{self, Reason};
+use crate::api::{Bucket, BucketStatus};
+use crate::aws::naming;
+use crate::aws::tags::Ownership;
+use crate::metrics::METRICS;
+use crate::reconcile::{
+    Blocked, Context, Error, Requeue, ensure_finalizer, object_key, owner, report_blocked, served,
+    update_status,
+};
+
+/// One pass over a Bucket that is not being deleted. `start`: the object's resourceVersion the
+/// pass began from.
+pub(super) async fn apply(
+    bucket: &Bucket,
+    ctx: &Context,
+    start: String,
+    links: &logging::Links,
+) -> Result<Requeue, Error> {
+    let owner = owner(bucket, &ctx.settings.cluster_name);
+    let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
+    let mut d = match desired(bucket, settings, region, &owner) {
+        Ok(d) => d,
+        Err(why) => {
+            // An invalid spec still names a bucket that grants may reach: if it is gone or held
+            // by another, they are withdrawn now, not once the spec is fixed.
+            if let Ok(at) = address(bucket, settings, region, &owner) {
+                confirm_held(ctx, &at, &owner).await;
+            }
+            return blocked(bucket, ctx, None, &why).await;
+        }
+    };
+    let at = d.address();
+    if let Some(why) = logging::complete(&mut d, bucket, settings, region, links) {
+        return blocked(bucket, ctx, Some(&at), &why).await;
+    }
+    match observe::log_target(ctx, &d, links).await {
+        Ok(None) => {}
+        Ok(Some(why)) => return blocked(bucket, ctx, Some(&at), &why).await,
+        Err(e) => return failed(bucket, ctx, &at, e).await,
+    }
+    // The finalizer must be in place before anything is created in AWS, not before it is read:
+    // both in one round trip.
+    let adopt = bucket.spec.adopt_existing;
+    let (version, observed) = tokio::join!(
+        ensure_finalizer(&ctx.client, bucket),
+        observe(ctx, &d, &owner, adopt)
+    );
+    let versions = vec![start, version?];
+    let observed = match observed {
+        Ok(o) => o,
+        Err(e) => return failed(bucket, ctx, &at, e).await,
+    };
+    let changes = match plan(&d, &observed) {
+        Plan::Blocked(why) => return blocked(bucket, ctx, Some(&at), &why).await,
+        Plan::Apply(changes) => changes,
+    };
+    let adopting =
+        matches!(&observed, Observed::Present(c) if owner.judge(&c.tags) != Ownership::Ours);
+    converge(bucket, ctx, &d, &changes, adopting, versions, links).await
+}
+
+/// Makes the planned writes, then reports the bucket Ready and settles the pass until its
+/// inputs change. `versions`: the object's resourceVersions this pass has seen or written so far.
+async fn converge(
+    bucket: &Bucket,
+    ctx: &Context,
+    d: &Desired,
+    changes: &[Change],
+    adopting: bool,
+    mut versions: Vec<String>,
+    links: &logging::Links,
+) -> Result<Requeue, Error> {
+    // Changes to an object whose spec we already served are drift: someone changed AWS.
+    let served = bucket.status.as_ref().is_some_and(|s| {
+        served(
+            bucket.metadata.generation,
+            s.observed_generation,
+            &s.conditions,
+        )
+    });
+    let mut applied = Vec::new();
+    for change in changes {
+        if let Err(e) = write(ctx, d, change).await {
+            report(bucket, ctx, d, &applied, served, adopting).await;
+            if e.is("BucketAlreadyOwnedByYou") {
+                // Created meanwhile by someone in this account: the next pass judges its tags.
+                return Ok(Requeue::After(Duration::from_secs(1)));
+            }
+            return failed(bucket, ctx, &d.address(), e).await;
+        }
+        applied.push(change.clone());
+    }
+    if applied.contains(&Change::Create) || adopting {
+        // The name may have been another Bucket's, whose grants must not follow it here.
+        ctx.grants.wake(&d.name);
+    }
+    let msg = format!("S3 bucket {} is ready", d.name);
+    let status = status_for(
+        bucket,
+        ctx,
+        Some(&d.address()),
+        true,
+        Reason::Available,
+        msg,
+    );
+    // The event and the status go out together: a new bucket's pass waits for one round trip
+    // to the API server, not two.
+    let (_, written) = tokio::join!(
+        report(bucket, ctx, d, &applied, served, adopting),
+        update_status(&ctx.client, bucket, bucket.status.as_ref(), &status),
+    );
+    versions.extend(written?);
+    let next = ctx.resync_after();
+    ctx.settled.record(
+        object_key(bucket),
+        vec![versions, vec![links.fingerprint()]],
+        next,
+    );
+    Ok(Requeue::Resync(next))
+}
+
+/// One event for what a pass changed: created, adopted, updated, or drift corrected (changes
+/// to a spec already served were made outside the operator).
+async fn report(
+    bucket: &Bucket,
+    ctx: &Context,
+    d: &Desired,
+    applied: &[Change],
+    served: bool,
+    adopting: bool,
+) {
+    let aspects: Vec<&str> = applied
+        .iter()
+        .filter(|c| **c != Change::Create)
+        .map(Change::aspect)
+        .collect();
+    let list = aspects.join(", ");
+    let (warning, reason, note) = if applied.contains(&Change::Create) {
+        let note = format!("Created S3 bucket {} in {} ({list})", d.name, d.region);
+        (false, "Created", note)
+    } else if aspects.is_empty() {
+        return;
+    } else if adopting {
+        let note = format!("Adopted existing S3 bucket {} ({list})", d.name);
+        (false, "Updated", note)
+    } else if served {
+        for aspect in &aspects {
+            METRICS
+                .drift_corrections_total
+                .with_label_values(&["Bucket", aspect])
+                .inc();
+        }
+        let note = format!(
+            "Corrected {list} of S3 bucket {} (changed outside the operator)",
+            d.name
+        );
+        (true, "DriftCorrected", note)
+    } else {
+        (
+            false,
+            "Updated",
+            format!("Updated {list} of S3 bucket {}", d.name),
+        )
+    };
+    ctx.event(bucket, warning, reason, note).await;
+}
+
+async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate::aws::Error> {
+    let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
+    if matches!(change, Change::Create | Change::Tags) {
+        // The shared read no longer says what the bucket carries.
+        ctx.tag_reads.forget(r, n);
+    }
+    match change {
+        Change::Create => {
+            let lock = d.object_lock.is_some();
+            aws.create_bucket(r, n, &d.tags, d.creation_ownership(), lock)
+                .await
+        }
+        Change::Tags => aws.put_tags(r, n, &d.tags).await,
+        Change::PublicAccessBlock => {
+            aws.put_public_access_block(r, n, &d.public_access_block)
+                .await
+        }
+        Change::Encryption => aws.put_encryption(r, n, &d.encryption).await,
+        Change::Versioning(v) => aws.put_versioning(r, n, *v).await,
+        Change::LifecycleRules => {
+            aws.put_lifecycle_rules(r, n, d.lifecycle_rules.as_deref().unwrap_or_default())
+                .await
+        }
+        Change::Cors => {
+            aws.put_cors_rules(r, n, d.cors.as_deref().unwrap_or_default())
+                .await
+        }
+        Change::ObjectOwnership(o) => aws.put_object_ownership(r, n, *o).await,
+        Change::Policy => match &d.policy {
+            Ok(p) => aws.put_bucket_policy(r, n, p).await,
+            // The plan blocks on a refused policy before any write.
+            Err(_) => Ok(()),
+        },
+        Change::ObjectLock => {
+            let retention = d.object_lock.as_ref().and_then(|l| l.default_retention);
+            aws.put_object_lock(r, n, retention.as_ref()).await
+        }
+        Change::IntelligentTiering { put, delete } => {
+            protection::write_tiering(aws, d, put, delete).await
+        }
+        Change::TransferAcceleration(v) => aws.put_transfer_acceleration(r, n, *v).await,
+        Change::Notifications => match &d.notifications {
+            Some(Ok(want)) => aws.put_notifications(r, n, want).await,
+            // Unmanaged is never planned; the plan blocks on a refusal before any write.
+            _ => Ok(()),
+        },
+        Change::Logging => {
+            let target = d.logging.as_ref().and_then(Option::as_ref);
+            aws.put_bucket_logging(r, n, target)
+                .await
+                .map_err(logging::target_not_granted_yet)
+        }
+    }
+}
+
+pub(super) fn status_for(
+    bucket: &Bucket,
+    ctx: &Context,
+    d: Option<&Address>,
+    ready: bool,
+    reason: Reason,
+    msg: String,
+) -> BucketStatus {
+    let previous = bucket.status.clone().unwrap_or_default();
+    let generation = bucket.metadata.generation;
+    let cond = condition::ready(
+        &previous.conditions,
+        ready,
+        reason,
+        msg,
+        generation,
+        jiff::Timestamp::now(),
+    );
+    let d_region = d.map(|d| d.region.clone());
+    BucketStatus {
+        conditions: vec![cond],
+        observed_generation: generation,
+        // Only a bucket we hold is reported as ours.
+        bucket_name: if ready {
+            d.map(|d| d.name.clone())
+        } else {
+            previous.bucket_name.filter(|_| d.is_some())
+        },
+        arn: d
+            .filter(|_| ready)
+            .map(|d| naming::bucket_arn(naming::partition(&d.region), &d.name)),
+        region: d_region.clone(),
+        endpoint: d_region.map(|r| ctx.aws.s3_endpoint(&r)),
+    }
+}
+
+/// Reports a condition a person must fix and waits: no hot loop, but a periodic re-check in case
+/// the cause went away outside Kubernetes (an IAM policy fixed, a conflicting bucket deleted).
+pub(super) async fn blocked(
+    bucket: &Bucket,
+    ctx: &Context,
+    d: Option<&Address>,
+    why: &Blocked,
+) -> Result<Requeue, Error> {
+    let status = status_for(bucket, ctx, d, false, why.reason, why.message.clone());
+    report_blocked(ctx, bucket, bucket.status.as_ref(), &status, why).await
+}
+
+/// An AWS call that failed: a refusal a person must fix blocks the pass, any other error is
+/// retried with backoff.
+async fn failed(
+    bucket: &Bucket,
+    ctx: &Context,
+    at: &Address,
+    e: crate::aws::Error,
+) -> Result<Requeue, Error> {
+    match refusal(&e) {
+        Some(why) => blocked(bucket, ctx, Some(at), &why).await,
+        None => Err(e.into()),
+    }
+}

@@ -1,0 +1,394 @@
+//! Deletion of a Bucket. What the Bucket asks for ([`Asked`]) and what AWS holds under its name
+//! ([`Found`]) decide each step ([`step`], pure); the async code only reads, asks [`step`] and
+//! makes the step, until the finalizer may go or deletion waits.
+//!
+//! It fails closed: only "no such bucket in this account" means gone, a bucket that is not this
+//! object's is never touched, and `forceDelete` empties at most [`EMPTY_PAGES_PER_PASS`] pages of
+//! object versions per pass, so each pass stays short.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use super::apply::blocked;
+use super::{Address, address, protection, refusal};
+use crate::api::condition::Reason;
+use crate::api::{Bucket, DeletionPolicy};
+use crate::aws::s3::Emptied;
+use crate::aws::tags::{Owner, Ownership, released};
+use crate::aws::{ErrorKind, naming, policy};
+use crate::reconcile::{
+    Blocked, Context, Error, Requeue, deletion_policy, has_finalizer, owner, remove_finalizer,
+};
+
+/// Pages of object versions (up to 1,000 each) deleted per pass at most when emptying a bucket
+/// (`forceDelete`).
+const EMPTY_PAGES_PER_PASS: usize = 10;
+
+/// What deleting a Bucket asks for: its spec, resolved against the operator's settings.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Asked {
+    pub policy: DeletionPolicy,
+    /// `spec.forceDelete`: the bucket is emptied before it is deleted.
+    pub force_delete: bool,
+    /// `spec.objectLock` is set: S3 refusing to delete object versions is its retention.
+    pub object_lock: bool,
+}
+
+impl Asked {
+    fn of(bucket: &Bucket, ctx: &Context) -> Asked {
+        Asked {
+            policy: deletion_policy(bucket.spec.deletion_policy, &ctx.settings),
+            force_delete: bucket.spec.force_delete,
+            object_lock: bucket.spec.object_lock.is_some(),
+        }
+    }
+}
+
+/// What AWS holds under the Bucket's name, as far as deletion has read.
+#[derive(Debug)]
+pub(super) enum Found {
+    /// No bucket of that name in this account: the one answer that means gone.
+    Absent,
+    /// A bucket that is not this object's: another owner's, unowned or released.
+    NotOurs,
+    /// This object's bucket: its tags, and what is known of its objects.
+    Ours {
+        tags: BTreeMap<String, String>,
+        contents: Contents,
+    },
+}
+
+/// What deletion knows of the objects in a bucket of this object's.
+#[derive(Debug)]
+pub(super) enum Contents {
+    Unread,
+    /// Listed: whether no object version or delete marker is left.
+    Listed {
+        empty: bool,
+    },
+    /// This pass deleted the object versions it may: whether none is left.
+    Emptied {
+        empty: bool,
+    },
+    /// S3 denied deleting object versions.
+    DeletesRefused(crate::aws::Error),
+}
+
+/// One step of deletion.
+#[derive(Debug, PartialEq)]
+pub(super) enum Step {
+    /// Nothing in AWS is this object's: the finalizer may go.
+    Done,
+    /// The bucket is another's: it is left untouched (and said so), and the finalizer may go.
+    LeaveUntouched,
+    /// Retain: the bucket policy's grants are removed, then its ownership released.
+    Release,
+    /// Read whether the bucket holds any object version.
+    List,
+    /// Delete up to this many pages of object versions (`forceDelete`).
+    Empty { pages: usize },
+    /// Object versions are left: emptying goes on in the next pass.
+    EmptyNextPass,
+    /// Delete the bucket, now empty.
+    Delete,
+    /// Deletion waits (DeletionBlocked) until someone acts: why.
+    Wait(String),
+}
+
+/// The pure planner of deletion: the next step for the bucket named `bucket`.
+pub(super) fn step(bucket: &str, asked: Asked, found: &Found) -> Step {
+    let contents = match found {
+        Found::Absent => return Step::Done,
+        Found::NotOurs => return Step::LeaveUntouched,
+        Found::Ours { .. } if asked.policy == DeletionPolicy::Retain => return Step::Release,
+        Found::Ours { contents, .. } => contents,
+    };
+    match contents {
+        Contents::Unread | Contents::Listed { empty: false } if asked.force_delete => Step::Empty {
+            pages: EMPTY_PAGES_PER_PASS,
+        },
+        Contents::Unread => Step::List,
+        Contents::Listed { empty: true } | Contents::Emptied { empty: true } => Step::Delete,
+        Contents::Listed { empty: false } => Step::Wait(format!(
+            "S3 bucket {bucket} is not empty; empty it or set spec.forceDelete: true to delete it with its objects"
+        )),
+        Contents::Emptied { empty: false } => Step::EmptyNextPass,
+        // The operator never bypasses retention: what the lock keeps stays, and the bucket too.
+        Contents::DeletesRefused(e) if asked.object_lock => {
+            Step::Wait(protection::retention_holds(bucket, e))
+        }
+        Contents::DeletesRefused(e) => Step::Wait(waiting(e)),
+    }
+}
+
+/// What deletion waiting on a refused AWS call says.
+fn waiting(e: &crate::aws::Error) -> String {
+    let why = refusal(e).map_or_else(|| e.to_string(), |why| why.message);
+    format!("deleting the Bucket is waiting: {why}")
+}
+
+pub(super) async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Requeue, Error> {
+    if !has_finalizer(bucket) {
+        return Ok(Requeue::OnChange);
+    }
+    let owner = owner(bucket, &ctx.settings.cluster_name);
+    // From spec, UID and the tags in AWS, never from a spec check an edit can make fail. A name
+    // outside the prefix was never the operator's to create or adopt.
+    if let Ok(at) = address(bucket, &ctx.settings, &ctx.aws.region, &owner) {
+        match release_or_delete(bucket, ctx, &at, &owner).await {
+            Ok(true) => {}
+            // Emptying goes on in the next pass: each pass stays short.
+            Ok(false) => return Ok(Requeue::After(Duration::from_secs(1))),
+            // Cleanup fails closed: a refusal keeps the finalizer and says what was refused.
+            Err(Error::Aws(e)) if refusal(&e).is_some() => {
+                return Err(hold(bucket, ctx, &at, waiting(&e)).await);
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    remove_finalizer(&ctx.client, bucket).await?;
+    Ok(Requeue::OnChange)
+}
+
+/// Releases (Retain) or deletes (Delete) the bucket if this object owns it, making the steps
+/// [`step`] plans. `Ok(false)`: a bucket being emptied has more objects left for the next pass.
+async fn release_or_delete(
+    bucket: &Bucket,
+    ctx: &Context,
+    at: &Address,
+    owner: &Owner,
+) -> Result<bool, Error> {
+    let (aws, r, n) = (&ctx.aws, at.region.as_str(), at.name.as_str());
+    let asked = Asked::of(bucket, ctx);
+    let mut found = find(ctx, at, owner).await?;
+    loop {
+        let now = match step(n, asked, &found) {
+            Step::Done => return Ok(true),
+            Step::LeaveUntouched => {
+                let msg = format!("S3 bucket {n} is not owned by this object; left untouched");
+                ctx.event(bucket, false, "Released", msg).await;
+                return Ok(true);
+            }
+            Step::Release => {
+                if let Found::Ours { tags, .. } = &found {
+                    retain(bucket, ctx, owner, tags, at).await?;
+                }
+                return Ok(true);
+            }
+            Step::List => Contents::Listed {
+                empty: aws.bucket_is_empty(r, n).await?,
+            },
+            Step::Empty { pages } => empty(bucket, ctx, at, pages).await?,
+            Step::EmptyNextPass => return Ok(false),
+            Step::Delete => {
+                aws.delete_bucket(r, n).await?;
+                let msg = format!("Deleted S3 bucket {n}");
+                ctx.event(bucket, false, "Deleted", msg).await;
+                return Ok(true);
+            }
+            Step::Wait(msg) => return Err(hold(bucket, ctx, at, msg).await),
+        };
+        if let Found::Ours { contents, .. } = &mut found {
+            *contents = now;
+        }
+    }
+}
+
+/// What AWS holds under the name, from the bucket's tags read now.
+async fn find(ctx: &Context, at: &Address, owner: &Owner) -> Result<Found, crate::aws::Error> {
+    let (aws, r, n) = (&ctx.aws, at.region.as_str(), at.name.as_str());
+    // The bucket is released or deleted next: no access may go on from an earlier read, and
+    // its entry goes with the Bucket.
+    ctx.tag_reads.forget(r, n);
+    let tags = match aws.bucket_tags(r, n).await {
+        Ok(Some(tags)) => tags,
+        Ok(None) => return Ok(Found::Absent),
+        // Only a bucket this account does not have may be taken as gone (another account's
+        // answers AccessDenied too); one of ours we may not read keeps the finalizer.
+        Err(e) if e.kind == ErrorKind::AccessDenied => {
+            return match aws.bucket_in_account(r, n).await? {
+                false => Ok(Found::Absent),
+                true => Err(e),
+            };
+        }
+        Err(e) => return Err(e),
+    };
+    Ok(match owner.judge(&tags) {
+        Ownership::Ours => Found::Ours {
+            tags,
+            contents: Contents::Unread,
+        },
+        _ => Found::NotOurs,
+    })
+}
+
+/// Leaves the bucket in S3 without this object's grants and ownership.
+async fn retain(
+    bucket: &Bucket,
+    ctx: &Context,
+    owner: &Owner,
+    tags: &BTreeMap<String, String>,
+    at: &Address,
+) -> Result<(), Error> {
+    let (aws, r, n) = (&ctx.aws, at.region.as_str(), at.name.as_str());
+    // Grants never outlive ownership: the spec's statements go, the TLS-only one stays.
+    // Before the tags, so a failure here still finds the bucket ours on the next pass.
+    let arn = naming::bucket_arn(naming::partition(r), n);
+    aws.put_bucket_policy(r, n, &policy::bucket_policy(&arn, &[]))
+        .await?;
+    aws.put_tags(r, n, &released(tags, owner)).await?;
+    ctx.event(
+        bucket,
+        false,
+        "Retained",
+        format!(
+            "S3 bucket {n} retained; ownership tags and bucket policy grants removed (only namespace {} may adopt it again)",
+            owner.namespace
+        ),
+    )
+    .await;
+    Ok(())
+}
+
+/// Deletes up to `pages` pages of object versions: what is left, or S3's denial (which
+/// [`step`] judges). Never bypasses object lock retention.
+async fn empty(
+    bucket: &Bucket,
+    ctx: &Context,
+    at: &Address,
+    pages: usize,
+) -> Result<Contents, crate::aws::Error> {
+    let n = at.name.as_str();
+    match ctx.aws.empty_bucket(&at.region, n, pages).await {
+        Ok(Emptied { deleted, empty }) => {
+            if deleted > 0 {
+                let msg = format!("Deleted {deleted} object versions from {n} (forceDelete)");
+                ctx.event(bucket, false, "Emptied", msg).await;
+            }
+            Ok(Contents::Emptied { empty })
+        }
+        Err(e) if e.kind == ErrorKind::AccessDenied => Ok(Contents::DeletesRefused(e)),
+        Err(e) => Err(e),
+    }
+}
+
+/// Reports why deletion waits (status and event, once) and returns the error that keeps the
+/// finalizer and retries with backoff.
+async fn hold(bucket: &Bucket, ctx: &Context, at: &Address, msg: String) -> Error {
+    let why = Blocked::new(Reason::DeletionBlocked, msg);
+    if let Err(e) = blocked(bucket, ctx, Some(at), &why).await {
+        return e;
+    }
+    Error::DeletionBlocked(why.message)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEEP: Asked = Asked {
+        policy: DeletionPolicy::Retain,
+        force_delete: false,
+        object_lock: false,
+    };
+    const DELETE: Asked = Asked {
+        policy: DeletionPolicy::Delete,
+        ..KEEP
+    };
+    const FORCE: Asked = Asked {
+        force_delete: true,
+        ..DELETE
+    };
+
+    fn ours(contents: Contents) -> Found {
+        Found::Ours {
+            tags: BTreeMap::new(),
+            contents,
+        }
+    }
+
+    fn denied() -> crate::aws::Error {
+        crate::aws::Error {
+            service: "S3",
+            operation: "DeleteObjects",
+            code: "AccessDenied".into(),
+            message: "Access Denied".into(),
+            kind: ErrorKind::AccessDenied,
+        }
+    }
+
+    fn waits(step: Step) -> String {
+        match step {
+            Step::Wait(why) => why,
+            other => panic!("does not wait: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_bucket_that_is_gone_or_not_ours_is_never_touched() {
+        for asked in [KEEP, DELETE, FORCE] {
+            assert_eq!(step("b", asked, &Found::Absent), Step::Done);
+            assert_eq!(step("b", asked, &Found::NotOurs), Step::LeaveUntouched);
+        }
+    }
+
+    #[test]
+    fn retain_releases_whatever_the_bucket_holds() {
+        for contents in [Contents::Unread, Contents::Listed { empty: false }] {
+            assert_eq!(step("b", KEEP, &ours(contents)), Step::Release);
+        }
+        let forced = Asked {
+            force_delete: true,
+            ..KEEP
+        };
+        assert_eq!(step("b", forced, &ours(Contents::Unread)), Step::Release);
+    }
+
+    #[test]
+    fn delete_lists_first_and_waits_on_a_bucket_that_is_not_empty() {
+        assert_eq!(step("b", DELETE, &ours(Contents::Unread)), Step::List);
+        let empty = ours(Contents::Listed { empty: true });
+        assert_eq!(step("b", DELETE, &empty), Step::Delete);
+        let why = waits(step("b", DELETE, &ours(Contents::Listed { empty: false })));
+        assert!(
+            why.contains("S3 bucket b is not empty") && why.contains("spec.forceDelete: true"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn force_delete_empties_a_bounded_number_of_pages_per_pass() {
+        let first = step("b", FORCE, &ours(Contents::Unread));
+        assert_eq!(
+            first,
+            Step::Empty {
+                pages: EMPTY_PAGES_PER_PASS
+            }
+        );
+        // What one emptying left waits for the next pass: never a second emptying in this one.
+        let left = ours(Contents::Emptied { empty: false });
+        assert_eq!(step("b", FORCE, &left), Step::EmptyNextPass);
+        let done = ours(Contents::Emptied { empty: true });
+        assert_eq!(step("b", FORCE, &done), Step::Delete);
+    }
+
+    #[test]
+    fn refused_deletes_wait_and_name_retention_only_under_object_lock() {
+        let refused = ours(Contents::DeletesRefused(denied()));
+        let why = waits(step("b", FORCE, &refused));
+        assert!(
+            why.starts_with("deleting the Bucket is waiting: AWS denied S3 DeleteObjects")
+                && !why.contains("object lock"),
+            "{why}"
+        );
+        let locked = Asked {
+            object_lock: true,
+            ..FORCE
+        };
+        let why = waits(step("b", locked, &refused));
+        assert!(
+            why.contains("S3 bucket b has object lock") && why.contains("Access Denied"),
+            "{why}"
+        );
+    }
+}

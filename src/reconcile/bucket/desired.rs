@@ -1,0 +1,258 @@
+//! What a Bucket asks for: the S3 bucket it names ([`address`]) and its spec resolved against the
+//! operator's settings ([`desired`]), both pure.
+
+use std::collections::BTreeMap;
+
+use super::{notifications, protection};
+use crate::api::condition::Reason;
+use crate::api::{
+    Bucket, CorsRule, Encryption, IntelligentTiering, LifecycleRule, ObjectLock, ObjectOwnership,
+    PublicAccessBlock, TransferAcceleration, Versioning,
+};
+use crate::aws::s3::logging::LogTarget;
+use crate::aws::tags::{Owner, Ownership, with_ownership};
+use crate::aws::{naming, policy};
+use crate::reconcile::{Blocked, Settings};
+
+/// What the spec asks for, resolved against the operator's settings.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Desired {
+    pub name: String,
+    pub region: String,
+    pub tags: BTreeMap<String, String>,
+    pub public_access_block: PublicAccessBlock,
+    pub encryption: Encryption,
+    /// `None`: not managed (left as it is in S3), and not even read.
+    pub versioning: Option<Versioning>,
+    pub lifecycle_rules: Option<Vec<LifecycleRule>>,
+    pub cors: Option<Vec<CorsRule>>,
+    /// `None`: not managed (and not read) once the bucket exists; a new bucket still gets
+    /// [`Desired::creation_ownership`].
+    pub object_ownership: Option<ObjectOwnership>,
+    /// The whole bucket policy: always managed, as it carries the TLS-only statement. `Err`:
+    /// why `spec.policy` is refused (the plan blocks on it; deletion does not).
+    pub policy: Result<serde_json::Value, String>,
+    /// `None`: not managed (and not read); the bucket is created without object lock.
+    pub object_lock: Option<ObjectLock>,
+    /// `None`: not managed (and not read).
+    pub intelligent_tiering: Option<Vec<IntelligentTiering>>,
+    /// `None`: not managed (and not read).
+    pub transfer_acceleration: Option<TransferAcceleration>,
+    /// `None`: not managed (and not read). `Some(Err)`: why `spec.notifications` is refused.
+    pub notifications: Option<Result<crate::api::Notifications, String>>,
+    /// spec.logging, resolved against the cache (`logging::wanted`). `None`: not managed
+    /// and not read; `Some(None)`: kept off.
+    pub logging: Option<Option<LogTarget>>,
+}
+
+impl Desired {
+    pub fn address(&self) -> Address {
+        Address {
+            name: self.name.clone(),
+            region: self.region.clone(),
+        }
+    }
+
+    /// The ownership a new bucket is created with: the spec's, else `BucketOwnerEnforced` (ACLs
+    /// disabled), as AWS creates buckets. It goes in the CreateBucket call itself, so the
+    /// default costs no request of its own.
+    pub fn creation_ownership(&self) -> ObjectOwnership {
+        self.object_ownership.unwrap_or_default()
+    }
+}
+
+/// Which S3 bucket a Bucket names: its name and region.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Address {
+    pub name: String,
+    pub region: String,
+}
+
+/// The S3 bucket a Bucket names, from its spec's name and region (immutable) and its UID only:
+/// never from status (whoever can write status must not point a grant or a deletion at another
+/// bucket), and whatever else the spec says, so deletion and the grants' ownership checks work
+/// for a spec that an edit has made invalid. `Err`: a name outside the operator's bucket-name
+/// prefix, which it can neither have created nor adopted.
+pub fn address(
+    bucket: &Bucket,
+    settings: &Settings,
+    default_region: &str,
+    owner: &Owner,
+) -> Result<Address, Blocked> {
+    let spec = &bucket.spec;
+    let prefix = &settings.bucket_name_prefix;
+    let name = match &spec.bucket_name {
+        Some(n) => n.clone(),
+        None => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
+    };
+    if !name.starts_with(prefix.as_str()) {
+        let msg = format!(
+            "spec.bucketName {name:?} must start with the operator's bucket-name prefix {prefix:?}: its IAM policy only covers such buckets"
+        );
+        return Err(Blocked::new(Reason::InvalidSpec, msg));
+    }
+    let region = spec
+        .region
+        .clone()
+        .unwrap_or_else(|| default_region.to_string());
+    Ok(Address { name, region })
+}
+
+/// The spec resolved into a [`Desired`], or why it cannot be served.
+pub fn desired(
+    bucket: &Bucket,
+    ctx_settings: &Settings,
+    default_region: &str,
+    owner: &Owner,
+) -> Result<Desired, Blocked> {
+    let spec = &bucket.spec;
+    let Address { name, region } = address(bucket, ctx_settings, default_region, owner)?;
+    let compliance = ctx_settings.allow_compliance_retention;
+    if let Some(why) = protection::spec_refused(spec, &name, compliance) {
+        return Err(why);
+    }
+    let arn = naming::bucket_arn(naming::partition(&region), &name);
+    let rules = policy::StatementRules {
+        account: &ctx_settings.account_id,
+        allowed: &ctx_settings.allowed_policy_principals,
+        operator: &ctx_settings.operator_principals,
+    };
+    let statements = policy::bucket_statements(&spec.policy, &arn, &rules);
+    let allowed_targets = &ctx_settings.allowed_notification_targets;
+    let notifications = spec
+        .notifications
+        .as_ref()
+        .map(|n| notifications::desired(n, &region, allowed_targets));
+    Ok(Desired {
+        policy: statements.map(|s| policy::bucket_policy(&arn, &s)),
+        name,
+        region,
+        tags: with_ownership(&spec.tags, owner),
+        public_access_block: spec.public_access_block,
+        encryption: spec.encryption.clone(),
+        versioning: spec.versioning,
+        lifecycle_rules: spec.lifecycle_rules.clone(),
+        cors: spec.cors.clone(),
+        object_ownership: spec.object_ownership,
+        object_lock: spec.object_lock.clone(),
+        intelligent_tiering: spec.intelligent_tiering.clone(),
+        transfer_acceleration: spec.transfer_acceleration,
+        notifications,
+        // Needs the cache: resolved by `logging::complete`.
+        logging: None,
+    })
+}
+
+/// Why this object may not take over a bucket that has no owner, if it may not (pure). It
+/// must ask (`spec.adoptExisting`), and a retained bucket goes back only to the namespace and
+/// cluster it came from, unless the operator allows adoption across namespaces.
+pub(super) fn adoption_refused(
+    bucket: &str,
+    ownership: &Ownership,
+    owner: &Owner,
+    adopt_existing: bool,
+    cross_namespace: bool,
+) -> Option<String> {
+    let from = match ownership {
+        Ownership::Ours | Ownership::Foreign(_) => return None,
+        Ownership::Unowned => None,
+        Ownership::Released { cluster, namespace } => Some((cluster, namespace)),
+    };
+    if let Some((cluster, namespace)) = from
+        && (cluster != &owner.cluster || namespace != &owner.namespace)
+        && !cross_namespace
+    {
+        // Which namespace is not said: a tenant learns nothing about another's buckets.
+        let whom = if cluster == &owner.cluster {
+            "another namespace"
+        } else {
+            "another installation"
+        };
+        return Some(format!(
+            "bucket {bucket} was retained by {whom}; only it may adopt the bucket"
+        ));
+    }
+    (!adopt_existing).then(|| {
+        format!(
+            "bucket {bucket} already exists in this account without an owner; set spec.adoptExisting: true to manage it"
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{BucketSpec, BucketStatus};
+    use crate::reconcile::bucket::fixtures::{owner, settings};
+
+    #[test]
+    fn retained_buckets_go_back_only_to_their_namespace() {
+        let o = owner();
+        let released_here = Ownership::Released {
+            cluster: "c".into(),
+            namespace: "ns".into(),
+        };
+        let released_elsewhere = Ownership::Released {
+            cluster: "c".into(),
+            namespace: "other".into(),
+        };
+        let other_cluster = Ownership::Released {
+            cluster: "c2".into(),
+            namespace: "ns".into(),
+        };
+        assert_eq!(adoption_refused("b", &released_here, &o, true, false), None);
+        let msg = adoption_refused("b", &released_here, &o, false, false).unwrap();
+        assert!(msg.contains("adoptExisting"), "{msg}");
+        let msg = adoption_refused("b", &released_elsewhere, &o, true, false).unwrap();
+        assert!(
+            msg.contains("another namespace") && !msg.contains("other;"),
+            "{msg}"
+        );
+        assert!(adoption_refused("b", &other_cluster, &o, true, false).is_some());
+        // Only the operator's explicit flag lets another namespace take it.
+        assert_eq!(
+            adoption_refused("b", &released_elsewhere, &o, true, true),
+            None
+        );
+        assert_eq!(
+            adoption_refused("b", &Ownership::Unowned, &o, true, false),
+            None
+        );
+        assert!(adoption_refused("b", &Ownership::Unowned, &o, false, true).is_some());
+    }
+
+    #[test]
+    fn names_outside_the_prefix_are_refused_with_the_rule() {
+        let mut b = Bucket::new(
+            "b",
+            BucketSpec {
+                bucket_name: Some("other-bucket".into()),
+                ..Default::default()
+            },
+        );
+        b.metadata.namespace = Some("ns".into());
+        let settings = settings();
+        let err = desired(&b, &settings, "us-east-1", &owner()).unwrap_err();
+        assert!(
+            err.message.contains("spec.bucketName") && err.message.contains("s3op-"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn status_never_redirects_the_bucket() {
+        let mut b = Bucket::new("b", BucketSpec::default());
+        b.metadata.namespace = Some("ns".into());
+        b.metadata.uid = Some("uid-1".into());
+        let settings = settings();
+        let generated = desired(&b, &settings, "us-east-1", &owner()).unwrap().name;
+        b.status = Some(BucketStatus {
+            bucket_name: Some("s3op-someone-elses-bucket".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            desired(&b, &settings, "us-east-1", &owner()).unwrap().name,
+            generated
+        );
+    }
+}

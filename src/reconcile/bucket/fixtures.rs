@@ -1,0 +1,58 @@
+//! What the Bucket tests share: settings, an owner, a resolved spec and the configuration S3
+//! holds once it is served.
+
+use crate::api::{Bucket, BucketSpec};
+use crate::aws::s3::protection::LockState;
+use crate::aws::tags::Owner;
+use crate::reconcile::Settings;
+
+use super::{Config, Desired, desired};
+
+pub fn settings() -> Settings {
+    Settings::for_tests()
+}
+
+pub fn owner() -> Owner {
+    Owner {
+        cluster: "c".into(),
+        namespace: "ns".into(),
+        name: "b".into(),
+        uid: "uid-1".into(),
+    }
+}
+
+pub fn desired_for(spec: BucketSpec) -> Desired {
+    let mut b = Bucket::new("b", spec);
+    b.metadata.namespace = Some("ns".into());
+    b.metadata.uid = Some("uid-1".into());
+    let settings = settings();
+    desired(&b, &settings, "us-east-1", &owner()).unwrap()
+}
+
+/// The configuration S3 holds after the plan for `d` was applied.
+pub fn converged(d: &Desired) -> Config {
+    Config {
+        tags: d.tags.clone(),
+        public_access_block: Some(d.public_access_block),
+        encryption: Some(d.encryption.clone()),
+        versioning: d.versioning,
+        lifecycle_rules: d.lifecycle_rules.clone(),
+        cors: d.cors.clone(),
+        object_ownership: d.object_ownership,
+        policy: d.policy.clone().ok(),
+        object_lock: d.object_lock.as_ref().map(|l| LockState {
+            enabled: true,
+            default_retention: l.default_retention,
+        }),
+        intelligent_tiering: d.intelligent_tiering.clone(),
+        transfer_acceleration: d.transfer_acceleration,
+        notifications: match &d.notifications {
+            Some(Ok(n)) => Some(crate::aws::s3::notifications::ObservedNotifications {
+                config: n.clone(),
+                lambda_functions: 0,
+            }),
+            _ => None,
+        },
+        logging: d.logging.clone(),
+    }
+}
