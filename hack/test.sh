@@ -64,7 +64,7 @@ fi
 export S3OP_ENV_FILE="$envfile"
 
 # Logs left by an earlier run would be mistaken for this run's.
-rm -rf "$e2e_logs"
+rm -rf "$e2e_logs" "$e2e_logs.first"
 
 log "cargo test (env file $S3OP_ENV_FILE)"
 rc=0
@@ -83,8 +83,16 @@ if [[ $rc -ne 0 ]]; then
   for f in "${failures[@]}"; do
     [[ $f == "tests/e2e/main.rs "* ]] && names+=("${f#* }")
   done
-  if (( ${#names[@]} > 0 && ${#names[@]} == ${#failures[@]} && ${#names[@]} <= 3 )); then
-    log "retrying the failed e2e tests once, one at a time: ${names[*]}"
+  # A test binary that ended without its closing `test result:` line crashed (a signal, an
+  # abort): nothing is retried then, since a retry of the failed tests would hide it.
+  binaries=$(grep -cE '^ *(Running|Doc-tests) ' "$out" || true)
+  results=$(grep -c '^test result: ' "$out" || true)
+  if [[ $binaries -ne $results ]]; then
+    log "a test binary ended without its result line ($results results for $binaries binaries): no retry"
+  elif (( ${#names[@]} > 0 && ${#names[@]} == ${#failures[@]} && ${#names[@]} <= 3 )); then
+    # The first attempt's logs stay, beside the retry's.
+    if [[ -d $e2e_logs ]]; then rm -rf "$e2e_logs.first" && cp -a "$e2e_logs" "$e2e_logs.first"; fi
+    log "retrying the failed e2e tests once, one at a time: ${names[*]} (first attempt's logs: $e2e_logs.first)"
     retry="$state/cargo-retry.out"
     if cargo test --locked --test e2e -- --exact --test-threads 1 "${names[@]}" 2>&1 | tee "$retry" \
       && grep -q "^test result: ok\. ${#names[@]} passed" "$retry"; then
