@@ -464,7 +464,7 @@ mod tests {
             "s3.operator.dev",
             "buckets",
             "patch",
-            "reconcile::patch_finalizers",
+            "reconcile::writes::patch_finalizers",
         ),
         (
             "s3.operator.dev",
@@ -482,19 +482,19 @@ mod tests {
             "s3.operator.dev",
             "bucketaccesses",
             "patch",
-            "reconcile::patch_finalizers",
+            "reconcile::writes::patch_finalizers",
         ),
         (
             "s3.operator.dev",
             "buckets/status",
             "patch",
-            "reconcile::update_status",
+            "reconcile::writes::update_status",
         ),
         (
             "s3.operator.dev",
             "bucketaccesses/status",
             "patch",
-            "reconcile::update_status",
+            "reconcile::writes::update_status",
         ),
         // Asked by OwnerReferencesPermissionEnforcement (admission) for the Secret's owner
         // reference with blockOwnerDeletion, where that plugin is on (OpenShift).

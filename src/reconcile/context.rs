@@ -1,0 +1,210 @@
+//! What every reconcile shares: the operator's settings, the clients, the bookkeeping of passes
+//! and the wake-ups of the accesses granted on a bucket.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kube::Resource;
+
+#[cfg(test)]
+use super::MANAGER;
+use super::backoff::{Backoff, jitter};
+use super::settled::Settled;
+use super::{Requeue, events, tag_reads};
+use crate::api::DeletionPolicy;
+use crate::aws::{self, Aws};
+use crate::metrics::METRICS;
+
+/// Operator settings the reconcilers need.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Name of this cluster, in ownership tags and the IAM path.
+    pub cluster_name: String,
+    /// Prefix of generated bucket names; the operator's IAM policy is scoped to it.
+    pub bucket_name_prefix: String,
+    /// Deletion policy of Buckets that name none.
+    pub default_deletion_policy: DeletionPolicy,
+    /// ARN of the cluster's IAM OIDC provider, for `ServiceAccountRole` credentials.
+    pub oidc_provider_arn: Option<String>,
+    /// How often a Ready object is re-read from AWS to find drift (jittered by up to 10%).
+    pub resync_period: Duration,
+    /// ARN of the permissions boundary every created user and role carries.
+    pub boundary_arn: String,
+    /// Let a Bucket adopt a bucket retained by another namespace (off: only its own namespace).
+    pub allow_cross_namespace_adoption: bool,
+    /// The AWS account the operator runs in: a bucket policy may grant its principals.
+    pub account_id: String,
+    /// Principals outside that account (ARNs, account ids, service names) a bucket policy's
+    /// `Allow` may name (`--allowed-policy-principals`); none by default.
+    pub allowed_policy_principals: Vec<String>,
+    /// `aws:PrincipalArn` patterns of the operator's own AWS principal (from STS at start-up):
+    /// exempt from every `Deny` a tenant writes into a bucket policy, so no tenant can lock the
+    /// operator out of managing or deleting its bucket.
+    pub operator_principals: Vec<String>,
+    /// A Bucket may choose a COMPLIANCE object lock retention (`--allow-compliance-retention`).
+    pub allow_compliance_retention: bool,
+    /// SQS queue and SNS topic ARNs a Bucket's `spec.notifications` may name
+    /// (`--allowed-notification-targets`; an entry ending in `*` is an ARN prefix); none by
+    /// default.
+    pub allowed_notification_targets: Vec<String>,
+    /// AWS writes per second and burst of each namespace (`aws::budget`); a rate of 0: none.
+    pub namespace_aws_write_rate: f64,
+    pub namespace_aws_write_burst: u32,
+    /// Shortest key rotation interval a BucketAccess may ask for.
+    pub min_rotation_interval: Duration,
+}
+
+#[cfg(test)]
+impl Settings {
+    /// The settings the planners' unit tests run with: cluster `c`, prefix `s3op-`, account
+    /// 123456789012 with an OIDC provider, nothing allow-listed.
+    pub fn for_tests() -> Self {
+        Settings {
+            cluster_name: "c".into(),
+            bucket_name_prefix: "s3op-".into(),
+            default_deletion_policy: DeletionPolicy::Retain,
+            oidc_provider_arn: Some(
+                "arn:aws:iam::123456789012:oidc-provider/oidc.example.com".into(),
+            ),
+            resync_period: Duration::from_secs(600),
+            boundary_arn: "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary"
+                .into(),
+            allow_cross_namespace_adoption: false,
+            account_id: "123456789012".into(),
+            allowed_policy_principals: vec![],
+            operator_principals: vec![
+                "arn:aws:iam::123456789012:role/s3-operator".into(),
+                "arn:aws:iam::123456789012:role/*/s3-operator".into(),
+            ],
+            allow_compliance_retention: false,
+            allowed_notification_targets: vec![],
+            namespace_aws_write_rate: 0.0,
+            namespace_aws_write_burst: 1,
+            min_rotation_interval: Duration::from_secs(10),
+        }
+    }
+}
+
+/// Shared by every reconcile.
+pub struct Context {
+    pub client: kube::Client,
+    pub aws: Aws,
+    pub settings: Settings,
+    pub events: events::Events,
+    pub backoff: Backoff,
+    pub settled: Settled,
+    /// The warm Bucket caches of every watched scope (BucketAccess looks its Bucket up here).
+    pub buckets: Vec<kube::runtime::reflector::Store<crate::api::Bucket>>,
+    /// Bucket tags read from AWS, shared by a Bucket's pass and its accesses'.
+    pub tag_reads: tag_reads::TagReads,
+    pub grants: Grants,
+    /// Each namespace's budget of AWS writes.
+    pub budgets: Arc<crate::aws::budget::Budgets>,
+}
+
+/// Wakes the BucketAccesses granted on an S3 bucket name, in every watched scope: a Bucket that
+/// finds its bucket gone or held by another, or that takes a name over, has them confirm their
+/// grant at once rather than at their next resync.
+#[derive(Clone)]
+pub struct Grants(tokio::sync::broadcast::Sender<String>);
+
+impl Default for Grants {
+    fn default() -> Self {
+        // A receiver that lags loses wake-ups, not safety: every access still confirms
+        // ownership on its own resync.
+        Grants(tokio::sync::broadcast::channel(1024).0)
+    }
+}
+
+impl Grants {
+    pub fn wake(&self, bucket: &str) {
+        // No receiver (no access controller yet) is nothing to wake.
+        let _ = self.0.send(bucket.to_string());
+    }
+
+    pub fn subscribe(&self) -> tokio::sync::broadcast::Receiver<String> {
+        self.0.subscribe()
+    }
+}
+
+impl Context {
+    /// A context whose clients point at nothing, for unit tests of the bookkeeping.
+    #[cfg(test)]
+    pub fn for_tests() -> Context {
+        let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
+        let client = kube::Client::try_from(config).expect("a client");
+        Context {
+            events: events::Events::new(client.clone(), MANAGER, None),
+            client,
+            aws: Aws::from_config(aws_config::SdkConfig::builder().build(), None),
+            settings: Settings::for_tests(),
+            backoff: Default::default(),
+            settled: Default::default(),
+            buckets: vec![],
+            tag_reads: Default::default(),
+            grants: Default::default(),
+            budgets: Arc::new(crate::aws::budget::Budgets::unlimited()),
+        }
+    }
+
+    /// A bucket's tags: this process's read of them no older than `within`, else a new read,
+    /// recorded for the Bucket's and its accesses' next passes (`tag_reads`).
+    pub async fn bucket_tags(
+        &self,
+        region: &str,
+        bucket: &str,
+        within: Duration,
+    ) -> Result<tag_reads::Tags, aws::Error> {
+        let slot = self.tag_reads.slot(region, bucket);
+        let mut read = slot.lock().await;
+        if let Some(tags) = tag_reads::fresh(&read, within) {
+            return Ok(tags);
+        }
+        let tags = self.aws.bucket_tags(region, bucket).await?;
+        *read = Some((tags.clone(), Instant::now()));
+        Ok(tags)
+    }
+
+    /// The Bucket `name` in `namespace`, from the watch cache.
+    pub fn bucket(&self, namespace: &str, name: &str) -> Option<Arc<crate::api::Bucket>> {
+        let key = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
+        self.buckets.iter().find_map(|s| s.get(&key))
+    }
+
+    pub fn resync(&self) -> Requeue {
+        Requeue::Resync(self.resync_after())
+    }
+
+    /// The (jittered) time until the next periodic pass.
+    pub fn resync_after(&self) -> Duration {
+        jitter(self.settings.resync_period, 0.1)
+    }
+
+    /// Publishes an event about `obj`; failures are logged, never fatal.
+    pub async fn event<K: Resource<DynamicType = ()>>(
+        &self,
+        obj: &K,
+        warning: bool,
+        reason: &str,
+        note: String,
+    ) {
+        // Every event is a log line too, inside the reconcile span (so it carries the trace id).
+        if warning {
+            tracing::warn!(reason, note = %note, "event");
+        } else {
+            tracing::info!(reason, note = %note, "event");
+        }
+        METRICS
+            .kube_writes_total
+            .with_label_values(&["Event", "publish"])
+            .inc();
+        if let Err(e) = self.events.publish(obj, warning, reason, &note).await {
+            tracing::warn!(error = %e, "could not publish event");
+        }
+    }
+}
+
+/// The deletion policy in force for a Bucket.
+pub fn deletion_policy(spec: Option<DeletionPolicy>, settings: &Settings) -> DeletionPolicy {
+    spec.unwrap_or(settings.default_deletion_policy)
+}

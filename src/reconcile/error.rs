@@ -1,0 +1,103 @@
+//! What a pass fails with, and the refusals that wait for a person rather than fail.
+
+use std::time::Duration;
+
+use crate::api::condition::Reason;
+use crate::aws::{self, ErrorKind};
+
+/// What can fail in a reconcile. AWS refusals that a person must fix (names taken, access
+/// denied, invalid configuration) are not errors: they land in the Ready condition.
+#[derive(thiserror::Error, Debug)]
+pub enum Error {
+    #[error(transparent)]
+    Aws(#[from] aws::Error),
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    #[error("object has no namespace")]
+    NoNamespace,
+    /// The pass stops until someone acts; the reconciler turns this into the Ready condition, so
+    /// it never reaches the controller.
+    #[error(transparent)]
+    Blocked(#[from] Blocked),
+    /// Deletion must wait (bucket not empty, or cleanup refused); the finalizer stays and the
+    /// object is retried with backoff. A state reported in status, not a failed reconcile.
+    #[error("deletion blocked: {0}")]
+    DeletionBlocked(String),
+}
+
+impl Error {
+    /// A deletion that waits for someone to act: retried with backoff, but not counted or
+    /// logged as a failed reconcile.
+    pub fn is_deletion_blocked(&self) -> bool {
+        matches!(self, Error::DeletionBlocked(_))
+    }
+
+    /// A compare-and-swap write (the finalizer patch carries the resourceVersion) that lost to a
+    /// newer version of the object: the pass started from a cache that had not seen it yet. The
+    /// newer version's watch event runs the reconcile again; nothing failed.
+    pub fn is_stale_write(&self) -> bool {
+        matches!(self, Error::Kube(kube::Error::Api(e)) if e.code == 409)
+    }
+
+    /// The namespace's budget of AWS writes was spent before this pass wrote anything: it runs
+    /// again after the returned time. Nothing failed.
+    pub fn over_budget(&self) -> Option<Duration> {
+        match self {
+            Error::Aws(aws::Error {
+                kind: ErrorKind::OverBudget(wait),
+                ..
+            }) => Some(*wait),
+            _ => None,
+        }
+    }
+}
+
+/// Why a pass cannot go on until a person (or another object) acts: reported in the Ready
+/// condition (and an event), re-checked at the next resync; not a failed reconcile.
+#[derive(thiserror::Error, Clone, Debug, PartialEq, Eq)]
+#[error("{message}")]
+pub struct Blocked {
+    pub reason: Reason,
+    pub message: String,
+}
+
+impl Blocked {
+    pub fn new(reason: Reason, message: impl Into<String>) -> Self {
+        Blocked {
+            reason,
+            message: message.into(),
+        }
+    }
+
+    /// A person must fix it (counted as a terminal error); waiting on a Bucket is not that.
+    pub(super) fn is_terminal(&self) -> bool {
+        !matches!(
+            self.reason,
+            Reason::BucketNotReady | Reason::BucketNotFound | Reason::BucketNotOwned
+        )
+    }
+}
+
+/// The Blocked an AWS refusal that a person must fix amounts to; `None` for transient errors
+/// (retried with backoff). `conflict`: the reason a conflict reads as for this kind (else it is
+/// an invalid spec); `denied_also`: what else an AccessDenied may mean.
+pub fn refusal(e: &aws::Error, conflict: Option<Reason>, denied_also: &str) -> Option<Blocked> {
+    let (service, op, code, msg) = (&e.service, &e.operation, &e.code, &e.message);
+    match (e.kind, conflict) {
+        (ErrorKind::AccessDenied, _) => Some(Blocked::new(
+            Reason::AccessDenied,
+            format!(
+                "AWS denied {service} {op}: {denied_also}the operator's IAM policy does not allow it ({msg})"
+            ),
+        )),
+        (ErrorKind::Conflict, Some(reason)) => Some(Blocked::new(
+            reason,
+            format!("{service} {op}: {code}: {msg}"),
+        )),
+        (ErrorKind::Invalid | ErrorKind::Conflict, _) => Some(Blocked::new(
+            Reason::InvalidSpec,
+            format!("AWS rejected {op}: {code}: {msg}"),
+        )),
+        (ErrorKind::NotFound | ErrorKind::Transient | ErrorKind::OverBudget(_), _) => None,
+    }
+}

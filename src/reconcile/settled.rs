@@ -1,0 +1,156 @@
+//! The settled-echo record: the watch echo of the operator's own writes costs no second pass.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+/// The resourceVersions a successful pass started from and left behind (its own writes), per
+/// input object, and when the next full pass is due. The watch echo of the operator's own writes
+/// (even from a cache that has not caught up with them) then costs no second round of AWS reads;
+/// a change by anyone else comes with a version the pass never saw and runs the full pass, and
+/// so does the periodic resync that looks for drift in AWS.
+#[derive(Default)]
+pub struct Settled {
+    passes: Mutex<HashMap<String, Pass>>,
+}
+
+/// Per input object, the versions a pass saw or wrote; and when the next full pass is due.
+struct Pass {
+    seen: Vec<Vec<String>>,
+    due: Instant,
+}
+
+impl Settled {
+    /// How long until the next full pass, if every input of `key` is at a version its last
+    /// pass saw or wrote.
+    pub fn remaining(&self, key: &str, current: &[String]) -> Option<Duration> {
+        let passes = self.passes.lock().expect("settled map poisoned");
+        let Pass { seen, due } = passes.get(key)?;
+        let now = Instant::now();
+        let same =
+            seen.len() == current.len() && seen.iter().zip(current).all(|(ok, v)| ok.contains(v));
+        (same && now < *due).then(|| *due - now)
+    }
+
+    /// Records a successful pass: for each input, the versions it saw or wrote.
+    pub fn record(&self, key: String, versions: Vec<Vec<String>>, next_pass: Duration) {
+        self.passes.lock().expect("settled map poisoned").insert(
+            key,
+            Pass {
+                seen: versions,
+                due: Instant::now() + next_pass,
+            },
+        );
+    }
+
+    /// Has a pass of `key` written over `version` of the object itself (its first input)? A
+    /// cache still at `version` is then behind this operator's own write, whose watch event
+    /// runs the pass again.
+    pub fn wrote_over(&self, key: &str, version: &str) -> bool {
+        let passes = self.passes.lock().expect("settled map poisoned");
+        let Some(own) = passes.get(key).and_then(|p| p.seen.first()) else {
+            return false;
+        };
+        own.iter()
+            .position(|v| v == version)
+            .is_some_and(|i| own[i + 1..].iter().any(|v| v != version))
+    }
+
+    /// Makes the next pass of `key` a full one, keeping what its last pass wrote: a pass from a
+    /// cache still behind those writes is skipped (`wrote_over`) rather than run on stale input,
+    /// where it would write its status again or have its finalizer patch refused.
+    pub fn expire(&self, key: &str) {
+        if let Some(p) = self
+            .passes
+            .lock()
+            .expect("settled map poisoned")
+            .get_mut(key)
+        {
+            p.due = Instant::now();
+        }
+    }
+
+    pub fn forget(&self, key: &str) {
+        self.passes
+            .lock()
+            .expect("settled map poisoned")
+            .remove(key);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn settled_passes_skip_only_versions_they_saw_and_only_until_due() {
+        let s = Settled::default();
+        let v = |x: &str| x.to_string();
+        assert_eq!(s.remaining("k", &[v("1")]), None, "never recorded");
+        s.record(
+            "k".into(),
+            vec![vec![v("1"), v("2")], vec![v("7")]],
+            Duration::from_secs(60),
+        );
+        let left = s.remaining("k", &[v("2"), v("7")]).expect("its own write");
+        assert!(left <= Duration::from_secs(60) && left > Duration::from_secs(59));
+        assert!(
+            s.remaining("k", &[v("1"), v("7")]).is_some(),
+            "a cache behind its write"
+        );
+        assert_eq!(
+            s.remaining("k", &[v("3"), v("7")]),
+            None,
+            "someone else's change"
+        );
+        assert_eq!(
+            s.remaining("k", &[v("2"), v("8")]),
+            None,
+            "an input changed"
+        );
+        assert_eq!(s.remaining("k", &[v("2")]), None, "different inputs");
+        s.record("k".into(), vec![vec![v("2")]], Duration::ZERO);
+        assert_eq!(s.remaining("k", &[v("2")]), None, "due: the full pass runs");
+        s.forget("k");
+        assert_eq!(s.remaining("k", &[v("2")]), None);
+    }
+
+    #[test]
+    fn a_cache_behind_the_operators_own_write_is_known() {
+        let s = Settled::default();
+        let v = |x: &str| x.to_string();
+        assert!(!s.wrote_over("k", "1"), "never recorded");
+        s.record("k".into(), vec![vec![v("1"), v("1")]], Duration::ZERO);
+        assert!(!s.wrote_over("k", "1"), "a pass that wrote nothing");
+        s.record(
+            "k".into(),
+            vec![vec![v("1"), v("2"), v("3")]],
+            Duration::ZERO,
+        );
+        assert!(s.wrote_over("k", "1") && s.wrote_over("k", "2"));
+        assert!(!s.wrote_over("k", "3"), "the newest version");
+        assert!(!s.wrote_over("k", "4"), "someone else's change");
+        s.forget("k");
+        assert!(!s.wrote_over("k", "1"));
+    }
+
+    #[test]
+    fn an_expired_pass_runs_in_full_but_still_knows_its_own_writes() {
+        let s = Settled::default();
+        let v = |x: &str| x.to_string();
+        s.record(
+            "k".into(),
+            vec![vec![v("1"), v("2"), v("3")]],
+            Duration::from_secs(600),
+        );
+        assert!(s.remaining("k", &[v("3")]).is_some());
+        s.expire("k");
+        assert_eq!(s.remaining("k", &[v("3")]), None, "the full pass runs");
+        assert!(
+            s.wrote_over("k", "2"),
+            "a cache behind its writes is still known"
+        );
+        s.expire("never-recorded");
+        assert!(!s.wrote_over("never-recorded", "1"));
+    }
+}
