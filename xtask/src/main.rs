@@ -452,7 +452,7 @@ mod tests {
             "s3.operator.dev",
             "buckets",
             "list",
-            "runtime::watches::shared_watch (watcher), reconcile::bucket_access::live_bucket",
+            "runtime::watches::shared_watch (watcher), bucket_access::observe::live_bucket",
         ),
         (
             "s3.operator.dev",
@@ -504,7 +504,12 @@ mod tests {
             "update",
             "bucket_access::write_secret",
         ),
-        ("", "secrets", "get", "bucket_access::read_secret (get_opt)"),
+        (
+            "",
+            "secrets",
+            "get",
+            "bucket_access::observe::read_secret (get_opt)",
+        ),
         (
             "",
             "secrets",

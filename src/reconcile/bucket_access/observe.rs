@@ -1,0 +1,466 @@
+//! What a pass reads: the Bucket (its cache, else the API server), the bucket's ownership tags,
+//! the Secret and the IAM identity; and the versions of those inputs that `Settled` compares.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::ListParams;
+use kube::{Api, Resource, ResourceExt};
+
+use super::plan::{BucketFacts, Found, Identity, Observed, ObservedRole, ObservedUser};
+use super::{POLICY_NAME, secret_name, withdraw};
+use crate::api::condition::{self, Reason};
+use crate::api::{Bucket, BucketAccess, CredentialsType};
+use crate::aws::tags::{Owner, Ownership};
+use crate::aws::{ErrorKind, naming, policy};
+use crate::reconcile::bucket::Address;
+use crate::reconcile::{Blocked, Context, Error, Settings, ensure_finalizer, object_key, owner};
+
+/// What the Bucket cache says about the grant, before any AWS call (pure).
+#[derive(Debug, PartialEq)]
+enum BucketState {
+    /// No grant may stand: credentials are revoked, and this is why.
+    Gone(Blocked),
+    /// The Bucket is not Ready: nothing is created or changed, and a grant already in place
+    /// stays only while AWS says the bucket it names is still the Bucket's.
+    NotReady(String, Box<Address>, Owner),
+    /// Neither the Bucket nor this access has reported anything yet: the Bucket's first pass
+    /// is still to come. Its status write wakes this access, so it waits without writing a
+    /// "waiting for Bucket" status that the Bucket's pass would overturn within a second (a
+    /// status write, its echo and a second AWS pass per pair, for nothing).
+    Pending,
+    /// The bucket this Bucket's spec and UID name, still to be confirmed in AWS.
+    Named(Box<Address>, Owner),
+}
+
+fn bucket_state(
+    access: &BucketAccess,
+    bucket: Option<&Bucket>,
+    settings: &Settings,
+    default_region: &str,
+) -> BucketState {
+    let ns = access.namespace().unwrap_or_default();
+    let name = &access.spec.bucket_ref.name;
+    let gone = |msg| BucketState::Gone(Blocked::new(Reason::BucketNotFound, msg));
+    let Some(bucket) = bucket else {
+        return gone(format!("Bucket {name} does not exist in namespace {ns}"));
+    };
+    if bucket.metadata.deletion_timestamp.is_some() {
+        return gone(format!("Bucket {name} is being deleted"));
+    }
+    // The bucket is named by spec and UID alone (an edit that makes the rest of the spec
+    // invalid does not move it); Ready is only trusted to say "not yet", and what is granted is
+    // confirmed in AWS either way.
+    let owner = owner(bucket, &settings.cluster_name);
+    let at = match crate::reconcile::bucket::address(bucket, settings, default_region, &owner) {
+        Ok(at) => Box::new(at),
+        Err(why) => return BucketState::Gone(Blocked::new(Reason::BucketNotOwned, why.message)),
+    };
+    let conditions = bucket.status.as_ref().map(|s| s.conditions.as_slice());
+    if !conditions.is_some_and(condition::is_ready) {
+        let reported = conditions.is_some_and(|c| c.iter().any(|c| c.type_ == condition::READY));
+        if !reported && access.status.is_none() {
+            return BucketState::Pending;
+        }
+        let msg = format!("waiting for Bucket {name} to become Ready");
+        return BucketState::NotReady(msg, at, owner);
+    }
+    BucketState::Named(at, owner)
+}
+
+/// The grant's bucket if its tags in AWS still name the Bucket as owner; else why not (an
+/// `Error::Blocked` with reason `BucketNotOwned`).
+/// `within`: how old a read of the tags may serve.
+async fn confirm(
+    ctx: &Context,
+    d: &Address,
+    owner: &Owner,
+    bucket_ref: &str,
+    within: Duration,
+) -> Result<BucketFacts, Error> {
+    let not_owned = |msg| Error::Blocked(Blocked::new(Reason::BucketNotOwned, msg));
+    let tags = match ctx.bucket_tags(&d.region, &d.name, within).await {
+        Ok(tags) => tags,
+        // A bucket whose owner cannot be confirmed is granted to no one.
+        Err(e) if e.kind == ErrorKind::AccessDenied => {
+            return Err(not_owned(format!(
+                "the owner of S3 bucket {} cannot be confirmed ({}: {})",
+                d.name, e.code, e.message
+            )));
+        }
+        Err(e) => return Err(e.into()),
+    };
+    let why = match tags.map(|t| owner.judge(&t)) {
+        Some(Ownership::Ours) => {
+            return Ok(BucketFacts {
+                arn: naming::bucket_arn(naming::partition(&d.region), &d.name),
+                name: d.name.clone(),
+                region: d.region.clone(),
+            });
+        }
+        None => "does not exist".to_string(),
+        Some(Ownership::Foreign(who)) => format!("is {who}"),
+        Some(Ownership::Unowned | Ownership::Released { .. }) => "has no owner".to_string(),
+    };
+    Err(not_owned(format!(
+        "S3 bucket {} {why}: it is no longer owned by Bucket {bucket_ref}",
+        d.name
+    )))
+}
+
+/// The resourceVersions of a pass's inputs: those it started from and those it wrote (see
+/// `Settled`).
+#[derive(Clone, Debug, Default)]
+pub(super) struct Versions {
+    pub(super) access: Vec<String>,
+    bucket: Vec<String>,
+    pub(super) secret: Vec<String>,
+}
+
+impl Versions {
+    fn current(&self) -> Vec<String> {
+        [&self.access, &self.bucket, &self.secret]
+            .iter()
+            .map(|v| v.last().cloned().unwrap_or_default())
+            .collect()
+    }
+
+    pub(super) fn into_inputs(self) -> Vec<Vec<String>> {
+        vec![self.access, self.bucket, self.secret]
+    }
+}
+
+/// The Secret's version as a pass's input. A missing Secret has none: its absence never matches
+/// a version a pass saw or wrote, so a deleted Secret always runs the full pass that restores
+/// it. (Recorded as "", the absence its first pass saw before creating it would make that
+/// deletion look like the echo of the pass's own write until the next resync.)
+fn secret_versions(secret: Option<&Secret>) -> Vec<String> {
+    secret
+        .and_then(|s| s.resource_version())
+        .into_iter()
+        .collect()
+}
+
+/// What observing found: nothing new since the last pass, or all the plan decides from.
+pub(super) enum Observation {
+    /// Every input is at a version the last pass saw or wrote: wait this long.
+    Settled(Duration),
+    Seen(Box<Observed>, Versions),
+}
+
+/// Reads what the plan decides from: the Bucket (cache), the Secret, the bucket's ownership
+/// tags and the IAM identity. A grant whose bucket is gone or no longer owned is withdrawn here.
+pub(super) async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Error> {
+    let start = access.resource_version().unwrap_or_default();
+    let key = object_key(access);
+    // A cache that has not seen this operator's last write (under load, another input's event
+    // can come first) would only have the finalizer patch refused; that write's event comes.
+    if ctx.settled.wrote_over(&key, &start) {
+        return Ok(Observation::Settled(ctx.resync_after()));
+    }
+    let ns = access.namespace().ok_or(Error::NoNamespace)?;
+    let bucket_ref = access.spec.bucket_ref.name.clone();
+    let bucket = match ctx.bucket(&ns, &bucket_ref) {
+        Some(b) => Some(b),
+        None => live_bucket(ctx, &ns, &bucket_ref).await?.map(Arc::new),
+    };
+    if let Some(p) = &access.spec.prefix {
+        policy::check_prefix(p).map_err(|msg| Blocked::new(Reason::InvalidSpec, msg))?;
+    }
+    let (d, bucket_owner) =
+        match bucket_state(access, bucket.as_deref(), &ctx.settings, &ctx.aws.region) {
+            BucketState::Gone(why) => return Err(withdraw(access, ctx, why).await),
+            // Nothing is created for it yet, so it needs no finalizer either.
+            BucketState::Pending => return Ok(Observation::Settled(ctx.resync_after())),
+            BucketState::NotReady(msg, at, bucket_owner) => {
+                return Err(not_ready(access, ctx, msg, &at, &bucket_owner).await);
+            }
+            BucketState::Named(d, owner) => (d, owner),
+        };
+    // The finalizer (in place before anything is created in AWS) and the Secret's read are
+    // independent: one round trip to the API server, not two.
+    let (version, secret) = tokio::try_join!(
+        ensure_finalizer(&ctx.client, access),
+        read_secret(access, ctx, &ns)
+    )?;
+    let versions = Versions {
+        access: vec![start, version],
+        bucket: vec![
+            bucket
+                .and_then(|b| b.resource_version())
+                .unwrap_or_default(),
+        ],
+        secret: secret_versions(secret.as_ref()),
+    };
+    // The echo of this operator's own writes costs no AWS reads (see `Settled`); roles are
+    // cheap to re-read and keep no such record.
+    if access.spec.credentials.type_ == CredentialsType::AccessKey
+        && let Some(wait) = ctx.settled.remaining(&key, &versions.current())
+    {
+        return Ok(Observation::Settled(wait));
+    }
+    let observed = read_grant(access, ctx, &d, &bucket_owner, secret).await?;
+    Ok(Observation::Seen(Box::new(observed), versions))
+}
+
+/// A Bucket not Ready: the access waits, and its grant stays only while AWS says the bucket it
+/// names is still the Bucket's. Its pass may no longer read the tags (an invalid spec stops it
+/// early): this read is fresh, so a grant never follows the name to a bucket someone else made.
+async fn not_ready(
+    access: &BucketAccess,
+    ctx: &Context,
+    msg: String,
+    at: &Address,
+    bucket_owner: &Owner,
+) -> Error {
+    let bucket_ref = &access.spec.bucket_ref.name;
+    match confirm(ctx, at, bucket_owner, bucket_ref, Duration::ZERO).await {
+        Ok(_) => Blocked::new(Reason::BucketNotReady, msg).into(),
+        Err(Error::Blocked(not_owned)) => {
+            let msg = format!("{msg}; {}", not_owned.message);
+            withdraw(access, ctx, Blocked::new(Reason::BucketNotReady, msg)).await
+        }
+        Err(e) => e,
+    }
+}
+
+/// What the plan compares in AWS: the grant's bucket, confirmed still the Bucket's (else the
+/// grant is withdrawn), and the access's identity.
+async fn read_grant(
+    access: &BucketAccess,
+    ctx: &Context,
+    d: &Address,
+    bucket_owner: &Owner,
+    secret: Option<Secret>,
+) -> Result<Observed, Error> {
+    let owner = owner(access, &ctx.settings.cluster_name);
+    // The Bucket's own pass reads these tags at least once per resync period (jittered by up to
+    // 10%) and wakes this access when they change hands: its last read serves.
+    let within = ctx.settings.resync_period.mul_f64(1.1) + Duration::from_secs(30);
+    // Both only read; the plan needs both.
+    let (facts, identity) = tokio::join!(
+        confirm(ctx, d, bucket_owner, &access.spec.bucket_ref.name, within),
+        observe_identity(ctx, access, &owner)
+    );
+    let facts = match facts {
+        Err(Error::Blocked(why)) => return Err(withdraw(access, ctx, why).await),
+        other => other?,
+    };
+    Ok(Observed {
+        bucket: facts,
+        identity: identity?,
+        secret,
+        now: jiff::Timestamp::now(),
+    })
+}
+
+/// The Bucket `name` as the API server has it, for when the cache has not seen it. Watch events
+/// of different kinds arrive independently: under load a new BucketAccess's event can come
+/// before its Bucket's, even when the Bucket was created first. Judged from the cache alone, the
+/// access then reported `BucketNotFound` and, moments later, its Bucket's progress: a status flip
+/// (and an event) for a Bucket that existed all along. Found here, it waits like any access on
+/// a new Bucket; the Bucket's own watch event wakes it again. (A LIST by name: the operator's
+/// RBAC grants list and watch on Buckets, not get.)
+async fn live_bucket(ctx: &Context, ns: &str, name: &str) -> Result<Option<Bucket>, Error> {
+    let api = Api::<Bucket>::namespaced(ctx.client.clone(), ns);
+    let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
+    Ok(api.list(&by_name).await?.items.into_iter().next())
+}
+
+/// The user or role with this access's name: whether it is ours, and if so what the plan
+/// compares (nothing more is read of an identity that is not ours).
+async fn observe_identity(
+    ctx: &Context,
+    access: &BucketAccess,
+    owner: &Owner,
+) -> Result<Identity, crate::aws::Error> {
+    let aws = &ctx.aws;
+    let name = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
+    let foreign = |tags| match owner.judge(tags) {
+        Ownership::Ours => None,
+        Ownership::Unowned | Ownership::Released { .. } => {
+            Some("not tagged by the operator".to_string())
+        }
+        Ownership::Foreign(who) => Some(who),
+    };
+    Ok(match access.spec.credentials.type_ {
+        CredentialsType::AccessKey => Identity::User(match aws.get_user(&name).await? {
+            None => Found::Absent,
+            Some(e) => match foreign(&e.tags) {
+                Some(who) => Found::Foreign(who),
+                None => {
+                    let (policy, keys) = tokio::try_join!(
+                        aws.user_policy(&name, POLICY_NAME),
+                        aws.access_keys(&name)
+                    )?;
+                    Found::Ours(ObservedUser {
+                        arn: e.arn,
+                        boundary: e.boundary,
+                        policy,
+                        keys,
+                    })
+                }
+            },
+        }),
+        CredentialsType::ServiceAccountRole => Identity::Role(match aws.get_role(&name).await? {
+            None => Found::Absent,
+            Some(e) => match foreign(&e.tags) {
+                Some(who) => Found::Foreign(who),
+                None => Found::Ours(ObservedRole {
+                    policy: aws.role_policy(&name, POLICY_NAME).await?,
+                    arn: e.arn,
+                    boundary: e.boundary,
+                    trust_policy: e.trust_policy,
+                }),
+            },
+        }),
+    })
+}
+
+/// The Secret this access writes, if it exists; `Blocked` when it exists but belongs to someone
+/// else (it is never overwritten).
+async fn read_secret(
+    access: &BucketAccess,
+    ctx: &Context,
+    ns: &str,
+) -> Result<Option<Secret>, Error> {
+    let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
+    let name = secret_name(access);
+    let secret = api.get_opt(&name).await?;
+    let ours = |s: &Secret| {
+        s.owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == access.meta().uid.as_ref())
+    };
+    if secret.as_ref().is_some_and(|s| !ours(s)) {
+        let msg = format!(
+            "Secret {name} exists and is not owned by this BucketAccess; it will not be overwritten"
+        );
+        return Err(Blocked::new(Reason::OwnershipConflict, msg).into());
+    }
+    Ok(secret)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn object<K: serde::de::DeserializeOwned>(kind: &str, spec: serde_json::Value) -> K {
+        let o = serde_json::json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": kind,
+            "metadata": {"name": "b", "namespace": "team-a", "uid": "u1", "generation": 1},
+            "spec": spec});
+        serde_json::from_value(o).unwrap()
+    }
+
+    fn ready(status: bool) -> Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        let reason = if status {
+            Reason::Available
+        } else {
+            Reason::InvalidSpec
+        };
+        let now = jiff::Timestamp::now();
+        vec![condition::ready(&[], status, reason, "m", Some(1), now)]
+    }
+
+    #[test]
+    fn an_access_waits_quietly_only_for_a_bucket_that_has_not_reported_yet() {
+        let settings = Settings::for_tests();
+        let mut access: BucketAccess = object(
+            "BucketAccess",
+            serde_json::json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite"}),
+        );
+        let mut bucket: Bucket = object("Bucket", serde_json::json!({}));
+        let state = |a: &BucketAccess, b: &Bucket| bucket_state(a, Some(b), &settings, "eu-west-1");
+        // A new Bucket and a new access: the Bucket's first status write wakes the access.
+        assert_eq!(state(&access, &bucket), BucketState::Pending);
+        // A Bucket that has reported Ready=False is reported as such.
+        bucket.status = Some(Default::default());
+        bucket.status.as_mut().unwrap().conditions = ready(false);
+        assert!(
+            matches!(state(&access, &bucket), BucketState::NotReady(m, ..) if m.contains("Bucket b"))
+        );
+        // An access that has reported before says why it waits, even for a silent Bucket.
+        bucket.status = None;
+        access.status = Some(Default::default());
+        assert!(matches!(state(&access, &bucket), BucketState::NotReady(..)));
+        // A Ready Bucket names the grant's bucket.
+        bucket.status = Some(Default::default());
+        bucket.status.as_mut().unwrap().conditions = ready(true);
+        assert!(matches!(state(&access, &bucket), BucketState::Named(..)));
+        assert!(matches!(
+            bucket_state(&access, None, &settings, "eu-west-1"),
+            BucketState::Gone(_)
+        ));
+    }
+
+    /// The echo of a pass's own writes is skipped, but a Secret deleted or edited since is not
+    /// its echo: the full pass runs and restores it at once, not at the next resync.
+    #[test]
+    fn a_secret_deleted_or_edited_after_a_pass_runs_the_full_pass() {
+        let settled = crate::reconcile::Settled::default();
+        let secret = |version: &str| {
+            let mut s = Secret::default();
+            s.metadata.resource_version = Some(version.into());
+            s
+        };
+        let v = |x: &str| x.to_string();
+        // The first pass finds no Secret and writes it (version 7).
+        let mut first = Versions {
+            access: vec![v("1"), v("2"), v("3")],
+            bucket: vec![v("5")],
+            secret: secret_versions(None),
+        };
+        first.secret.push(v("7"));
+        settled.record("k".into(), first.into_inputs(), Duration::from_secs(600));
+        let now = |s: Option<&Secret>| {
+            Versions {
+                access: vec![v("3")],
+                bucket: vec![v("5")],
+                secret: secret_versions(s),
+            }
+            .current()
+        };
+        assert!(
+            settled.remaining("k", &now(Some(&secret("7")))).is_some(),
+            "the echo of its own write"
+        );
+        assert_eq!(settled.remaining("k", &now(None)), None, "deleted since");
+        assert_eq!(
+            settled.remaining("k", &now(Some(&secret("9")))),
+            None,
+            "edited since"
+        );
+    }
+
+    /// An edit that makes the Bucket's spec invalid neither moves the grant's bucket nor lets the
+    /// access skip confirming it: the not-Ready state still names the bucket to confirm in AWS.
+    #[test]
+    fn an_invalid_bucket_spec_still_names_the_bucket_to_confirm() {
+        let settings = Settings::for_tests();
+        let mut access: BucketAccess = object(
+            "BucketAccess",
+            serde_json::json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite"}),
+        );
+        access.status = Some(Default::default());
+        let mut bucket: Bucket = object("Bucket", serde_json::json!({}));
+        bucket.status = Some(Default::default());
+        bucket.status.as_mut().unwrap().conditions = ready(true);
+        let BucketState::Named(before, _) = bucket_state(&access, Some(&bucket), &settings, "r")
+        else {
+            panic!("a Ready Bucket names its bucket");
+        };
+        // COMPLIANCE retention, which this operator does not allow: the spec no longer resolves.
+        bucket.spec.object_lock = serde_json::from_value(serde_json::json!(
+            {"defaultRetention": {"mode": "COMPLIANCE", "days": 1}}
+        ))
+        .unwrap();
+        let owner = owner(&bucket, &settings.cluster_name);
+        assert!(crate::reconcile::bucket::desired(&bucket, &settings, "r", &owner).is_err());
+        bucket.status.as_mut().unwrap().conditions = ready(false);
+        match bucket_state(&access, Some(&bucket), &settings, "r") {
+            BucketState::NotReady(_, at, _) => assert_eq!(at, before),
+            other => panic!("{other:?}"),
+        }
+    }
+}
