@@ -6,11 +6,12 @@ use std::time::{Duration, Instant};
 
 use kube::Resource;
 
-#[cfg(test)]
-use super::MANAGER;
 use super::backoff::{Backoff, jitter};
+use super::error::Requeue;
+#[cfg(test)]
+use super::object::MANAGER;
 use super::settled::Settled;
-use super::{Requeue, events, tag_reads};
+use super::{events, tag_reads};
 use crate::api::DeletionPolicy;
 use crate::aws::{self, Aws};
 use crate::metrics::METRICS;

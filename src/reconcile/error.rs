@@ -1,9 +1,33 @@
-//! What a pass fails with, and the refusals that wait for a person rather than fail.
+//! How a pass ends: when it runs again, what it fails with, and the refusals that wait for a
+//! person rather than fail.
 
 use std::time::Duration;
 
+use kube::runtime::controller::Action;
+
 use crate::api::condition::Reason;
 use crate::aws::{self, ErrorKind};
+
+/// When a successful pass wants to run again if nothing changes before (its `Action`, typed so
+/// the runtime can tell a periodic resync from an early requeue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Requeue {
+    /// Only on a change (an object whose clean-up is done).
+    OnChange,
+    /// At the periodic resync, or what is left of it.
+    Resync(Duration),
+    /// Sooner than the resync: a key rotation, a grace period, the next step of a long job.
+    After(Duration),
+}
+
+impl Requeue {
+    pub fn action(self) -> Action {
+        match self {
+            Requeue::OnChange => Action::await_change(),
+            Requeue::Resync(d) | Requeue::After(d) => Action::requeue(d),
+        }
+    }
+}
 
 /// What can fail in a reconcile. AWS refusals that a person must fix (names taken, access
 /// denied, invalid configuration) are not errors: they land in the Ready condition.

@@ -6,7 +6,9 @@ use kube::{Api, Resource, ResourceExt};
 use serde::Serialize;
 use serde_json::json;
 
-use super::{Blocked, Context, Error, Object, Requeue};
+use super::context::Context;
+use super::error::{Blocked, Error, Requeue};
+use super::object::Object;
 use crate::api::FINALIZER;
 use crate::api::condition::Reason;
 use crate::metrics::METRICS;
