@@ -345,6 +345,41 @@ impl Operator {
         .await;
     }
 
+    /// Waits until the operator is idle (nothing queued, no reconcile running) and none of its
+    /// work counters (reconciles, queue adds, AWS requests, Kubernetes writes) has moved for
+    /// `quiet`: a status write echoes back as a reconcile a moment later, hence the window. Only
+    /// for operators without a periodic resync inside the window.
+    pub async fn wait_settled(&self, quiet: Duration) {
+        const WORK: [&str; 4] = [
+            "controller_runtime_reconcile_total",
+            "workqueue_adds_total",
+            "s3_operator_aws_requests_total",
+            "s3_operator_kube_writes_total",
+        ];
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let mut last: Option<(Vec<f64>, Instant)> = None;
+        loop {
+            let text = self.metrics().await;
+            let busy = metric_sum(&text, "workqueue_depth", &[])
+                + metric_sum(&text, "controller_runtime_active_workers", &[]);
+            let work: Vec<f64> = WORK.iter().map(|m| metric_sum(&text, m, &[])).collect();
+            match &last {
+                Some((w, since)) if *w == work && busy == 0.0 => {
+                    if since.elapsed() >= quiet {
+                        return;
+                    }
+                }
+                _ => last = Some((work, Instant::now())),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "operator {} did not settle (quiet for {quiet:?}) within 300s",
+                self.cluster
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Drift the operator has corrected in `aspect`.
     pub async fn drift_corrections(&self, aspect: &str) -> f64 {
         self.metric("s3_operator_drift_corrections_total", &[("aspect", aspect)])
