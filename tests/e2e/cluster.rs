@@ -237,7 +237,9 @@ async fn upgrade_rolls_both_while_ready(
     let (ns, team) = (&release.ns, &release.team);
     let client = admin().await;
     let before: Vec<String> = pods.iter().map(name_of).collect();
-    let watch = ReadyWatch::start(team, &samples.bucket, &samples.access);
+    let mut watch = ReadyWatch::start(team, &samples.bucket, &samples.access);
+    // Listed before the upgrade starts, so its first moment is watched too.
+    watch.listed().await;
     release.helm("upgrade", &images.upgrade_tag).await;
     let pods = wait_rolled_out(ns, RELEASE, 2).await;
     let not_ready = watch.finish().await;

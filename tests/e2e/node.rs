@@ -7,13 +7,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{Pod, Secret};
-use kube::api::{Api, DeleteParams, ListParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess};
 use s3_operator::aws::tags;
 use serde_json::{Value, json};
@@ -474,54 +472,199 @@ pub(crate) fn sample<T: serde::de::DeserializeOwned>(file: &str) -> T {
     serde_yaml::from_str(&std::fs::read_to_string(&path).expect("sample")).expect("sample YAML")
 }
 
-/// Sets of what a watcher saw that was not Ready, for objects that must stay Ready meanwhile.
+/// What a watch of a Bucket and a BucketAccess saw that was not Ready, for objects that must stay
+/// Ready meanwhile. A watch, not polls: a Ready=False that lasts less than a poll interval (an
+/// upgrade's handover) still shows.
 pub(crate) struct ReadyWatch {
-    pub(crate) stop: Arc<AtomicBool>,
-    pub(crate) task: tokio::task::JoinHandle<Vec<String>>,
+    stop: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<Vec<String>>,
+    /// One per object, sent once its watch has listed it.
+    listed: Vec<tokio::sync::oneshot::Receiver<()>>,
 }
 
 impl ReadyWatch {
     pub(crate) fn start(ns: &str, bucket: &str, access: &str) -> ReadyWatch {
-        let stop = Arc::new(AtomicBool::new(false));
-        let (ns, bucket, access, flag) = (
-            ns.to_string(),
-            bucket.to_string(),
-            access.to_string(),
-            stop.clone(),
-        );
+        let (stop, stopped) = tokio::sync::watch::channel(false);
+        let (ns, bucket, access) = (ns.to_string(), bucket.to_string(), access.to_string());
+        let (b_listed, b_rx) = tokio::sync::oneshot::channel();
+        let (a_listed, a_rx) = tokio::sync::oneshot::channel();
         let task = tokio::spawn(async move {
             let client = admin().await;
             let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
             let accesses = Api::<BucketAccess>::namespaced(client, &ns);
-            let mut seen = Vec::new();
-            while !flag.load(Ordering::SeqCst) {
-                let b = buckets
-                    .get(&bucket)
-                    .await
-                    .ok()
-                    .map(|o| json!(o)["status"].clone());
-                let a = accesses
-                    .get(&access)
-                    .await
-                    .ok()
-                    .map(|o| json!(o)["status"].clone());
-                for (what, status) in [("Bucket", b), ("BucketAccess", a)] {
-                    match ready_of(status) {
-                        Some((s, r, _)) if s == "True" && r == "Available" => {}
-                        other => seen.push(format!("{what}: {other:?}")),
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(250)).await;
-            }
-            seen
+            let (b, a) = tokio::join!(
+                ready_transitions(buckets, "Bucket", &bucket, stopped.clone(), b_listed),
+                ready_transitions(accesses, "BucketAccess", &access, stopped, a_listed),
+            );
+            b.into_iter().chain(a).collect()
         });
-        ReadyWatch { stop, task }
+        ReadyWatch {
+            stop,
+            task,
+            listed: vec![b_rx, a_rx],
+        }
     }
 
+    /// Waits until both watches have listed their object: a change from now on is seen.
+    pub(crate) async fn listed(&mut self) {
+        for rx in self.listed.drain(..) {
+            tokio::time::timeout(T, rx)
+                .await
+                .expect("the ReadyWatch lists its objects")
+                .expect("the ReadyWatch task runs");
+        }
+    }
+
+    /// Stops the watch; every not-Ready state it saw, the state at the end included.
     pub(crate) async fn finish(self) -> Vec<String> {
-        self.stop.store(true, Ordering::SeqCst);
+        let _ = self.stop.send(true);
         self.task.await.expect("watch task")
     }
+}
+
+/// Watches the object `name` until `stop`; logs every change of its Ready (status, reason) and
+/// returns the changes to a state that is not Ready/Available (absent included).
+async fn ready_transitions<K>(
+    api: Api<K>,
+    what: &str,
+    name: &str,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    listed_tx: tokio::sync::oneshot::Sender<()>,
+) -> Vec<String>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize,
+    K: std::fmt::Debug + Send + 'static,
+{
+    use futures::StreamExt;
+    use kube::runtime::{WatchStreamExt, watcher};
+    let state = |o: Option<&K>| ready_of(o.map(|o| json!(o)["status"].clone()));
+    let mut last: Option<Option<(String, String)>> = None;
+    let mut not_ready = Vec::new();
+    let mut record = |ready: Option<(String, String, String)>| {
+        let key = ready.as_ref().map(|(s, r, _)| (s.clone(), r.clone()));
+        if last.as_ref() == Some(&key) {
+            return;
+        }
+        last = Some(key);
+        eprintln!("ReadyWatch: {what} {name}: Ready {ready:?}");
+        match ready {
+            Some((s, r, _)) if s == "True" && r == "Available" => {}
+            other => not_ready.push(format!("{what}: {other:?}")),
+        }
+    };
+    let cfg = watcher::Config::default().fields(&format!("metadata.name={name}"));
+    let mut events = std::pin::pin!(watcher(api.clone(), cfg).default_backoff());
+    let mut listed = false;
+    let mut listed_tx = Some(listed_tx);
+    loop {
+        // Events already delivered are taken before the stop, so none is dropped at the end.
+        let event = tokio::select! {
+            biased;
+            e = events.next() => e,
+            _ = stop.changed() => break,
+        };
+        match event {
+            None => break,
+            Some(Ok(watcher::Event::Init)) => listed = false,
+            Some(Ok(watcher::Event::InitApply(o) | watcher::Event::Apply(o))) => {
+                listed = true;
+                record(state(Some(&o)));
+            }
+            Some(Ok(watcher::Event::InitDone)) => {
+                if !listed {
+                    record(None);
+                }
+                if let Some(tx) = listed_tx.take() {
+                    let _ = tx.send(());
+                }
+            }
+            Some(Ok(watcher::Event::Delete(_))) => record(None),
+            Some(Err(e)) => eprintln!("ReadyWatch: {what} {name}: {e} (the watch retries)"),
+        }
+    }
+    // The watch may lag the server: the state at the stop counts too.
+    let now = api.get_opt(name).await.expect("get the watched object");
+    record(state(now.as_ref()));
+    not_ready
+}
+
+/// A Ready=False that lasts a few milliseconds, far less than any poll interval, is seen by
+/// `ReadyWatch`; so is the state at its end. No operator: the test writes the status itself,
+/// under a scoped pass so no cluster-wide operator of another test acts on the objects.
+#[tokio::test]
+async fn ready_watch_sees_a_flip_between_polls() {
+    let _pass = Pass::acquire(false).await;
+    install_crds().await;
+    let client = admin().await;
+    let ns = namespace(&client, "readywatch").await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client, &ns);
+    let status = |s: &str, reason: &str| {
+        json!({"status": {"conditions": [{"type": "Ready", "status": s, "reason": reason,
+            "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}})
+    };
+    let set_bucket = |s: &'static str, reason: &'static str| {
+        let (buckets, patch) = (buckets.clone(), status(s, reason));
+        async move {
+            buckets
+                .patch_status("b", &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .expect("patch the Bucket status");
+        }
+    };
+    buckets
+        .create(&PostParams::default(), &bucket("b", json!({})))
+        .await
+        .unwrap();
+    let a = crate::access::access(
+        "a",
+        json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly"}),
+    );
+    accesses.create(&PostParams::default(), &a).await.unwrap();
+    accesses
+        .patch_status(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(&status("True", "Available")),
+        )
+        .await
+        .unwrap();
+    set_bucket("True", "Available").await;
+
+    // Steady: nothing to report (over a second the watch is open, the window under test).
+    let mut watch = ReadyWatch::start(&ns, "b", "a");
+    watch.listed().await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(watch.finish().await, Vec::<String>::new());
+
+    // A flip back within one round trip.
+    let mut watch = ReadyWatch::start(&ns, "b", "a");
+    watch.listed().await;
+    set_bucket("False", "Progressing").await;
+    set_bucket("True", "Available").await;
+    let seen = watch.finish().await;
+    assert!(
+        seen.iter()
+            .any(|s| s.starts_with("Bucket:") && s.contains("Progressing")),
+        "{seen:?}"
+    );
+
+    // Not Ready when the watch stops, however soon: the final read catches it.
+    let watch = ReadyWatch::start(&ns, "b", "a");
+    accesses
+        .patch_status(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(&status("False", "Denied")),
+        )
+        .await
+        .unwrap();
+    let seen = watch.finish().await;
+    assert!(
+        seen.iter()
+            .any(|s| s.starts_with("BucketAccess:") && s.contains("Denied")),
+        "{seen:?}"
+    );
 }
 
 /// Buckets in the `watched` namespaces become Ready and get a bucket of installation `cluster`;

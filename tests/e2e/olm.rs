@@ -462,7 +462,9 @@ async fn olm_upgrades_through_the_channel_keeping_objects_ready() {
     eprintln!("upgrade: {PREVIOUS} Succeeded at {:.0?}", started.elapsed());
 
     let (bucket, access) = ready_pair(&ns).await;
-    let watch = ReadyWatch::start(&ns, &bucket, &access);
+    let mut watch = ReadyWatch::start(&ns, &bucket, &access);
+    // Listed before the upgrade starts, so its first moment is watched too.
+    watch.listed().await;
     let version = env!("CARGO_PKG_VERSION");
     install.approve(&csv_name(version)).await;
     let new = format!("{OPERATOR_REPO}:{}", images.tag);

@@ -66,7 +66,13 @@ async fn one_leader_acts_and_hands_over_on_sigterm_and_on_crash() {
 
 /// Exactly one leads; the metric and the Lease agree; the standby is ready and healthy.
 async fn exactly_one_leads_and_the_standby_is_healthy(id: &Identity, a: &Operator, b: &Operator) {
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Kept as a window, the thing under test: for 2s with the standby ready and retrying, at
+    // every look the first leads and the standby does not.
+    let window = Instant::now();
+    while window.elapsed() < Duration::from_secs(2) {
+        assert!(leading(a).await && !leading(b).await);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert!(leading(a).await && !leading(b).await);
     assert_eq!(
         lease_holder(&id.operator_ns, LEASE).await.as_deref(),
@@ -289,6 +295,7 @@ async fn a_standby_whose_clock_is_an_hour_ahead_takes_over_only_once_the_lease_s
             !leading(&b).await,
             "the skewed standby reports itself leader"
         );
+        // Kept: the interval of the looks over the 12s window under test.
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     assert!(leading(&a).await);
@@ -431,6 +438,41 @@ async fn the_standby_takes_the_expired_lease_and_acts(
     takeover
 }
 
+/// Waits until the API server's audit log has a write made now, and the proxy's counts did not
+/// move meanwhile: by then what an exited process sent before is in both.
+async fn caught_up(proxy: &FaultProxy) {
+    let configmaps =
+        Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(admin().await, "default");
+    wait_for(
+        "the proxy and the audit log to catch up",
+        Duration::from_secs(60),
+        || async {
+            let before = proxy.stats().await;
+            let marker = format!("e2e-audit-marker-{}", random(8));
+            let cm = serde_json::from_value(json!({"metadata": {"name": marker}})).unwrap();
+            configmaps
+                .create(&PostParams::default(), &cm)
+                .await
+                .expect("create the marker");
+            let path = env().audit_log.clone().expect("the audit log");
+            wait_for(
+                "the marker in the audit log",
+                Duration::from_secs(30),
+                || async {
+                    std::fs::read_to_string(&path)
+                        .ok()?
+                        .contains(&marker)
+                        .then_some(())
+                },
+            )
+            .await;
+            let _ = configmaps.delete(&marker, &Default::default()).await;
+            (proxy.stats().await == before).then_some(())
+        },
+    )
+    .await;
+}
+
 /// Resumed (SIGCONT), the old leader sends no write to AWS or Kubernetes and exits non-zero.
 async fn the_resumed_leader_writes_nothing_and_exits(
     mut a: Operator,
@@ -445,7 +487,7 @@ async fn the_resumed_leader_writes_nothing_and_exits(
     a.signal("CONT");
     let code = a.wait_exit(Duration::from_secs(20)).await;
     // Let the proxy and the audit log catch up with anything it sent before exiting.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    caught_up(proxy).await;
     let after = by_operation(&proxy.stats().await);
     let sent: BTreeMap<&String, u64> = after
         .iter()
@@ -495,6 +537,8 @@ async fn scoped_operator_serves_only_its_namespaces() {
     for ns in [&a, &b] {
         wait_ready(&Api::<Bucket>::namespaced(client.clone(), ns), "x").await;
     }
+    // Kept as a window, the thing under test: C's Bucket stays untouched for 3s more after the
+    // others are served (the operator has no event to wait for: it must never see C at all).
     tokio::time::sleep(Duration::from_secs(3)).await;
     let ignored = Api::<Bucket>::namespaced(client.clone(), &c)
         .get("x")

@@ -501,6 +501,7 @@ impl Sampler {
                     let mut g = p.lock().unwrap();
                     *g = g.max(hwm);
                 }
+                // Kept: the sampling interval of the memory high-water mark, not a wait.
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
         });
@@ -591,7 +592,7 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
         row.converge_s, row.floor_s
     );
     // Let the last status writes and their echo reconciles finish before counting.
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    op.wait_settled(Duration::from_secs(3)).await;
     let after = op.metrics().await;
     row.operator_calls = delta(&calls(&after), &calls(&before), n);
     row.aws_failures = failed(&after) - failed(&before);
@@ -608,7 +609,7 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
     row.kube_writes = delta(&writes(&after), &writes(&before), n);
     let cpu1 = footprint(op.pid()).cpu_s;
     row.cpu_converge_s = cpu1 - cpu0;
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    op.wait_settled(Duration::from_secs(5)).await;
 
     // A full resync: a restarted operator reconciles every object once, from fresh caches.
     eprintln!("[{n}] resync");
@@ -646,7 +647,8 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
     )
     .await;
     row.resync_s = start.elapsed().as_secs_f64();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // A late write of the resync must show in the counts below: wait until nothing moves.
+    op.wait_settled(Duration::from_secs(3)).await;
     let text = op.metrics().await;
     row.resync_aws_writes = op.aws_writes().await;
     row.resync_kube_writes = op.kube_writes().await;
@@ -698,7 +700,7 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
         let aws = aws_seconds(&op.metrics().await) - before;
         total.push(t);
         minus_aws.push((t - aws).max(0.0));
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        op.wait_settled(Duration::from_millis(300)).await;
     }
     total.sort_by(f64::total_cmp);
     minus_aws.sort_by(f64::total_cmp);
@@ -792,7 +794,8 @@ pub async fn fairness(flood: usize, samples: usize) -> Fairness {
     let mut idle = Vec::new();
     for j in 0..samples {
         idle.push(time_to_ready(&alone, &format!("idle{j}")).await);
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        // The echo reconcile of the Ready write ends before the next idle sample starts.
+        op.wait_settled(Duration::from_millis(300)).await;
     }
     eprintln!("[fairness] idle time to Ready {idle:?}; flooding {flood}");
     let start = Instant::now();
@@ -805,6 +808,7 @@ pub async fn fairness(flood: usize, samples: usize) -> Fairness {
         let mut during = Vec::new();
         for j in 0..samples {
             during.push(time_to_ready(&alone, &format!("during{j}")).await);
+            // Kept: the pause is what spreads the samples over the flood (the thing measured).
             tokio::time::sleep(Duration::from_secs(2)).await;
         }
         during

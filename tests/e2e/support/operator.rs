@@ -345,6 +345,41 @@ impl Operator {
         .await;
     }
 
+    /// Waits until the operator is idle (nothing queued, no reconcile running) and none of its
+    /// work counters (reconciles, queue adds, AWS requests, Kubernetes writes) has moved for
+    /// `quiet`: a status write echoes back as a reconcile a moment later, hence the window. Only
+    /// for operators without a periodic resync inside the window.
+    pub async fn wait_settled(&self, quiet: Duration) {
+        const WORK: [&str; 4] = [
+            "controller_runtime_reconcile_total",
+            "workqueue_adds_total",
+            "s3_operator_aws_requests_total",
+            "s3_operator_kube_writes_total",
+        ];
+        let deadline = Instant::now() + Duration::from_secs(300);
+        let mut last: Option<(Vec<f64>, Instant)> = None;
+        loop {
+            let text = self.metrics().await;
+            let busy = metric_sum(&text, "workqueue_depth", &[])
+                + metric_sum(&text, "controller_runtime_active_workers", &[]);
+            let work: Vec<f64> = WORK.iter().map(|m| metric_sum(&text, m, &[])).collect();
+            match &last {
+                Some((w, since)) if *w == work && busy == 0.0 => {
+                    if since.elapsed() >= quiet {
+                        return;
+                    }
+                }
+                _ => last = Some((work, Instant::now())),
+            }
+            assert!(
+                Instant::now() < deadline,
+                "operator {} did not settle (quiet for {quiet:?}) within 300s",
+                self.cluster
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
     /// Drift the operator has corrected in `aspect`.
     pub async fn drift_corrections(&self, aspect: &str) -> f64 {
         self.metric("s3_operator_drift_corrections_total", &[("aspect", aspect)])
@@ -387,8 +422,22 @@ impl Operator {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// Fails if a reconcile of this operator has panicked so far, by its panic counter; a
+    /// process that has already exited (or no longer answers) is left to the log check of `Drop`.
+    pub async fn assert_no_reconcile_panic(&mut self) {
+        if !matches!(self.child.try_wait(), Ok(None)) {
+            return;
+        }
+        if let Some((200, text)) = http_get(&self.metrics_addr, "/metrics").await
+            && let Err(e) = check_no_panic_metric(&text)
+        {
+            panic!("operator {}: {e}", self.cluster);
+        }
+    }
+
     /// SIGTERM, then wait for exit; returns the exit code.
     pub async fn terminate(mut self) -> Option<i32> {
+        self.assert_no_reconcile_panic().await;
         let _ = std::process::Command::new("kill")
             .arg("-TERM")
             .arg(self.pid().to_string())
@@ -401,6 +450,7 @@ impl Operator {
     }
 
     pub async fn kill9(mut self) {
+        self.assert_no_reconcile_panic().await;
         let _ = self.child.kill().await;
     }
 
@@ -410,5 +460,91 @@ impl Operator {
             .ok()?
             .ok()?
             .code()
+    }
+}
+
+/// What Rust's panic hook prints ("thread '...' panicked at src/...") and what the operator
+/// logs when it turns a caught reconcile panic into an error.
+const PANIC_MARKS: [&str; 2] = ["panicked at", "reconcile panicked"];
+
+/// `Err` naming every line of an operator log that shows a panic. A reconcile panic is caught
+/// and retried, so the operator runs on and only its log (and its counter) tell.
+pub fn check_no_panic_in_log(log: &str) -> Result<(), String> {
+    let lines: Vec<&str> = log
+        .lines()
+        .filter(|l| PANIC_MARKS.iter().any(|m| l.contains(m)))
+        .collect();
+    if lines.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "the operator log shows a panic:\n{}",
+            lines.join("\n")
+        ))
+    }
+}
+
+/// `Err` if `controller_runtime_reconcile_panics_total` (summed over its labels) is not 0, or
+/// if the metrics do not have it at all (a renamed counter must not make the check vacuous).
+pub fn check_no_panic_metric(metrics: &str) -> Result<(), String> {
+    const NAME: &str = "controller_runtime_reconcile_panics_total";
+    if !metrics.lines().any(|l| l.starts_with(NAME)) {
+        return Err(format!("the metrics have no {NAME}"));
+    }
+    match metric_sum(metrics, NAME, &[]) {
+        0.0 => Ok(()),
+        n => Err(format!("{NAME} is {n}: a reconcile panicked")),
+    }
+}
+
+impl Drop for Operator {
+    /// Every operator a test ran, however it ended, must not have panicked. Not while the test is
+    /// already failing: a second panic during unwinding would abort the whole test binary.
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            return;
+        }
+        if let Err(e) = check_no_panic_in_log(&self.log_text()) {
+            panic!(
+                "operator {} (log {}): {e}",
+                self.cluster,
+                self.log.display()
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod panic_checks {
+    use super::*;
+
+    /// What the operator writes when a reconcile panics: the hook's line, then the caught
+    /// panic retried as an error.
+    const PANICKED: &str = "\
+2026-11-26T05:00:00Z  INFO s3_operator: reconciling bucket team-a/photos
+thread 'tokio-runtime-worker' panicked at src/reconcile/bucket.rs:120:9:
+called `Option::unwrap()` on a `None` value
+2026-11-26T05:00:00Z ERROR s3_operator::runtime: reconcile failed error=reconcile panicked: called `Option::unwrap()` on a `None` value
+";
+
+    #[test]
+    fn the_log_check_catches_a_reconcile_panic() {
+        let e = check_no_panic_in_log(PANICKED).expect_err("a panic in the log");
+        assert!(e.contains("src/reconcile/bucket.rs:120:9"), "{e}");
+        assert!(e.contains("reconcile failed"), "{e}");
+        check_no_panic_in_log("INFO s3_operator: reconciled team-a/photos\n").expect("clean log");
+    }
+
+    #[test]
+    fn the_metric_check_catches_a_reconcile_panic() {
+        let metrics = "\
+# TYPE controller_runtime_reconcile_panics_total counter
+controller_runtime_reconcile_panics_total{controller=\"bucket\"} 0
+controller_runtime_reconcile_panics_total{controller=\"bucketaccess\"} 1
+";
+        let e = check_no_panic_metric(metrics).expect_err("one panic");
+        assert!(e.contains("is 1"), "{e}");
+        check_no_panic_metric(&metrics.replace("} 1", "} 0")).expect("no panic");
+        check_no_panic_metric("s3_operator_kube_writes_total 3\n").expect_err("counter missing");
     }
 }
