@@ -164,9 +164,8 @@ async fn lead(
                     _ = shutdown.changed() => break,
                 }
             }
-            // Our claim (or, for an absent lease, the crate's create just below) changes the
-            // lease after `start`: every other replica waits a whole lease from when it sees
-            // that change.
+            // Our claim (or create) changes the lease after `start`: every other replica waits a
+            // whole lease from when it sees that change.
             fence.extend(start + valid_for).map_err(fenced)?;
         }
         // The crate runs only now, on a lease this replica has just claimed or holds, and only
@@ -217,8 +216,8 @@ async fn lead(
     Ok(())
 }
 
-/// Whether this replica holds the lease now (claimed, or absent for the crate to create); a
-/// failure to read or claim it is logged and counts as no.
+/// Whether this replica holds the lease now (claimed or created); a failure to read or claim
+/// it is logged and counts as no.
 async fn claimed(leases: &Api<Lease>, s: &Settings, seen: &mut Option<Seen>) -> bool {
     claim(leases, s, seen).await.unwrap_or_else(|e| {
         tracing::warn!(error = %e, "leader election: could not read or claim the lease");
@@ -261,8 +260,32 @@ async fn claim(
     seen: &mut Option<Seen>,
 ) -> Result<bool, kube::Error> {
     let Some(mut lease) = leases.get_opt(&s.name).await? else {
-        // Absent: the crate creates it, and creation is atomic.
-        return Ok(true);
+        // Absent: created here, naming us, so a replica that loses the race (409) never opens
+        // its fence; left to the crate, every replica starting together believed it had
+        // claimed the lease, and each loser's fence then closed a lease later and it exited.
+        let stamp = MicroTime(jiff::Timestamp::now());
+        let fresh = Lease {
+            metadata: kube::api::ObjectMeta {
+                name: Some(s.name.clone()),
+                namespace: Some(s.namespace.clone()),
+                ..Default::default()
+            },
+            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
+                holder_identity: Some(s.identity.clone()),
+                acquire_time: Some(stamp.clone()),
+                renew_time: Some(stamp),
+                lease_duration_seconds: Some(
+                    s.lease_duration.as_secs().try_into().unwrap_or(i32::MAX),
+                ),
+                lease_transitions: Some(0),
+                ..Default::default()
+            }),
+        };
+        return match leases.create(&PostParams::default(), &fresh).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        };
     };
     // Taken after the answer: the holder's last renewal happened before it.
     let now = Instant::now();

@@ -64,6 +64,55 @@ async fn one_leader_acts_and_hands_over_on_sigterm_and_on_crash() {
     losing_the_lease_stops_the_leader_at_once(&id, c).await;
 }
 
+/// Replicas that start together on an absent Lease (a fresh install): one creates it and leads,
+/// the others lose the create (409) and stay healthy standbys. When the Lease was left to the
+/// crate to create, every replica that read it absent believed it had claimed it, and a loser's
+/// fence closed three quarters of a lease later: it exited and its Pod restarted. The race needs
+/// both reads before the first create; Pods started together on a loaded node hit it, local
+/// processes rarely do.
+#[tokio::test]
+async fn replicas_starting_together_on_an_absent_lease_elect_one_and_all_stay_up() {
+    let client = admin().await;
+    let ns = namespace(&client, "le2").await;
+    let opts = le_opts(vec![ns.clone()]);
+    let id = Identity::new(&opts.namespaces, None).await;
+    assert_eq!(
+        lease_holder(&id.operator_ns, LEASE).await,
+        None,
+        "no Lease yet"
+    );
+    // Three at once, as a Deployment's Pods start: the more that read the Lease absent before
+    // the first create lands, the likelier a loser.
+    let mut replicas: Vec<Operator> =
+        futures::future::join_all(["a", "b", "c"].map(|r| Operator::start_as(&id, &opts, r))).await;
+    wait_for("a leader", Duration::from_secs(10), || async {
+        for op in &replicas {
+            if leading(op).await {
+                return Some(());
+            }
+        }
+        None
+    })
+    .await;
+    // Three leases (4 s each): a loser whose fence had opened would exit within one.
+    let exits = futures::future::join_all(
+        replicas
+            .iter_mut()
+            .map(|op| op.wait_exit(Duration::from_secs(12))),
+    )
+    .await;
+    assert_eq!(exits, [None, None, None], "a replica exited");
+    let mut leaders = Vec::new();
+    for (op, r) in replicas.iter().zip(["a", "b", "c"]) {
+        if leading(op).await {
+            leaders.push(r);
+        }
+    }
+    assert_eq!(leaders.len(), 1, "exactly one leads: {leaders:?}");
+    let holder = lease_holder(&id.operator_ns, LEASE).await;
+    assert_eq!(holder, Some(format!("{}-{}", id.cluster, leaders[0])));
+}
+
 /// Exactly one leads; the metric and the Lease agree; the standby is ready and healthy.
 async fn exactly_one_leads_and_the_standby_is_healthy(id: &Identity, a: &Operator, b: &Operator) {
     // Kept as a window, the thing under test: for 2s with the standby ready and retrying, at
