@@ -128,14 +128,6 @@ impl Budgets {
         }
     }
 
-    /// Forgets namespaces whose budget is full again: the map holds only recent writers.
-    pub fn prune(&self) {
-        let now = Instant::now();
-        let (rate, burst) = (self.rate, self.burst);
-        let mut buckets = self.buckets.lock().expect("budget map poisoned");
-        buckets.retain(|_, t| t.left + now.duration_since(t.at).as_secs_f64() * rate < burst);
-    }
-
     fn until_one(&self, left: f64) -> Duration {
         Duration::from_secs_f64((1.0 - left) / self.rate)
     }
