@@ -147,7 +147,8 @@ fn secret_versions(secret: Option<&Secret>) -> Vec<String> {
 pub(super) enum Observation {
     /// Every input is at a version the last pass saw or wrote: wait this long.
     Settled(Duration),
-    /// No grant may stand, for this reason: what the identity found is granted is withdrawn.
+    /// No grant may stand (why), and the access's identity as found: the pass withdraws what
+    /// it is granted.
     Withdraw(Blocked, Found<ObservedIdentity>),
     Seen(Box<Observed>, Versions),
 }
@@ -215,6 +216,7 @@ async fn withdrawn(
     withdrawal_of(why, found)
 }
 
+/// What the pass withdraws, once the identity is read.
 fn withdrawal_of(
     why: Blocked,
     found: Result<Found<ObservedIdentity>, crate::aws::Error>,
