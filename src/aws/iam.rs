@@ -88,21 +88,172 @@ fn absent_ok<T>(r: Result<T, Error>) -> Result<Option<T>, Error> {
     }
 }
 
+/// A user or a role by name: the calls that both kinds have take one of these, so callers
+/// never branch on the kind. Access keys and trust policies stay with their one kind.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Identity {
+    User(String),
+    Role(String),
+}
+
+impl Identity {
+    pub fn name(&self) -> &str {
+        match self {
+            Identity::User(name) | Identity::Role(name) => name,
+        }
+    }
+}
+
+/// "IAM user NAME" or "IAM role NAME", as events and conditions name it.
+impl fmt::Display for Identity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Identity::User(name) => write!(f, "IAM user {name}"),
+            Identity::Role(name) => write!(f, "IAM role {name}"),
+        }
+    }
+}
+
 impl Aws {
-    /// `Ok(None)` only when the user does not exist; a refusal is an error (the operator's
-    /// policy lets it read any user, so only "does not exist" can mean gone).
-    pub async fn get_user(&self, name: &str) -> Result<Option<Entity>, Error> {
-        let out = absent_ok(
-            Aws::call(IAM, "GetUser", self.iam().get_user().user_name(name).send()).await,
-        )?;
-        Ok(out.and_then(|o| o.user).map(|u| Entity {
-            arn: u.arn,
-            tags: tags_of(u.tags),
-            trust_policy: None,
-            boundary: boundary_of(u.permissions_boundary),
+    /// `Ok(None)` only when the identity does not exist; a refusal is an error (the operator's
+    /// policy lets it read any user and role, so only "does not exist" can mean gone).
+    pub async fn get_identity(&self, id: &Identity) -> Result<Option<Entity>, Error> {
+        let iam = self.iam();
+        let found = match id {
+            Identity::User(name) => {
+                let req = iam.get_user().user_name(name).send();
+                let user = absent_ok(Aws::call(IAM, "GetUser", req).await)?.and_then(|o| o.user);
+                user.map(|u| (u.arn, u.tags, u.permissions_boundary, None))
+            }
+            Identity::Role(name) => {
+                let req = iam.get_role().role_name(name).send();
+                let role = absent_ok(Aws::call(IAM, "GetRole", req).await)?.and_then(|o| o.role);
+                role.map(|r| {
+                    let trust = r.assume_role_policy_document.as_deref();
+                    let trust = trust.and_then(decode_document);
+                    (r.arn, r.tags, r.permissions_boundary, trust)
+                })
+            }
+        };
+        Ok(found.map(|(arn, tags, boundary, trust_policy)| Entity {
+            arn,
+            tags: tags_of(tags),
+            trust_policy,
+            boundary: boundary_of(boundary),
         }))
     }
 
+    /// Sets the permissions boundary (of one created before boundaries existed, or changed).
+    pub async fn put_boundary(&self, id: &Identity, boundary: &str) -> Result<(), Error> {
+        let iam = self.iam();
+        match id {
+            Identity::User(name) => {
+                let req = iam.put_user_permissions_boundary().user_name(name);
+                let req = req.permissions_boundary(boundary).send();
+                Aws::call(IAM, "PutUserPermissionsBoundary", req).await?;
+            }
+            Identity::Role(name) => {
+                let req = iam.put_role_permissions_boundary().role_name(name);
+                let req = req.permissions_boundary(boundary).send();
+                Aws::call(IAM, "PutRolePermissionsBoundary", req).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The inline policy `policy`; `None` when it (or the identity) does not exist.
+    pub async fn inline_policy(&self, id: &Identity, policy: &str) -> Result<Option<Value>, Error> {
+        let iam = self.iam();
+        let doc = match id {
+            Identity::User(name) => {
+                let req = iam.get_user_policy().user_name(name).policy_name(policy);
+                absent_ok(Aws::call(IAM, "GetUserPolicy", req.send()).await)?
+                    .map(|o| o.policy_document)
+            }
+            Identity::Role(name) => {
+                let req = iam.get_role_policy().role_name(name).policy_name(policy);
+                absent_ok(Aws::call(IAM, "GetRolePolicy", req.send()).await)?
+                    .map(|o| o.policy_document)
+            }
+        };
+        Ok(doc.and_then(|d| decode_document(&d)))
+    }
+
+    pub async fn put_inline_policy(
+        &self,
+        id: &Identity,
+        policy: &str,
+        doc: &Value,
+    ) -> Result<(), Error> {
+        let (iam, doc) = (self.iam(), doc.to_string());
+        match id {
+            Identity::User(name) => {
+                let req = iam.put_user_policy().user_name(name).policy_name(policy);
+                let req = req.policy_document(doc).send();
+                Aws::call(IAM, "PutUserPolicy", req).await.map(drop)
+            }
+            Identity::Role(name) => {
+                let req = iam.put_role_policy().role_name(name).policy_name(policy);
+                let req = req.policy_document(doc).send();
+                Aws::call(IAM, "PutRolePolicy", req).await.map(drop)
+            }
+        }
+    }
+
+    /// The names of its inline policies; none when the identity does not exist.
+    pub async fn inline_policy_names(&self, id: &Identity) -> Result<Vec<String>, Error> {
+        let iam = self.iam();
+        let names = match id {
+            Identity::User(name) => {
+                let req = iam.list_user_policies().user_name(name).send();
+                absent_ok(Aws::call(IAM, "ListUserPolicies", req).await)?.map(|o| o.policy_names)
+            }
+            Identity::Role(name) => {
+                let req = iam.list_role_policies().role_name(name).send();
+                absent_ok(Aws::call(IAM, "ListRolePolicies", req).await)?.map(|o| o.policy_names)
+            }
+        };
+        Ok(names.unwrap_or_default())
+    }
+
+    /// Deletes an inline policy; one already gone is no error.
+    pub async fn delete_inline_policy(&self, id: &Identity, policy: &str) -> Result<(), Error> {
+        let iam = self.iam();
+        let deleted = match id {
+            Identity::User(name) => {
+                let req = iam.delete_user_policy().user_name(name).policy_name(policy);
+                Aws::call(IAM, "DeleteUserPolicy", req.send())
+                    .await
+                    .map(drop)
+            }
+            Identity::Role(name) => {
+                let req = iam.delete_role_policy().role_name(name).policy_name(policy);
+                Aws::call(IAM, "DeleteRolePolicy", req.send())
+                    .await
+                    .map(drop)
+            }
+        };
+        absent_ok(deleted).map(drop)
+    }
+
+    /// Deletes the user or role; one already gone is no error.
+    pub async fn delete_identity(&self, id: &Identity) -> Result<(), Error> {
+        let iam = self.iam();
+        let deleted = match id {
+            Identity::User(name) => {
+                let req = iam.delete_user().user_name(name).send();
+                Aws::call(IAM, "DeleteUser", req).await.map(drop)
+            }
+            Identity::Role(name) => {
+                let req = iam.delete_role().role_name(name).send();
+                Aws::call(IAM, "DeleteRole", req).await.map(drop)
+            }
+        };
+        absent_ok(deleted).map(drop)
+    }
+}
+
+impl Aws {
     /// Creates a user under `path` with `boundary` as its permissions boundary.
     pub async fn create_user(
         &self,
@@ -126,31 +277,6 @@ impl Aws {
             trust_policy: None,
             boundary: Some(boundary.to_string()),
         })
-    }
-
-    /// Sets the permissions boundary of a user created before boundaries existed.
-    pub async fn put_user_boundary(&self, name: &str, boundary: &str) -> Result<(), Error> {
-        let req = self
-            .iam()
-            .put_user_permissions_boundary()
-            .user_name(name)
-            .permissions_boundary(boundary)
-            .send();
-        Aws::call(IAM, "PutUserPermissionsBoundary", req)
-            .await
-            .map(drop)
-    }
-
-    pub async fn put_role_boundary(&self, name: &str, boundary: &str) -> Result<(), Error> {
-        let req = self
-            .iam()
-            .put_role_permissions_boundary()
-            .role_name(name)
-            .permissions_boundary(boundary)
-            .send();
-        Aws::call(IAM, "PutRolePermissionsBoundary", req)
-            .await
-            .map(drop)
     }
 
     /// The permissions boundary every created user and role carries: `configured`, else the
@@ -189,62 +315,6 @@ impl Aws {
             Err(e) => Err(e),
             Ok(_) => Ok(arn),
         }
-    }
-
-    pub async fn delete_user(&self, name: &str) -> Result<(), Error> {
-        absent_ok(
-            Aws::call(
-                IAM,
-                "DeleteUser",
-                self.iam().delete_user().user_name(name).send(),
-            )
-            .await,
-        )
-        .map(drop)
-    }
-
-    pub async fn user_policy(&self, user: &str, policy: &str) -> Result<Option<Value>, Error> {
-        let req = self
-            .iam()
-            .get_user_policy()
-            .user_name(user)
-            .policy_name(policy)
-            .send();
-        Ok(absent_ok(Aws::call(IAM, "GetUserPolicy", req).await)?
-            .and_then(|o| decode_document(&o.policy_document)))
-    }
-
-    pub async fn put_user_policy(
-        &self,
-        user: &str,
-        policy: &str,
-        doc: &Value,
-    ) -> Result<(), Error> {
-        let req = self
-            .iam()
-            .put_user_policy()
-            .user_name(user)
-            .policy_name(policy)
-            .policy_document(doc.to_string())
-            .send();
-        Aws::call(IAM, "PutUserPolicy", req).await.map(drop)
-    }
-
-    pub async fn user_policy_names(&self, user: &str) -> Result<Vec<String>, Error> {
-        let req = self.iam().list_user_policies().user_name(user).send();
-        Ok(absent_ok(Aws::call(IAM, "ListUserPolicies", req).await)?
-            .map(|o| o.policy_names)
-            .unwrap_or_default())
-    }
-
-    pub async fn delete_user_policy(&self, user: &str, policy: &str) -> Result<(), Error> {
-        let req = self
-            .iam()
-            .delete_user_policy()
-            .user_name(user)
-            .policy_name(policy)
-            .send();
-        absent_ok(Aws::call(IAM, "DeleteUserPolicy", req).await).map(drop)
     }
 
     pub async fn access_keys(&self, user: &str) -> Result<Vec<AccessKey>, Error> {
@@ -327,22 +397,6 @@ impl Aws {
         absent_ok(Aws::call(IAM, "DeleteAccessKey", req).await).map(drop)
     }
 
-    /// Like [`Aws::get_user`]: only "does not exist" is `Ok(None)`.
-    pub async fn get_role(&self, name: &str) -> Result<Option<Entity>, Error> {
-        let out = absent_ok(
-            Aws::call(IAM, "GetRole", self.iam().get_role().role_name(name).send()).await,
-        )?;
-        Ok(out.and_then(|o| o.role).map(|r| Entity {
-            arn: r.arn,
-            tags: tags_of(r.tags),
-            trust_policy: r
-                .assume_role_policy_document
-                .as_deref()
-                .and_then(decode_document),
-            boundary: boundary_of(r.permissions_boundary),
-        }))
-    }
-
     pub async fn create_role(
         &self,
         name: &str,
@@ -379,61 +433,5 @@ impl Aws {
         Aws::call(IAM, "UpdateAssumeRolePolicy", req)
             .await
             .map(drop)
-    }
-
-    pub async fn role_policy(&self, role: &str, policy: &str) -> Result<Option<Value>, Error> {
-        let req = self
-            .iam()
-            .get_role_policy()
-            .role_name(role)
-            .policy_name(policy)
-            .send();
-        Ok(absent_ok(Aws::call(IAM, "GetRolePolicy", req).await)?
-            .and_then(|o| decode_document(&o.policy_document)))
-    }
-
-    pub async fn put_role_policy(
-        &self,
-        role: &str,
-        policy: &str,
-        doc: &Value,
-    ) -> Result<(), Error> {
-        let req = self
-            .iam()
-            .put_role_policy()
-            .role_name(role)
-            .policy_name(policy)
-            .policy_document(doc.to_string())
-            .send();
-        Aws::call(IAM, "PutRolePolicy", req).await.map(drop)
-    }
-
-    pub async fn role_policy_names(&self, role: &str) -> Result<Vec<String>, Error> {
-        let req = self.iam().list_role_policies().role_name(role).send();
-        Ok(absent_ok(Aws::call(IAM, "ListRolePolicies", req).await)?
-            .map(|o| o.policy_names)
-            .unwrap_or_default())
-    }
-
-    pub async fn delete_role_policy(&self, role: &str, policy: &str) -> Result<(), Error> {
-        let req = self
-            .iam()
-            .delete_role_policy()
-            .role_name(role)
-            .policy_name(policy)
-            .send();
-        absent_ok(Aws::call(IAM, "DeleteRolePolicy", req).await).map(drop)
-    }
-
-    pub async fn delete_role(&self, name: &str) -> Result<(), Error> {
-        absent_ok(
-            Aws::call(
-                IAM,
-                "DeleteRole",
-                self.iam().delete_role().role_name(name).send(),
-            )
-            .await,
-        )
-        .map(drop)
     }
 }

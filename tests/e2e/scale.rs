@@ -18,6 +18,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use s3_operator::api::{
     Bucket, BucketAccess, Encryption, PublicAccessBlock, Versioning, condition,
 };
+use s3_operator::aws::iam;
 use s3_operator::aws::{Aws, naming, policy, tags::Owner};
 use s3_operator::metrics::METRICS;
 use serde::Serialize;
@@ -272,7 +273,8 @@ async fn floor(
             // A grant is confirmed against the bucket's ownership tags, never Bucket status.
             assert!(aws.bucket_tags(&region, &bucket).await.unwrap().is_some());
             let user = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
-            assert!(aws.get_user(&user).await.unwrap().is_none());
+            let id = iam::Identity::User(user.clone());
+            assert!(aws.get_identity(&id).await.unwrap().is_none());
             aws.create_user(&user, &path, &boundary, &owner.tags())
                 .await
                 .unwrap();
@@ -282,7 +284,7 @@ async fn floor(
                 s3_operator::api::Permission::ReadWrite,
                 None,
             );
-            aws.put_user_policy(&user, "s3-operator", &doc)
+            aws.put_inline_policy(&id, "s3-operator", &doc)
                 .await
                 .unwrap();
             aws.create_access_key(&user).await.unwrap();
@@ -307,10 +309,11 @@ async fn floor(
                     for k in aws.access_keys(&user).await.unwrap() {
                         aws.delete_access_key(&user, &k.id).await.unwrap();
                     }
-                    for p in aws.user_policy_names(&user).await.unwrap() {
-                        aws.delete_user_policy(&user, &p).await.unwrap();
+                    let id = iam::Identity::User(user.clone());
+                    for p in aws.inline_policy_names(&id).await.unwrap() {
+                        aws.delete_inline_policy(&id, &p).await.unwrap();
                     }
-                    aws.delete_user(&user).await.unwrap();
+                    aws.delete_identity(&id).await.unwrap();
                 }
                 // A versioned bucket is empty here too: the floor writes no objects.
                 aws.delete_bucket(&region, &bucket).await.unwrap();

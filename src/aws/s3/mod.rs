@@ -17,6 +17,16 @@ use crate::api::{
 
 const S3: &str = "s3";
 
+/// `Ok(None)` when the bucket has no such configuration. A missing bucket stays an error: it
+/// is not a bucket without the setting.
+fn unset_ok<T>(r: Result<T, Error>) -> Result<Option<T>, Error> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 impl Aws {
     /// The bucket's tags: `Ok(None)` when the bucket does not exist, an empty map when it has none.
     pub async fn bucket_tags(
@@ -45,18 +55,15 @@ impl Aws {
             .get_public_access_block()
             .bucket(bucket)
             .send();
-        match Aws::call(S3, "GetPublicAccessBlock", req).await {
-            Ok(out) => Ok(out
-                .public_access_block_configuration
-                .map(|c| PublicAccessBlock {
-                    block_public_acls: c.block_public_acls.unwrap_or(false),
-                    ignore_public_acls: c.ignore_public_acls.unwrap_or(false),
-                    block_public_policy: c.block_public_policy.unwrap_or(false),
-                    restrict_public_buckets: c.restrict_public_buckets.unwrap_or(false),
-                })),
-            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(None),
-            Err(e) => Err(e),
-        }
+        let out = unset_ok(Aws::call(S3, "GetPublicAccessBlock", req).await)?;
+        Ok(out
+            .and_then(|o| o.public_access_block_configuration)
+            .map(|c| PublicAccessBlock {
+                block_public_acls: c.block_public_acls.unwrap_or(false),
+                ignore_public_acls: c.ignore_public_acls.unwrap_or(false),
+                block_public_policy: c.block_public_policy.unwrap_or(false),
+                restrict_public_buckets: c.restrict_public_buckets.unwrap_or(false),
+            }))
     }
 
     pub async fn encryption(
@@ -69,29 +76,26 @@ impl Aws {
             .get_bucket_encryption()
             .bucket(bucket)
             .send();
-        match Aws::call(S3, "GetBucketEncryption", req).await {
-            Ok(out) => Ok(out
-                .server_side_encryption_configuration
-                .and_then(|c| c.rules.into_iter().next())
-                .map(|rule| {
-                    let default = rule.apply_server_side_encryption_by_default;
-                    let kms = default
-                        .as_ref()
-                        .is_some_and(|d| d.sse_algorithm == s3::ServerSideEncryption::AwsKms);
-                    Encryption {
-                        algorithm: if kms {
-                            EncryptionAlgorithm::AwsKms
-                        } else {
-                            EncryptionAlgorithm::Aes256
-                        },
-                        kms_key_id: default.and_then(|d| d.kms_master_key_id),
-                        // S3 reports `false` for SSE-S3 buckets; only KMS buckets carry the flag.
-                        bucket_key_enabled: if kms { rule.bucket_key_enabled } else { None },
-                    }
-                })),
-            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(None),
-            Err(e) => Err(e),
-        }
+        let out = unset_ok(Aws::call(S3, "GetBucketEncryption", req).await)?;
+        Ok(out
+            .and_then(|o| o.server_side_encryption_configuration)
+            .and_then(|c| c.rules.into_iter().next())
+            .map(|rule| {
+                let default = rule.apply_server_side_encryption_by_default;
+                let kms = default
+                    .as_ref()
+                    .is_some_and(|d| d.sse_algorithm == s3::ServerSideEncryption::AwsKms);
+                Encryption {
+                    algorithm: if kms {
+                        EncryptionAlgorithm::AwsKms
+                    } else {
+                        EncryptionAlgorithm::Aes256
+                    },
+                    kms_key_id: default.and_then(|d| d.kms_master_key_id),
+                    // S3 reports `false` for SSE-S3 buckets; only KMS buckets carry the flag.
+                    bucket_key_enabled: if kms { rule.bucket_key_enabled } else { None },
+                }
+            }))
     }
 
     /// `None` for a bucket that never had versioning enabled.
@@ -123,30 +127,16 @@ impl Aws {
             .get_bucket_lifecycle_configuration()
             .bucket(bucket)
             .send();
-        match Aws::call(S3, "GetBucketLifecycleConfiguration", req).await {
-            Ok(out) => Ok(out
-                .rules
-                .unwrap_or_default()
-                .into_iter()
-                .map(lifecycle_from_aws)
-                .collect()),
-            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(Vec::new()),
-            Err(e) => Err(e),
-        }
+        let out = unset_ok(Aws::call(S3, "GetBucketLifecycleConfiguration", req).await)?;
+        let rules = out.and_then(|o| o.rules).unwrap_or_default();
+        Ok(rules.into_iter().map(lifecycle_from_aws).collect())
     }
 
     pub async fn cors_rules(&self, region: &str, bucket: &str) -> Result<Vec<CorsRule>, Error> {
         let req = self.s3(region).get_bucket_cors().bucket(bucket).send();
-        match Aws::call(S3, "GetBucketCors", req).await {
-            Ok(out) => Ok(out
-                .cors_rules
-                .unwrap_or_default()
-                .into_iter()
-                .map(cors_from_aws)
-                .collect()),
-            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(Vec::new()),
-            Err(e) => Err(e),
-        }
+        let out = unset_ok(Aws::call(S3, "GetBucketCors", req).await)?;
+        let rules = out.and_then(|o| o.cors_rules).unwrap_or_default();
+        Ok(rules.into_iter().map(cors_from_aws).collect())
     }
 
     /// The bucket's policy document; `None` when it has none. A document that is not JSON
@@ -157,15 +147,12 @@ impl Aws {
         bucket: &str,
     ) -> Result<Option<serde_json::Value>, Error> {
         let req = self.s3(region).get_bucket_policy().bucket(bucket).send();
-        match Aws::call(S3, "GetBucketPolicy", req).await {
-            Ok(out) => Ok(Some(
-                out.policy
-                    .and_then(|p| serde_json::from_str(&p).ok())
-                    .unwrap_or_default(),
-            )),
-            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(None),
-            Err(e) => Err(e),
-        }
+        let out = unset_ok(Aws::call(S3, "GetBucketPolicy", req).await)?;
+        Ok(out.map(|o| {
+            o.policy
+                .and_then(|p| serde_json::from_str(&p).ok())
+                .unwrap_or_default()
+        }))
     }
 
     pub async fn put_bucket_policy(
@@ -194,14 +181,11 @@ impl Aws {
             .get_bucket_ownership_controls()
             .bucket(bucket)
             .send();
-        match Aws::call(S3, "GetBucketOwnershipControls", req).await {
-            Ok(out) => Ok(out
-                .ownership_controls
-                .and_then(|c| c.rules.into_iter().next())
-                .and_then(|r| ownership_from_aws(&r.object_ownership))),
-            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(None),
-            Err(e) => Err(e),
-        }
+        let out = unset_ok(Aws::call(S3, "GetBucketOwnershipControls", req).await)?;
+        Ok(out
+            .and_then(|o| o.ownership_controls)
+            .and_then(|c| c.rules.into_iter().next())
+            .and_then(|r| ownership_from_aws(&r.object_ownership)))
     }
 
     pub async fn put_object_ownership(

@@ -1,10 +1,11 @@
-//! S3 calls for object lock, intelligent tiering and transfer acceleration (issue 17, items 4
-//! and 6), translated to and from the API's own types so the planner compares like with like.
+//! S3 calls for object lock, intelligent tiering and transfer acceleration, translated to and
+//! from the API's own types so the planner compares like with like.
 
 use std::collections::BTreeMap;
 
 use aws_sdk_s3::types as s3;
 
+use super::unset_ok;
 use crate::api::{
     AccessTier, DefaultRetention, IntelligentTiering, RetentionMode, Tiering, TieringStatus,
     TransferAcceleration,
@@ -29,14 +30,11 @@ impl Aws {
             .get_object_lock_configuration()
             .bucket(bucket)
             .send();
-        match Aws::call(S3, "GetObjectLockConfiguration", req).await {
-            Ok(out) => Ok(out
-                .object_lock_configuration
-                .map(lock_from_aws)
-                .unwrap_or_default()),
-            Err(e) if e.not_found() && !e.is("NoSuchBucket") => Ok(LockState::default()),
-            Err(e) => Err(e),
-        }
+        let out = unset_ok(Aws::call(S3, "GetObjectLockConfiguration", req).await)?;
+        Ok(out
+            .and_then(|o| o.object_lock_configuration)
+            .map(lock_from_aws)
+            .unwrap_or_default())
     }
 
     /// Sets the default retention of a bucket that has object lock (`None`: no default).

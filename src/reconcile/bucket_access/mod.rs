@@ -2,8 +2,8 @@
 //! that hands its credentials to the application.
 //!
 //! Each pass observes (`observe`: the Bucket cache, the Secret, the bucket's tags and the IAM
-//! identity), plans with a pure function ([`plan::plan`], keys in [`keys`]) and applies only the
-//! difference.
+//! identity, reading only), plans with a pure function ([`plan::plan`], keys in [`keys`]; a
+//! grant that may not stand, [`plan::withdrawal`]) and applies only the difference.
 
 pub mod keys;
 mod observe;
@@ -20,16 +20,17 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 
 use super::{
-    Blocked, Context, Error, MANAGER, PassEvents, Requeue, has_finalizer, object_key, owner,
-    refusal, remove_finalizer, report_blocked, served, update_status,
+    Blocked, Context, Error, MANAGER, PassEvents, Requeue, ensure_finalizer, has_finalizer,
+    object_key, owner, refusal, remove_finalizer, report_blocked, served, update_status,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType};
+use crate::aws::iam::Identity;
 use crate::aws::naming;
-use crate::aws::tags::Ownership;
+use crate::aws::tags::{Owner, Ownership};
 use crate::metrics::METRICS;
 use observe::{Observation, observe};
-use plan::{ActiveKey, Kind, Learned, Plan, Step};
+use plan::{ActiveKey, Kind, Learned, Plan, Revoke, Step, Withdrawal};
 
 pub use keys::{KeyPlan, RotationPolicy, SecretCreds, plan_keys, secret_creds};
 
@@ -74,10 +75,16 @@ async fn pass(
 ) -> Result<Requeue, Error> {
     let (observed, mut versions) = match observe(access, ctx).await? {
         Observation::Settled(wait) => return Ok(Requeue::Resync(wait)),
+        Observation::Withdraw(why, found) => {
+            let owner = owner(access, &ctx.settings.cluster_name);
+            let withdrawal = plan::withdrawal(iam_identity(access, &owner), &found, why);
+            return Err(withdraw(access, ctx, &withdrawal).await);
+        }
         Observation::Seen(observed, versions) => (*observed, versions),
     };
     let plan = plan::plan(access, &ctx.settings, &observed)?;
-    let learned = apply(ctx, &plan, events).await?;
+    let learned = apply(access, ctx, &plan, events).await?;
+    versions.access.extend(learned.version.clone());
     let endpoint = ctx.aws.endpoint_url.as_deref();
     let outcome = plan.outcome(access, &learned, endpoint, observed.now);
     let current = observed.secret.as_ref();
@@ -105,41 +112,51 @@ async fn pass(
     Ok(next)
 }
 
+/// The user or role that `access` is granted through (`owner`: the access's).
+pub fn iam_identity(access: &BucketAccess, owner: &Owner) -> Identity {
+    let name = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
+    match access.spec.credentials.type_ {
+        CredentialsType::AccessKey => Identity::User(name),
+        CredentialsType::ServiceAccountRole => Identity::Role(name),
+    }
+}
+
 /// Executes the plan's steps in order, each reported in the pass's event; returns what only
 /// the writes could tell.
-async fn apply(ctx: &Context, plan: &Plan, events: &mut PassEvents) -> Result<Learned, Error> {
+async fn apply(
+    access: &BucketAccess,
+    ctx: &Context,
+    plan: &Plan,
+    events: &mut PassEvents,
+) -> Result<Learned, Error> {
     let mut learned = Learned {
         arn: plan.arn.clone().unwrap_or_default(),
         key: plan.key.clone(),
+        version: None,
     };
     for step in &plan.steps {
-        apply_step(ctx, plan, step, &mut learned, events).await?;
+        apply_step(access, ctx, plan, step, &mut learned, events).await?;
     }
     Ok(learned)
 }
 
 async fn apply_step(
+    access: &BucketAccess,
     ctx: &Context,
     plan: &Plan,
     step: &Step,
     learned: &mut Learned,
     events: &mut PassEvents,
 ) -> Result<(), Error> {
-    let (aws, name) = (&ctx.aws, plan.name.as_str());
-    let what = match plan.kind {
-        Kind::User => "IAM user",
-        Kind::Role { .. } => "IAM role",
-    };
+    let (aws, name, identity) = (&ctx.aws, plan.name.as_str(), plan.identity());
     match step {
+        Step::AddFinalizer => learned.version = Some(ensure_finalizer(&ctx.client, access).await?),
         Step::CreateUser | Step::CreateRole(_) => {
             learned.arn = create(ctx, plan, step, events).await?
         }
         Step::PutBoundary { drift } => {
-            match plan.kind {
-                Kind::User => aws.put_user_boundary(name, &plan.boundary).await?,
-                Kind::Role { .. } => aws.put_role_boundary(name, &plan.boundary).await?,
-            }
-            let note = format!("Set permissions boundary of {what} {name}");
+            aws.put_boundary(&identity, &plan.boundary).await?;
+            let note = format!("Set permissions boundary of {identity}");
             drift_or_update(events, *drift, "permissionsBoundary", note);
         }
         Step::PutTrustPolicy { trust, drift } => {
@@ -148,11 +165,9 @@ async fn apply_step(
             drift_or_update(events, *drift, "trustPolicy", note);
         }
         Step::PutPolicy { drift } => {
-            match plan.kind {
-                Kind::User => aws.put_user_policy(name, POLICY_NAME, &plan.policy).await?,
-                Kind::Role { .. } => aws.put_role_policy(name, POLICY_NAME, &plan.policy).await?,
-            }
-            let note = format!("Set access policy of {what} {name}");
+            aws.put_inline_policy(&identity, POLICY_NAME, &plan.policy)
+                .await?;
+            let note = format!("Set access policy of {identity}");
             drift_or_update(events, *drift, "policy", note);
         }
         Step::DeleteKey(id) => {
@@ -196,24 +211,23 @@ async fn create(
     events: &mut PassEvents,
 ) -> Result<String, Error> {
     let (aws, name, path) = (&ctx.aws, plan.name.as_str(), plan.path.as_str());
-    let (created, what, note) = match (step, &plan.kind) {
+    let identity = plan.identity();
+    let (created, note) = match (step, &plan.kind) {
         (Step::CreateRole(trust), Kind::Role { service_account }) => (
             aws.create_role(name, path, &plan.boundary, trust, &plan.tags)
                 .await,
-            "IAM role",
-            format!("Created IAM role {name} for ServiceAccount {service_account}"),
+            format!("Created {identity} for ServiceAccount {service_account}"),
         ),
         _ => (
             aws.create_user(name, path, &plan.boundary, &plan.tags)
                 .await,
-            "IAM user",
-            format!("Created IAM user {name}"),
+            format!("Created {identity}"),
         ),
     };
     let entity = match created {
         Err(e) if e.is("EntityAlreadyExists") => {
             let msg = format!(
-                "{what} {name} already exists outside the operator's path {path}; it will not be modified"
+                "{identity} already exists outside the operator's path {path}; it will not be modified"
             );
             return Err(Blocked::new(Reason::OwnershipConflict, msg).into());
         }
@@ -223,69 +237,37 @@ async fn create(
     Ok(entity.arn)
 }
 
-/// Grants never outlive ownership: removes the access policy and deactivates every key of this
-/// access's user (or removes its role's policy); returns why, for the Ready condition. Keys
-/// stay, inactive, so the same Secret works again if the grant comes back. Reads only, once
-/// nothing is left to revoke.
-async fn withdraw(access: &BucketAccess, ctx: &Context, why: Blocked) -> Error {
-    let revoked = match revoke(access, ctx).await {
-        Ok(revoked) => revoked,
-        Err(e) => {
-            let Some(failed) = refusal(&e, None, "") else {
-                return e.into();
-            };
-            let msg = format!(
-                "{}; revoking its credentials failed: {}",
-                why.message, failed.message
-            );
-            return Blocked::new(failed.reason, msg).into();
+/// Writes a withdrawal's steps; returns what the access reports, for the Ready condition.
+async fn withdraw(access: &BucketAccess, ctx: &Context, withdrawal: &Withdrawal) -> Error {
+    let (aws, identity) = (&ctx.aws, &withdrawal.identity);
+    for step in &withdrawal.steps {
+        let written = match step {
+            Revoke::DeletePolicy => aws.delete_inline_policy(identity, POLICY_NAME).await,
+            Revoke::DeactivateKey(id) => {
+                aws.set_access_key_active(identity.name(), id, false).await
+            }
+        };
+        if let Err(e) = written {
+            return revoking_failed(&withdrawal.why, e);
         }
-    };
-    if !revoked.is_empty() {
-        let note = format!("{}: {}", why.message, revoked.join(", "));
+    }
+    if let Some(note) = withdrawal.note() {
         ctx.event(access, true, "AccessRevoked", note).await;
     }
-    // The same message whether or not this pass revoked anything: a steady pass writes nothing.
-    let msg = format!("{}; no access is granted", why.message);
-    Blocked::new(why.reason, msg).into()
+    withdrawal.reported().into()
 }
 
-/// Revokes what this access's identity is granted; returns what it did, in words.
-async fn revoke(access: &BucketAccess, ctx: &Context) -> Result<Vec<String>, crate::aws::Error> {
-    let owner = owner(access, &ctx.settings.cluster_name);
-    let name = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
-    let aws = &ctx.aws;
-    let mut revoked = Vec::new();
-    match access.spec.credentials.type_ {
-        CredentialsType::AccessKey => {
-            let Some(user) = aws.get_user(&name).await? else {
-                return Ok(revoked);
-            };
-            if owner.judge(&user.tags) != Ownership::Ours {
-                return Ok(revoked);
-            }
-            if aws.user_policy(&name, POLICY_NAME).await?.is_some() {
-                aws.delete_user_policy(&name, POLICY_NAME).await?;
-                revoked.push(format!("removed the access policy of IAM user {name}"));
-            }
-            for key in aws.access_keys(&name).await?.iter().filter(|k| k.active) {
-                aws.set_access_key_active(&name, &key.id, false).await?;
-                revoked.push(format!("deactivated access key {}", key.id));
-            }
-        }
-        CredentialsType::ServiceAccountRole => {
-            let Some(role) = aws.get_role(&name).await? else {
-                return Ok(revoked);
-            };
-            if owner.judge(&role.tags) == Ownership::Ours
-                && aws.role_policy(&name, POLICY_NAME).await?.is_some()
-            {
-                aws.delete_role_policy(&name, POLICY_NAME).await?;
-                revoked.push(format!("removed the access policy of IAM role {name}"));
-            }
-        }
-    }
-    Ok(revoked)
+/// A refused read or write of a withdrawal is reported with why the grant goes (`why`);
+/// anything else is an error the pass retries.
+fn revoking_failed(why: &Blocked, e: crate::aws::Error) -> Error {
+    let Some(failed) = refusal(&e, None, "") else {
+        return e.into();
+    };
+    let msg = format!(
+        "{}; revoking its credentials failed: {}",
+        why.message, failed.message
+    );
+    Blocked::new(failed.reason, msg).into()
 }
 
 /// The next pass: at the resync period, or sooner when a rotation or grace period is due.
@@ -464,40 +446,26 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Requeue, Error>
 async fn delete_identity(access: &BucketAccess, ctx: &Context) -> Result<(), crate::aws::Error> {
     let aws = &ctx.aws;
     let owner = owner(access, &ctx.settings.cluster_name);
-    let name = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
-    match access.spec.credentials.type_ {
-        CredentialsType::AccessKey => {
-            if let Some(user) = aws.get_user(&name).await?
-                && owner.judge(&user.tags) == Ownership::Ours
-            {
-                for key in aws.access_keys(&name).await? {
-                    aws.delete_access_key(&name, &key.id).await?;
-                }
-                for p in aws.user_policy_names(&name).await? {
-                    aws.delete_user_policy(&name, &p).await?;
-                }
-                aws.delete_user(&name).await?;
-                ctx.event(
-                    access,
-                    false,
-                    "Deleted",
-                    format!("Deleted IAM user {name} and its keys"),
-                )
-                .await;
-            }
-        }
-        CredentialsType::ServiceAccountRole => {
-            if let Some(role) = aws.get_role(&name).await?
-                && owner.judge(&role.tags) == Ownership::Ours
-            {
-                for p in aws.role_policy_names(&name).await? {
-                    aws.delete_role_policy(&name, &p).await?;
-                }
-                aws.delete_role(&name).await?;
-                ctx.event(access, false, "Deleted", format!("Deleted IAM role {name}"))
-                    .await;
-            }
+    let identity = iam_identity(access, &owner);
+    let Some(found) = aws.get_identity(&identity).await? else {
+        return Ok(());
+    };
+    if owner.judge(&found.tags) != Ownership::Ours {
+        return Ok(());
+    }
+    if let Identity::User(user) = &identity {
+        for key in aws.access_keys(user).await? {
+            aws.delete_access_key(user, &key.id).await?;
         }
     }
+    for p in aws.inline_policy_names(&identity).await? {
+        aws.delete_inline_policy(&identity, &p).await?;
+    }
+    aws.delete_identity(&identity).await?;
+    let note = match identity {
+        Identity::User(_) => format!("Deleted {identity} and its keys"),
+        Identity::Role(_) => format!("Deleted {identity}"),
+    };
+    ctx.event(access, false, "Deleted", note).await;
     Ok(())
 }

@@ -8,14 +8,15 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 
-use super::plan::{BucketFacts, Found, Identity, Observed, ObservedRole, ObservedUser};
-use super::{POLICY_NAME, secret_name, withdraw};
+use super::plan::{BucketFacts, Found, Observed, ObservedIdentity};
+use super::{POLICY_NAME, iam_identity, revoking_failed, secret_name};
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketAccess, CredentialsType};
+use crate::aws::iam::Identity;
 use crate::aws::tags::{Owner, Ownership};
 use crate::aws::{ErrorKind, naming, policy};
 use crate::reconcile::bucket::Address;
-use crate::reconcile::{Blocked, Context, Error, Settings, ensure_finalizer, object_key, owner};
+use crate::reconcile::{Blocked, Context, Error, Settings, has_finalizer, object_key, owner};
 
 /// What the Bucket cache says about the grant, before any AWS call (pure).
 #[derive(Debug, PartialEq)]
@@ -146,11 +147,15 @@ fn secret_versions(secret: Option<&Secret>) -> Vec<String> {
 pub(super) enum Observation {
     /// Every input is at a version the last pass saw or wrote: wait this long.
     Settled(Duration),
+    /// No grant may stand (why), and the access's identity as found: the pass withdraws what
+    /// it is granted.
+    Withdraw(Blocked, Found<ObservedIdentity>),
     Seen(Box<Observed>, Versions),
 }
 
 /// Reads what the plan decides from: the Bucket (cache), the Secret, the bucket's ownership
-/// tags and the IAM identity. A grant whose bucket is gone or no longer owned is withdrawn here.
+/// tags and the IAM identity. It writes nothing: a grant whose bucket is gone or no longer
+/// owned is found here and withdrawn by the pass.
 pub(super) async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Error> {
     let start = access.resource_version().unwrap_or_default();
     let key = object_key(access);
@@ -170,22 +175,17 @@ pub(super) async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Obse
     }
     let (d, bucket_owner) =
         match bucket_state(access, bucket.as_deref(), &ctx.settings, &ctx.aws.region) {
-            BucketState::Gone(why) => return Err(withdraw(access, ctx, why).await),
+            BucketState::Gone(why) => return withdrawn(access, ctx, why).await,
             // Nothing is created for it yet, so it needs no finalizer either.
             BucketState::Pending => return Ok(Observation::Settled(ctx.resync_after())),
             BucketState::NotReady(msg, at, bucket_owner) => {
-                return Err(not_ready(access, ctx, msg, &at, &bucket_owner).await);
+                return not_ready(access, ctx, msg, &at, &bucket_owner).await;
             }
             BucketState::Named(d, owner) => (d, owner),
         };
-    // The finalizer (in place before anything is created in AWS) and the Secret's read are
-    // independent: one round trip to the API server, not two.
-    let (version, secret) = tokio::try_join!(
-        ensure_finalizer(&ctx.client, access),
-        read_secret(access, ctx, &ns)
-    )?;
+    let secret = read_secret(access, ctx, &ns).await?;
     let versions = Versions {
-        access: vec![start, version],
+        access: vec![start],
         bucket: vec![
             bucket
                 .and_then(|b| b.resource_version())
@@ -194,14 +194,37 @@ pub(super) async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Obse
         secret: secret_versions(secret.as_ref()),
     };
     // The echo of this operator's own writes costs no AWS reads (see `Settled`); roles are
-    // cheap to re-read and keep no such record.
+    // cheap to re-read and keep no such record. Without its finalizer the access is no echo.
     if access.spec.credentials.type_ == CredentialsType::AccessKey
+        && has_finalizer(access)
         && let Some(wait) = ctx.settled.remaining(&key, &versions.current())
     {
         return Ok(Observation::Settled(wait));
     }
-    let observed = read_grant(access, ctx, &d, &bucket_owner, secret).await?;
-    Ok(Observation::Seen(Box::new(observed), versions))
+    read_grant(access, ctx, &d, &bucket_owner, secret, versions).await
+}
+
+/// No grant may stand (`why`): reads what the access's identity is granted, for the pass to
+/// withdraw. A refused read is reported like a refused withdrawal.
+async fn withdrawn(
+    access: &BucketAccess,
+    ctx: &Context,
+    why: Blocked,
+) -> Result<Observation, Error> {
+    let owner = owner(access, &ctx.settings.cluster_name);
+    let found = observe_identity(ctx, access, &owner).await;
+    withdrawal_of(why, found)
+}
+
+/// What the pass withdraws, once the identity is read.
+fn withdrawal_of(
+    why: Blocked,
+    found: Result<Found<ObservedIdentity>, crate::aws::Error>,
+) -> Result<Observation, Error> {
+    match found {
+        Ok(found) => Ok(Observation::Withdraw(why, found)),
+        Err(e) => Err(revoking_failed(&why, e)),
+    }
 }
 
 /// A Bucket not Ready: the access waits, and its grant stays only while AWS says the bucket it
@@ -213,27 +236,28 @@ async fn not_ready(
     msg: String,
     at: &Address,
     bucket_owner: &Owner,
-) -> Error {
+) -> Result<Observation, Error> {
     let bucket_ref = &access.spec.bucket_ref.name;
     match confirm(ctx, at, bucket_owner, bucket_ref, Duration::ZERO).await {
-        Ok(_) => Blocked::new(Reason::BucketNotReady, msg).into(),
+        Ok(_) => Err(Blocked::new(Reason::BucketNotReady, msg).into()),
         Err(Error::Blocked(not_owned)) => {
             let msg = format!("{msg}; {}", not_owned.message);
-            withdraw(access, ctx, Blocked::new(Reason::BucketNotReady, msg)).await
+            withdrawn(access, ctx, Blocked::new(Reason::BucketNotReady, msg)).await
         }
-        Err(e) => e,
+        Err(e) => Err(e),
     }
 }
 
 /// What the plan compares in AWS: the grant's bucket, confirmed still the Bucket's (else the
-/// grant is withdrawn), and the access's identity.
+/// grant is to be withdrawn), and the access's identity.
 async fn read_grant(
     access: &BucketAccess,
     ctx: &Context,
     d: &Address,
     bucket_owner: &Owner,
     secret: Option<Secret>,
-) -> Result<Observed, Error> {
+    versions: Versions,
+) -> Result<Observation, Error> {
     let owner = owner(access, &ctx.settings.cluster_name);
     // The Bucket's own pass reads these tags at least once per resync period (jittered by up to
     // 10%) and wakes this access when they change hands: its last read serves.
@@ -244,15 +268,16 @@ async fn read_grant(
         observe_identity(ctx, access, &owner)
     );
     let facts = match facts {
-        Err(Error::Blocked(why)) => return Err(withdraw(access, ctx, why).await),
+        Err(Error::Blocked(why)) => return withdrawal_of(why, identity),
         other => other?,
     };
-    Ok(Observed {
+    let observed = Observed {
         bucket: facts,
         identity: identity?,
         secret,
         now: jiff::Timestamp::now(),
-    })
+    };
+    Ok(Observation::Seen(Box::new(observed), versions))
 }
 
 /// The Bucket `name` as the API server has it, for when the cache has not seen it. Watch events
@@ -274,48 +299,33 @@ async fn observe_identity(
     ctx: &Context,
     access: &BucketAccess,
     owner: &Owner,
-) -> Result<Identity, crate::aws::Error> {
+) -> Result<Found<ObservedIdentity>, crate::aws::Error> {
     let aws = &ctx.aws;
-    let name = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
-    let foreign = |tags| match owner.judge(tags) {
-        Ownership::Ours => None,
-        Ownership::Unowned | Ownership::Released { .. } => {
-            Some("not tagged by the operator".to_string())
-        }
-        Ownership::Foreign(who) => Some(who),
+    let identity = iam_identity(access, owner);
+    let Some(found) = aws.get_identity(&identity).await? else {
+        return Ok(Found::Absent);
     };
-    Ok(match access.spec.credentials.type_ {
-        CredentialsType::AccessKey => Identity::User(match aws.get_user(&name).await? {
-            None => Found::Absent,
-            Some(e) => match foreign(&e.tags) {
-                Some(who) => Found::Foreign(who),
-                None => {
-                    let (policy, keys) = tokio::try_join!(
-                        aws.user_policy(&name, POLICY_NAME),
-                        aws.access_keys(&name)
-                    )?;
-                    Found::Ours(ObservedUser {
-                        arn: e.arn,
-                        boundary: e.boundary,
-                        policy,
-                        keys,
-                    })
-                }
-            },
-        }),
-        CredentialsType::ServiceAccountRole => Identity::Role(match aws.get_role(&name).await? {
-            None => Found::Absent,
-            Some(e) => match foreign(&e.tags) {
-                Some(who) => Found::Foreign(who),
-                None => Found::Ours(ObservedRole {
-                    policy: aws.role_policy(&name, POLICY_NAME).await?,
-                    arn: e.arn,
-                    boundary: e.boundary,
-                    trust_policy: e.trust_policy,
-                }),
-            },
-        }),
-    })
+    match owner.judge(&found.tags) {
+        Ownership::Ours => {}
+        Ownership::Unowned | Ownership::Released { .. } => {
+            return Ok(Found::Foreign("not tagged by the operator".to_string()));
+        }
+        Ownership::Foreign(who) => return Ok(Found::Foreign(who)),
+    }
+    let keys = async {
+        match &identity {
+            Identity::User(user) => aws.access_keys(user).await,
+            Identity::Role(_) => Ok(Vec::new()),
+        }
+    };
+    let (policy, keys) = tokio::try_join!(aws.inline_policy(&identity, POLICY_NAME), keys)?;
+    Ok(Found::Ours(ObservedIdentity {
+        arn: found.arn,
+        boundary: found.boundary,
+        policy,
+        trust_policy: found.trust_policy,
+        keys,
+    }))
 }
 
 /// The Secret this access writes, if it exists; `Blocked` when it exists but belongs to someone

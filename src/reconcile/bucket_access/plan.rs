@@ -12,14 +12,14 @@ use super::keys::{
     ANN_KEY_HASH, ANN_KEY_ID, ANN_PREVIOUS, ANN_ROTATED_AT, KeyPlan, PreviousKey, RotationPolicy,
     add, plan_keys, secret_creds,
 };
-use super::{is_served, secret_name};
+use super::{iam_identity, is_served, secret_name};
 use crate::api::condition::{self, Reason};
 use crate::api::{BucketAccess, BucketAccessStatus};
-use crate::aws::iam::{AccessKey, Secret as SecretValue};
+use crate::aws::iam::{AccessKey, Identity, Secret as SecretValue};
 use crate::aws::naming::{self, sha256_hex};
 use crate::aws::policy;
 use crate::aws::tags::Owner;
-use crate::reconcile::{Blocked, Settings, owner};
+use crate::reconcile::{Blocked, Settings, has_finalizer, owner};
 
 /// Facts about the bucket a BucketAccess grants: derived from its Bucket's spec and UID and
 /// confirmed by the bucket's ownership tags in AWS, never taken from status.
@@ -39,46 +39,34 @@ pub enum Found<T> {
     Ours(T),
 }
 
-/// The access's IAM user, when it is ours.
+/// The access's IAM user or role, when it is ours.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ObservedUser {
+pub struct ObservedIdentity {
     pub arn: String,
     pub boundary: Option<String>,
     /// The inline access policy, if any.
     pub policy: Option<Value>,
-    /// Its access keys, oldest first.
-    pub keys: Vec<AccessKey>,
-}
-
-/// The access's IAM role, when it is ours.
-#[derive(Clone, Debug, PartialEq)]
-pub struct ObservedRole {
-    pub arn: String,
-    pub boundary: Option<String>,
+    /// The trust policy (roles only).
     pub trust_policy: Option<Value>,
-    /// The inline access policy, if any.
-    pub policy: Option<Value>,
-}
-
-#[derive(Clone, Debug, PartialEq)]
-pub enum Identity {
-    User(Found<ObservedUser>),
-    Role(Found<ObservedRole>),
+    /// Its access keys, oldest first (users only).
+    pub keys: Vec<AccessKey>,
 }
 
 /// Everything a pass decides from, read before it writes anything.
 #[derive(Clone, Debug)]
 pub struct Observed {
     pub bucket: BucketFacts,
-    pub identity: Identity,
+    pub identity: Found<ObservedIdentity>,
     /// The Secret this access writes, as read at the start of the pass (never someone else's).
     pub secret: Option<Secret>,
     pub now: jiff::Timestamp,
 }
 
-/// One write to IAM, in the order the plan lists them.
+/// One write, in the order the plan lists them: the finalizer, then IAM.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Step {
+    /// The finalizer, in place before anything is created in AWS (a Kubernetes write).
+    AddFinalizer,
     CreateUser,
     /// Creates the role with its trust policy, for this ServiceAccount.
     CreateRole(Value),
@@ -97,6 +85,23 @@ pub enum Step {
     /// Brings back a kept key that a revoked grant deactivated.
     ReactivateKey(String),
     CreateKey,
+}
+
+/// One write that takes a grant back. Keys stay, inactive, so the same Secret works again if
+/// the grant comes back.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Revoke {
+    DeletePolicy,
+    DeactivateKey(String),
+}
+
+/// Grants never outlive ownership: the writes that take this access's grant back, and why no
+/// grant may stand. Nothing is written once nothing is left to revoke.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Withdrawal {
+    pub identity: Identity,
+    pub steps: Vec<Revoke>,
+    pub why: Blocked,
 }
 
 /// The key pair the Secret hands out.
@@ -143,11 +148,13 @@ pub struct Plan {
     pub rotation: RotationPolicy,
 }
 
-/// What only the apply learns: a new user's or role's ARN, a new access key.
+/// What only the apply learns: a new user's or role's ARN, a new access key, and the
+/// access's resourceVersion once its finalizer is written.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Learned {
     pub arn: String,
     pub key: Option<ActiveKey>,
+    pub version: Option<String>,
 }
 
 /// The Secret's data and annotations and the status, once the plan is applied.
@@ -182,7 +189,7 @@ pub fn rotation_policy(access: &BucketAccess) -> RotationPolicy {
     }
 }
 
-/// The pure heart of the BucketAccess reconciler: which IAM writes turn `observed` into what
+/// The pure heart of the BucketAccess reconciler: which writes turn `observed` into what
 /// `access` asks for, or why none may be made.
 pub fn plan(
     access: &BucketAccess,
@@ -191,9 +198,10 @@ pub fn plan(
 ) -> Result<Plan, Blocked> {
     let owner = owner(access, &settings.cluster_name);
     let facts = &observed.bucket;
+    let identity = iam_identity(access, &owner);
     let mut plan = Plan {
         kind: Kind::User,
-        name: naming::iam_name(&owner.namespace, &owner.name, &owner.uid),
+        name: identity.name().to_string(),
         path: naming::iam_path(&settings.cluster_name),
         boundary: settings.boundary_arn.clone(),
         tags: owner.tags(),
@@ -221,59 +229,98 @@ pub fn plan(
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
-    let served = is_served(access);
-    match &observed.identity {
-        Identity::User(found) => plan_user(&mut plan, access, found, observed, served)?,
-        Identity::Role(found) => plan_role(&mut plan, access, settings, &owner, found, served)?,
+    let trust = match identity {
+        Identity::User(_) => None,
+        Identity::Role(_) => Some(role_trust(&mut plan, access, settings, &owner)?),
+    };
+    if !has_finalizer(access) {
+        plan.steps.push(Step::AddFinalizer);
+    }
+    let keys = plan_identity(&mut plan, &observed.identity, trust, is_served(access))?;
+    if plan.kind == Kind::User {
+        plan_user_keys(&mut plan, access, keys, observed);
     }
     Ok(plan)
 }
 
-fn plan_user(
+/// The trust policy of the role the access's ServiceAccount assumes; makes `plan` a role's.
+fn role_trust(
     plan: &mut Plan,
     access: &BucketAccess,
-    found: &Found<ObservedUser>,
-    observed: &Observed,
+    settings: &Settings,
+    owner: &Owner,
+) -> Result<Value, Blocked> {
+    let Some(oidc) = &settings.oidc_provider_arn else {
+        let msg = "ServiceAccountRole credentials need the operator's --oidc-provider-arn, which is not set";
+        return Err(Blocked::new(Reason::InvalidSpec, msg));
+    };
+    let sa = access
+        .spec
+        .credentials
+        .service_account_name
+        .clone()
+        .unwrap_or_default();
+    let trust = policy::irsa_trust_policy(oidc, &owner.namespace, &sa);
+    plan.kind = Kind::Role {
+        service_account: sa,
+    };
+    Ok(trust)
+}
+
+/// The user's or role's own writes: create it (a role with `trust`), or put back its boundary
+/// and trust policy; then its access policy. Returns its access keys.
+fn plan_identity<'a>(
+    plan: &mut Plan,
+    found: &'a Found<ObservedIdentity>,
+    trust: Option<Value>,
     served: bool,
-) -> Result<(), Blocked> {
-    let user = &plan.name;
+) -> Result<&'a [AccessKey], Blocked> {
     let (policy, keys) = match found {
         Found::Foreign(who) => {
-            let msg =
-                format!("IAM user {user} already exists and is {who}; it will not be modified");
+            let msg = format!(
+                "{} already exists and is {who}; it will not be modified",
+                plan.identity()
+            );
             return Err(Blocked::new(Reason::OwnershipConflict, msg));
         }
         Found::Absent => {
-            plan.steps.push(Step::CreateUser);
+            plan.steps
+                .push(trust.map_or(Step::CreateUser, Step::CreateRole));
             (None, &[][..])
         }
-        Found::Ours(u) => {
-            // A user from before boundaries, or one whose boundary was changed.
-            if u.boundary.as_ref() != Some(&plan.boundary) {
-                let drift = u.boundary.is_some();
+        Found::Ours(o) => {
+            // One from before boundaries, or one whose boundary was changed.
+            if o.boundary.as_ref() != Some(&plan.boundary) {
+                let drift = o.boundary.is_some();
                 plan.steps.push(Step::PutBoundary { drift });
             }
-            plan.arn = Some(u.arn.clone());
-            (u.policy.as_ref(), &u.keys[..])
+            if let Some(trust) = trust
+                && o.trust_policy.as_ref() != Some(&trust)
+            {
+                plan.steps.push(Step::PutTrustPolicy {
+                    trust,
+                    drift: served,
+                });
+            }
+            plan.arn = Some(o.arn.clone());
+            (o.policy.as_ref(), &o.keys[..])
         }
     };
     if policy != Some(&plan.policy) {
         let drift = served && policy.is_some();
         plan.steps.push(Step::PutPolicy { drift });
     }
+    Ok(keys)
+}
+
+/// The user's key writes, and the key pair the Secret keeps.
+fn plan_user_keys(plan: &mut Plan, access: &BucketAccess, keys: &[AccessKey], observed: &Observed) {
     let secret = observed.secret.as_ref();
     let last_active = access
         .status
         .as_ref()
         .and_then(|s| s.access_key_id.as_deref());
     let creds = secret.and_then(secret_creds);
-    let keys_plan = plan_keys(
-        keys,
-        creds.as_ref(),
-        last_active,
-        plan.rotation,
-        observed.now,
-    );
     let KeyPlan {
         delete,
         create,
@@ -281,7 +328,13 @@ fn plan_user(
         previous,
         wake_at,
         reactivate,
-    } = keys_plan;
+    } = plan_keys(
+        keys,
+        creds.as_ref(),
+        last_active,
+        plan.rotation,
+        observed.now,
+    );
     // Deletions before any creation: never more than two keys.
     plan.steps.extend(delete.into_iter().map(Step::DeleteKey));
     plan.steps
@@ -304,66 +357,56 @@ fn plan_user(
     });
     plan.previous = previous;
     plan.wake_at = wake_at;
-    Ok(())
 }
 
-fn plan_role(
-    plan: &mut Plan,
-    access: &BucketAccess,
-    settings: &Settings,
-    owner: &Owner,
-    found: &Found<ObservedRole>,
-    served: bool,
-) -> Result<(), Blocked> {
-    let role = &plan.name;
-    let Some(oidc) = &settings.oidc_provider_arn else {
-        let msg = "ServiceAccountRole credentials need the operator's --oidc-provider-arn, which is not set";
-        return Err(Blocked::new(Reason::InvalidSpec, msg));
-    };
-    let sa = access
-        .spec
-        .credentials
-        .service_account_name
-        .clone()
-        .unwrap_or_default();
-    let trust = policy::irsa_trust_policy(oidc, &owner.namespace, &sa);
-    plan.kind = Kind::Role {
-        service_account: sa,
-    };
-    let policy = match found {
-        Found::Foreign(_) => {
-            let msg = format!(
-                "IAM role {role} already exists and is not owned by this BucketAccess; it will not be modified"
-            );
-            return Err(Blocked::new(Reason::OwnershipConflict, msg));
+/// Takes back all that `found` is granted: its access policy and its active keys.
+pub fn withdrawal(identity: Identity, found: &Found<ObservedIdentity>, why: Blocked) -> Withdrawal {
+    let mut steps = Vec::new();
+    if let Found::Ours(o) = found {
+        if o.policy.is_some() {
+            steps.push(Revoke::DeletePolicy);
         }
-        Found::Absent => {
-            plan.steps.push(Step::CreateRole(trust));
-            None
-        }
-        Found::Ours(r) => {
-            if r.boundary.as_ref() != Some(&plan.boundary) {
-                let drift = r.boundary.is_some();
-                plan.steps.push(Step::PutBoundary { drift });
-            }
-            if r.trust_policy.as_ref() != Some(&trust) {
-                plan.steps.push(Step::PutTrustPolicy {
-                    trust,
-                    drift: served,
-                });
-            }
-            plan.arn = Some(r.arn.clone());
-            r.policy.as_ref()
-        }
-    };
-    if policy != Some(&plan.policy) {
-        let drift = served && policy.is_some();
-        plan.steps.push(Step::PutPolicy { drift });
+        let active = o.keys.iter().filter(|k| k.active);
+        steps.extend(active.map(|k| Revoke::DeactivateKey(k.id.clone())));
     }
-    Ok(())
+    Withdrawal {
+        identity,
+        steps,
+        why,
+    }
+}
+
+impl Withdrawal {
+    /// The event once every step is written; `None` when nothing was granted.
+    pub fn note(&self) -> Option<String> {
+        let done: Vec<String> = self
+            .steps
+            .iter()
+            .map(|step| match step {
+                Revoke::DeletePolicy => format!("removed the access policy of {}", self.identity),
+                Revoke::DeactivateKey(id) => format!("deactivated access key {id}"),
+            })
+            .collect();
+        (!done.is_empty()).then(|| format!("{}: {}", self.why.message, done.join(", ")))
+    }
+
+    /// What the access reports: the same whether or not this pass revoked anything, so a
+    /// steady pass writes nothing.
+    pub fn reported(&self) -> Blocked {
+        let msg = format!("{}; no access is granted", self.why.message);
+        Blocked::new(self.why.reason, msg)
+    }
 }
 
 impl Plan {
+    /// The user or role this plan writes.
+    pub fn identity(&self) -> Identity {
+        match self.kind {
+            Kind::User => Identity::User(self.name.clone()),
+            Kind::Role { .. } => Identity::Role(self.name.clone()),
+        }
+    }
+
     /// The Secret's contents and the status once the plan is applied (pure). `endpoint`: the
     /// custom S3 endpoint, handed on to the application.
     pub fn outcome(
@@ -382,38 +425,22 @@ impl Plan {
         if let Some(endpoint) = endpoint {
             data.insert("AWS_ENDPOINT_URL_S3".into(), endpoint.to_string());
         }
-        let mut annotations = BTreeMap::new();
         let mut status = BucketAccessStatus {
             observed_generation: access.metadata.generation,
             secret_name: Some(self.secret_name.clone()),
             ..Default::default()
         };
-        let message = match (&self.kind, &learned.key) {
+        let (annotations, message) = match (&self.kind, &learned.key) {
             (Kind::Role { service_account }, _) => {
                 data.insert("AWS_ROLE_ARN".into(), learned.arn.clone());
                 status.role_arn = Some(learned.arn.clone());
-                format!(
+                let message = format!(
                     "IAM role {} is ready for ServiceAccount {service_account}",
                     self.name
-                )
-            }
-            (Kind::User, Some(key)) => {
-                data.insert("AWS_ACCESS_KEY_ID".into(), key.id.clone());
-                data.insert(
-                    "AWS_SECRET_ACCESS_KEY".into(),
-                    key.secret.expose().to_string(),
                 );
-                annotations = self.key_annotations(key);
-                status.user_arn = Some(learned.arn.clone());
-                status.access_key_id = Some(key.id.clone());
-                status.last_rotation_time = Some(Time(key.created));
-                status.next_rotation_time =
-                    self.rotation.interval.map(|i| Time(add(key.created, i)));
-                format!(
-                    "credentials for bucket {} are in Secret {}",
-                    facts.name, self.secret_name
-                )
+                (BTreeMap::new(), message)
             }
+            (Kind::User, Some(key)) => self.hand_out(key, &learned.arn, &mut data, &mut status),
             (Kind::User, None) => unreachable!("plan_keys either keeps a key or creates one"),
         };
         status.conditions = vec![condition::ready(
@@ -429,6 +456,31 @@ impl Plan {
             annotations,
             status,
         }
+    }
+
+    /// Puts the user's key pair in the Secret's `data` and its facts in `status`; returns the
+    /// Secret's annotations and the Ready message.
+    fn hand_out(
+        &self,
+        key: &ActiveKey,
+        arn: &str,
+        data: &mut BTreeMap<String, String>,
+        status: &mut BucketAccessStatus,
+    ) -> (BTreeMap<String, String>, String) {
+        data.insert("AWS_ACCESS_KEY_ID".into(), key.id.clone());
+        data.insert(
+            "AWS_SECRET_ACCESS_KEY".into(),
+            key.secret.expose().to_string(),
+        );
+        status.user_arn = Some(arn.to_string());
+        status.access_key_id = Some(key.id.clone());
+        status.last_rotation_time = Some(Time(key.created));
+        status.next_rotation_time = self.rotation.interval.map(|i| Time(add(key.created, i)));
+        let message = format!(
+            "credentials for bucket {} are in Secret {}",
+            self.bucket.name, self.secret_name
+        );
+        (self.key_annotations(key), message)
     }
 
     /// What the Secret vouches for: the key, a hash of its secret, and the previous key with
@@ -472,7 +524,8 @@ mod tests {
     fn access(credentials: Value) -> BucketAccess {
         serde_json::from_value(json!({
             "apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess",
-            "metadata": {"name": "a", "namespace": "ns", "uid": "uid-a", "generation": 1},
+            "metadata": {"name": "a", "namespace": "ns", "uid": "uid-a", "generation": 1,
+                         "finalizers": [crate::api::FINALIZER]},
             "spec": {"bucketRef": {"name": "b"}, "permission": "ReadWrite",
                      "credentials": credentials},
         }))
@@ -538,7 +591,7 @@ mod tests {
         }
     }
 
-    fn observed(identity: Identity, secret: Option<Secret>, now: i64) -> Observed {
+    fn observed(identity: Found<ObservedIdentity>, secret: Option<Secret>, now: i64) -> Observed {
         Observed {
             bucket: facts(),
             identity,
@@ -547,19 +600,24 @@ mod tests {
         }
     }
 
-    fn ours(a: &BucketAccess, keys: Vec<AccessKey>) -> Identity {
-        Identity::User(Found::Ours(ObservedUser {
+    fn ours(a: &BucketAccess, keys: Vec<AccessKey>) -> Found<ObservedIdentity> {
+        Found::Ours(user(a, keys))
+    }
+
+    fn user(a: &BucketAccess, keys: Vec<AccessKey>) -> ObservedIdentity {
+        ObservedIdentity {
             arn: USER_ARN.into(),
             boundary: Some(BOUNDARY.into()),
             policy: Some(doc(a)),
+            trust_policy: None,
             keys,
-        }))
+        }
     }
 
     #[test]
     fn first_pass_creates_the_user_its_policy_and_one_key() {
         let a = access(json!({}));
-        let o = observed(Identity::User(Found::Absent), None, 0);
+        let o = observed(Found::Absent, None, 0);
         let p = plan(&a, &settings(), &o).unwrap();
         assert_eq!(
             p.steps,
@@ -577,6 +635,7 @@ mod tests {
         let learned = Learned {
             arn: USER_ARN.into(),
             key: Some(new_key("A", 0, "s3cr3t")),
+            version: None,
         };
         let out = p.outcome(&a, &learned, Some("http://moto:5000"), t(0));
         assert_eq!(out.data["AWS_ACCESS_KEY_ID"], "A");
@@ -603,6 +662,7 @@ mod tests {
             &Learned {
                 arn: USER_ARN.into(),
                 key: next.key.clone(),
+                version: None,
             },
             Some("http://moto:5000"),
             t(5),
@@ -664,6 +724,7 @@ mod tests {
         let learned = Learned {
             arn: USER_ARN.into(),
             key: Some(new_key("B", 100, "new")),
+            version: None,
         };
         let out = p.outcome(&a, &learned, None, t(100));
         assert_eq!(out.data["AWS_ACCESS_KEY_ID"], "B");
@@ -688,14 +749,11 @@ mod tests {
     fn a_policy_changed_in_aws_is_drift_once_the_spec_was_served() {
         let a = access(json!({}));
         let changed = |a: &BucketAccess| {
-            Identity::User(Found::Ours(ObservedUser {
+            Found::Ours(ObservedIdentity {
                 policy: Some(json!({"Version": "2012-10-17", "Statement": []})),
                 boundary: None,
-                ..match ours(a, vec![key("A", 0)]) {
-                    Identity::User(Found::Ours(u)) => u,
-                    _ => unreachable!(),
-                }
-            }))
+                ..user(a, vec![key("A", 0)])
+            })
         };
         let p = plan(&a, &settings(), &observed(changed(&a), None, 5)).unwrap();
         assert!(p.steps.contains(&Step::PutPolicy { drift: false }), "{p:?}");
@@ -710,7 +768,7 @@ mod tests {
     fn a_user_of_someone_else_is_never_touched() {
         let a = access(json!({}));
         let who = "owned by ns-b/other in cluster c".to_string();
-        let o = observed(Identity::User(Found::Foreign(who.clone())), None, 0);
+        let o = observed(Found::Foreign(who.clone()), None, 0);
         let refused = plan(&a, &settings(), &o).unwrap_err();
         assert_eq!(refused.reason, Reason::OwnershipConflict);
         assert!(refused.message.contains(&who), "{refused}");
@@ -719,7 +777,7 @@ mod tests {
     #[test]
     fn irsa_role_gets_trust_and_policy_and_a_secret_without_keys() {
         let a = access(json!({"type": "ServiceAccountRole", "serviceAccountName": "app"}));
-        let o = observed(Identity::Role(Found::Absent), None, 0);
+        let o = observed(Found::Absent, None, 0);
         let p = plan(&a, &settings(), &o).unwrap();
         let oidc = settings().oidc_provider_arn.unwrap();
         let trust = policy::irsa_trust_policy(&oidc, "ns", "app");
@@ -734,6 +792,7 @@ mod tests {
         let learned = Learned {
             arn: role_arn.into(),
             key: None,
+            version: None,
         };
         let out = p.outcome(&a, &learned, None, t(0));
         assert_eq!(out.data["AWS_ROLE_ARN"], role_arn);
@@ -744,13 +803,14 @@ mod tests {
 
         // A trust policy edited in AWS after the role was served is put back, as drift.
         let a = served(a, "");
-        let role = ObservedRole {
+        let role = ObservedIdentity {
             arn: role_arn.into(),
             boundary: Some(BOUNDARY.into()),
             trust_policy: Some(json!({})),
             policy: Some(doc(&a)),
+            keys: Vec::new(),
         };
-        let o = observed(Identity::Role(Found::Ours(role)), None, 5);
+        let o = observed(Found::Ours(role), None, 5);
         let p = plan(&a, &settings(), &o).unwrap();
         assert_eq!(p.steps, [Step::PutTrustPolicy { trust, drift: true }]);
 
@@ -759,7 +819,81 @@ mod tests {
             oidc_provider_arn: None,
             ..settings()
         };
-        let refused = plan(&a, &s, &observed(Identity::Role(Found::Absent), None, 0)).unwrap_err();
+        let refused = plan(&a, &s, &observed(Found::Absent, None, 0)).unwrap_err();
         assert_eq!(refused.reason, Reason::InvalidSpec);
+    }
+
+    /// The finalizer is the pass's first write, before anything is created in AWS, and only
+    /// while it is missing.
+    #[test]
+    fn the_finalizer_is_written_first_and_only_once() {
+        let mut a = access(json!({}));
+        a.metadata.finalizers = None;
+        let p = plan(&a, &settings(), &observed(Found::Absent, None, 0)).unwrap();
+        assert_eq!(p.steps[..2], [Step::AddFinalizer, Step::CreateUser]);
+        let a = served(access(json!({})), "A");
+        let p = plan(
+            &a,
+            &settings(),
+            &observed(ours(&a, vec![key("A", 0)]), None, 0),
+        )
+        .unwrap();
+        assert!(!p.steps.contains(&Step::AddFinalizer), "{p:?}");
+    }
+
+    fn gone() -> Blocked {
+        Blocked::new(Reason::BucketNotFound, "Bucket b does not exist")
+    }
+
+    /// A grant whose bucket is gone, foreign or not owned is taken back: the access policy
+    /// goes, active keys are deactivated (not deleted), and the access says why.
+    #[test]
+    fn a_withdrawal_removes_the_policy_and_deactivates_active_keys() {
+        let a = access(json!({}));
+        let mut inactive = key("B", 5);
+        inactive.active = false;
+        let user = Identity::User("u".into());
+        let w = withdrawal(user, &ours(&a, vec![key("A", 0), inactive]), gone());
+        assert_eq!(
+            w.steps,
+            [Revoke::DeletePolicy, Revoke::DeactivateKey("A".into())]
+        );
+        assert_eq!(
+            w.note().as_deref(),
+            Some(
+                "Bucket b does not exist: removed the access policy of IAM user u, deactivated access key A"
+            )
+        );
+        let reported = w.reported();
+        assert_eq!(reported.reason, Reason::BucketNotFound);
+        assert_eq!(
+            reported.message,
+            "Bucket b does not exist; no access is granted"
+        );
+    }
+
+    /// Revoking writes only what is still granted, and never touches an identity that is not
+    /// ours: a steady withdrawn access writes nothing and reports the same.
+    #[test]
+    fn revocation_writes_only_what_is_still_granted_and_only_to_its_own() {
+        let a = access(json!({}));
+        let role = Identity::Role("r".into());
+        let revoked = Found::Ours(ObservedIdentity {
+            policy: None,
+            keys: vec![AccessKey {
+                active: false,
+                ..key("A", 0)
+            }],
+            ..user(&a, vec![])
+        });
+        let foreign = Found::Foreign("owned by ns-b/other".into());
+        for found in [Found::Absent, foreign, revoked] {
+            let w = withdrawal(role.clone(), &found, gone());
+            assert_eq!((w.steps.as_slice(), w.note()), (&[][..], None), "{found:?}");
+            assert!(w.reported().message.ends_with("; no access is granted"));
+        }
+        let w = withdrawal(role, &ours(&a, vec![]), gone());
+        assert_eq!(w.steps, [Revoke::DeletePolicy]);
+        assert!(w.note().unwrap().contains("access policy of IAM role r"));
     }
 }
