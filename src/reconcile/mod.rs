@@ -12,6 +12,8 @@ mod error;
 mod object;
 mod pass_events;
 mod settled;
+#[cfg(test)]
+pub(crate) mod testing;
 mod writes;
 
 pub use backoff::Backoff;

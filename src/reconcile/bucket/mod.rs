@@ -10,6 +10,8 @@ mod cleanup;
 mod desired;
 #[cfg(test)]
 mod fixtures;
+#[cfg(test)]
+mod io_tests;
 pub mod logging;
 pub mod notifications;
 mod observe;
