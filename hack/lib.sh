@@ -42,7 +42,7 @@ kill_pids() {  # kill_pids FILE ("NAME PID" lines): TERM in reverse start order,
 COREDNS_VERSION="v1.13.2"       # github.com/coredns/coredns
 NODE_PKGS="containerd runc containernetworking-plugins buildah iptables nftables gcc libc6-dev socat"
 
-# OLM and prometheus-operator for real (issue 14): the operators themselves, from their Go modules.
+# OLM and prometheus-operator: the operators themselves, from their Go modules.
 OLM_VERSION="v0.38.0"                 # github.com/operator-framework/operator-lifecycle-manager (no replace directives)
 OPM_VERSION="v1.60.0"                 # github.com/operator-framework/operator-registry (opm; CGO for sqlite)
 # github.com/prometheus-operator/prometheus-operator: its binaries, its bundle.yaml (hack/monitoring.sh)

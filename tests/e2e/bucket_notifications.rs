@@ -178,7 +178,7 @@ async fn notifications_reach_allow_listed_queues_and_are_kept() {
     a_missing_queue_is_reported_as_s3_refuses_it(&api).await;
 }
 
-/// Omitted: never read nor written, on create or resync (item 8 of issue 17). Returns the
+/// Omitted: never read nor written, on create or resync. Returns the
 /// S3 name of that Bucket.
 async fn omitted_notifications_are_never_read(op: &Operator, api: &Api<Bucket>) -> String {
     api.create(&PostParams::default(), &bucket("plain", json!({})))

@@ -1,4 +1,4 @@
-//! Object lock, intelligent tiering and transfer acceleration (issue 17, items 4 and 6): chosen
+//! Object lock, intelligent tiering and transfer acceleration: chosen
 //! and kept through the operator, refused where S3 cannot serve them, and free when unused.
 
 use std::collections::BTreeSet;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::observe::{self, confirm_held, observe};
 use super::{
-    Address, Change, Desired, Observed, Plan, address, desired, logging, plan, protection, refusal,
+    Address, Change, Desired, Found, Plan, address, desired, logging, plan, protection, refusal,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketStatus};
@@ -64,7 +64,7 @@ pub(super) async fn apply(
         Plan::Apply(changes) => changes,
     };
     let adopting =
-        matches!(&observed, Observed::Present(c) if owner.judge(&c.tags) != Ownership::Ours);
+        matches!(&observed, Found::Present(c) if owner.judge(&c.tags) != Ownership::Ours);
     converge(bucket, ctx, &d, &changes, adopting, versions, links).await
 }
 

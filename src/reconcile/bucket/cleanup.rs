@@ -76,7 +76,7 @@ pub(super) enum Contents {
 
 /// One step of deletion.
 #[derive(Debug, PartialEq)]
-pub(super) enum Step {
+pub(super) enum Deletion {
     /// Nothing in AWS is this object's: the finalizer may go.
     Done,
     /// The bucket is another's: it is left untouched (and said so), and the finalizer may go.
@@ -96,28 +96,30 @@ pub(super) enum Step {
 }
 
 /// The pure planner of deletion: the next step for the bucket named `bucket`.
-pub(super) fn step(bucket: &str, asked: Asked, found: &Found) -> Step {
+pub(super) fn deletion(bucket: &str, asked: Asked, found: &Found) -> Deletion {
     let contents = match found {
-        Found::Absent => return Step::Done,
-        Found::NotOurs => return Step::LeaveUntouched,
-        Found::Ours { .. } if asked.policy == DeletionPolicy::Retain => return Step::Release,
+        Found::Absent => return Deletion::Done,
+        Found::NotOurs => return Deletion::LeaveUntouched,
+        Found::Ours { .. } if asked.policy == DeletionPolicy::Retain => return Deletion::Release,
         Found::Ours { contents, .. } => contents,
     };
     match contents {
-        Contents::Unread | Contents::Listed { empty: false } if asked.force_delete => Step::Empty {
-            pages: EMPTY_PAGES_PER_PASS,
-        },
-        Contents::Unread => Step::List,
-        Contents::Listed { empty: true } | Contents::Emptied { empty: true } => Step::Delete,
-        Contents::Listed { empty: false } => Step::Wait(format!(
+        Contents::Unread | Contents::Listed { empty: false } if asked.force_delete => {
+            Deletion::Empty {
+                pages: EMPTY_PAGES_PER_PASS,
+            }
+        }
+        Contents::Unread => Deletion::List,
+        Contents::Listed { empty: true } | Contents::Emptied { empty: true } => Deletion::Delete,
+        Contents::Listed { empty: false } => Deletion::Wait(format!(
             "S3 bucket {bucket} is not empty; empty it or set spec.forceDelete: true to delete it with its objects"
         )),
-        Contents::Emptied { empty: false } => Step::EmptyNextPass,
+        Contents::Emptied { empty: false } => Deletion::EmptyNextPass,
         // The operator never bypasses retention: what the lock keeps stays, and the bucket too.
         Contents::DeletesRefused(e) if asked.object_lock => {
-            Step::Wait(protection::retention_holds(bucket, e))
+            Deletion::Wait(protection::retention_holds(bucket, e))
         }
-        Contents::DeletesRefused(e) => Step::Wait(waiting(e)),
+        Contents::DeletesRefused(e) => Deletion::Wait(waiting(e)),
     }
 }
 
@@ -162,31 +164,31 @@ async fn release_or_delete(
     let asked = Asked::of(bucket, ctx);
     let mut found = find(ctx, at, owner).await?;
     loop {
-        let now = match step(n, asked, &found) {
-            Step::Done => return Ok(true),
-            Step::LeaveUntouched => {
+        let now = match deletion(n, asked, &found) {
+            Deletion::Done => return Ok(true),
+            Deletion::LeaveUntouched => {
                 let msg = format!("S3 bucket {n} is not owned by this object; left untouched");
                 ctx.event(bucket, false, "Released", msg).await;
                 return Ok(true);
             }
-            Step::Release => {
+            Deletion::Release => {
                 if let Found::Ours { tags, .. } = &found {
                     retain(bucket, ctx, owner, tags, at).await?;
                 }
                 return Ok(true);
             }
-            Step::List => Contents::Listed {
+            Deletion::List => Contents::Listed {
                 empty: aws.bucket_is_empty(r, n).await?,
             },
-            Step::Empty { pages } => empty(bucket, ctx, at, pages).await?,
-            Step::EmptyNextPass => return Ok(false),
-            Step::Delete => {
+            Deletion::Empty { pages } => empty(bucket, ctx, at, pages).await?,
+            Deletion::EmptyNextPass => return Ok(false),
+            Deletion::Delete => {
                 aws.delete_bucket(r, n).await?;
                 let msg = format!("Deleted S3 bucket {n}");
                 ctx.event(bucket, false, "Deleted", msg).await;
                 return Ok(true);
             }
-            Step::Wait(msg) => return Err(hold(bucket, ctx, at, msg).await),
+            Deletion::Wait(msg) => return Err(hold(bucket, ctx, at, msg).await),
         };
         if let Found::Ours { contents, .. } = &mut found {
             *contents = now;
@@ -317,9 +319,9 @@ mod tests {
         }
     }
 
-    fn waits(step: Step) -> String {
+    fn waits(step: Deletion) -> String {
         match step {
-            Step::Wait(why) => why,
+            Deletion::Wait(why) => why,
             other => panic!("does not wait: {other:?}"),
         }
     }
@@ -327,29 +329,42 @@ mod tests {
     #[test]
     fn a_bucket_that_is_gone_or_not_ours_is_never_touched() {
         for asked in [KEEP, DELETE, FORCE] {
-            assert_eq!(step("b", asked, &Found::Absent), Step::Done);
-            assert_eq!(step("b", asked, &Found::NotOurs), Step::LeaveUntouched);
+            assert_eq!(deletion("b", asked, &Found::Absent), Deletion::Done);
+            assert_eq!(
+                deletion("b", asked, &Found::NotOurs),
+                Deletion::LeaveUntouched
+            );
         }
     }
 
     #[test]
     fn retain_releases_whatever_the_bucket_holds() {
         for contents in [Contents::Unread, Contents::Listed { empty: false }] {
-            assert_eq!(step("b", KEEP, &ours(contents)), Step::Release);
+            assert_eq!(deletion("b", KEEP, &ours(contents)), Deletion::Release);
         }
         let forced = Asked {
             force_delete: true,
             ..KEEP
         };
-        assert_eq!(step("b", forced, &ours(Contents::Unread)), Step::Release);
+        assert_eq!(
+            deletion("b", forced, &ours(Contents::Unread)),
+            Deletion::Release
+        );
     }
 
     #[test]
     fn delete_lists_first_and_waits_on_a_bucket_that_is_not_empty() {
-        assert_eq!(step("b", DELETE, &ours(Contents::Unread)), Step::List);
+        assert_eq!(
+            deletion("b", DELETE, &ours(Contents::Unread)),
+            Deletion::List
+        );
         let empty = ours(Contents::Listed { empty: true });
-        assert_eq!(step("b", DELETE, &empty), Step::Delete);
-        let why = waits(step("b", DELETE, &ours(Contents::Listed { empty: false })));
+        assert_eq!(deletion("b", DELETE, &empty), Deletion::Delete);
+        let why = waits(deletion(
+            "b",
+            DELETE,
+            &ours(Contents::Listed { empty: false }),
+        ));
         assert!(
             why.contains("S3 bucket b is not empty") && why.contains("spec.forceDelete: true"),
             "{why}"
@@ -358,24 +373,24 @@ mod tests {
 
     #[test]
     fn force_delete_empties_a_bounded_number_of_pages_per_pass() {
-        let first = step("b", FORCE, &ours(Contents::Unread));
+        let first = deletion("b", FORCE, &ours(Contents::Unread));
         assert_eq!(
             first,
-            Step::Empty {
+            Deletion::Empty {
                 pages: EMPTY_PAGES_PER_PASS
             }
         );
         // What one emptying left waits for the next pass: never a second emptying in this one.
         let left = ours(Contents::Emptied { empty: false });
-        assert_eq!(step("b", FORCE, &left), Step::EmptyNextPass);
+        assert_eq!(deletion("b", FORCE, &left), Deletion::EmptyNextPass);
         let done = ours(Contents::Emptied { empty: true });
-        assert_eq!(step("b", FORCE, &done), Step::Delete);
+        assert_eq!(deletion("b", FORCE, &done), Deletion::Delete);
     }
 
     #[test]
     fn refused_deletes_wait_and_name_retention_only_under_object_lock() {
         let refused = ours(Contents::DeletesRefused(denied()));
-        let why = waits(step("b", FORCE, &refused));
+        let why = waits(deletion("b", FORCE, &refused));
         assert!(
             why.starts_with("deleting the Bucket is waiting: AWS denied S3 DeleteObjects")
                 && !why.contains("object lock"),
@@ -385,7 +400,7 @@ mod tests {
             object_lock: true,
             ..FORCE
         };
-        let why = waits(step("b", locked, &refused));
+        let why = waits(deletion("b", locked, &refused));
         assert!(
             why.contains("S3 bucket b has object lock") && why.contains("Access Denied"),
             "{why}"

@@ -6,7 +6,7 @@ use crate::aws::s3::protection::LockState;
 use crate::aws::tags::Owner;
 use crate::reconcile::Settings;
 
-use super::{Config, Desired, desired};
+use super::{BucketState, Desired, desired};
 
 pub fn settings() -> Settings {
     Settings::for_tests()
@@ -30,8 +30,8 @@ pub fn desired_for(spec: BucketSpec) -> Desired {
 }
 
 /// The configuration S3 holds after the plan for `d` was applied.
-pub fn converged(d: &Desired) -> Config {
-    Config {
+pub fn converged(d: &Desired) -> BucketState {
+    BucketState {
         tags: d.tags.clone(),
         public_access_block: Some(d.public_access_block),
         encryption: Some(d.encryption.clone()),

@@ -530,7 +530,7 @@ mod tests {
 
     #[test]
     fn managed_logging_is_planned_kept_and_corrected_and_unmanaged_is_not() {
-        use crate::reconcile::bucket::{Change, Config, Observed, Plan, plan};
+        use crate::reconcile::bucket::{BucketState, Change, Found, Plan, plan};
         let s = settings();
         let source = b("ns", "photos", Some("logs"), true);
         let o = owner(source.as_ref(), &s.cluster_name);
@@ -540,12 +540,12 @@ mod tests {
             prefix: "photos/".into(),
         };
         d.logging = Some(Some(to.clone()));
-        let Plan::Apply(created) = plan(&d, &Observed::Absent) else {
+        let Plan::Apply(created) = plan(&d, &Found::Absent) else {
             panic!()
         };
         assert_eq!(created.last(), Some(&Change::Logging));
         assert_eq!(Change::Logging.aspect(), "logging");
-        let converged = Config {
+        let converged = BucketState {
             tags: d.tags.clone(),
             public_access_block: Some(d.public_access_block),
             encryption: Some(d.encryption.clone()),
@@ -554,7 +554,7 @@ mod tests {
             ..Default::default()
         };
         let with = |logging| {
-            Observed::Present(Box::new(Config {
+            Found::Present(Box::new(BucketState {
                 logging,
                 ..converged.clone()
             }))
@@ -573,7 +573,7 @@ mod tests {
         }
         // Off and kept off: a new bucket needs no write; an existing one that logs is turned off.
         d.logging = Some(None);
-        let Plan::Apply(created) = plan(&d, &Observed::Absent) else {
+        let Plan::Apply(created) = plan(&d, &Found::Absent) else {
             panic!()
         };
         assert!(!created.contains(&Change::Logging));

@@ -27,7 +27,7 @@ use crate::api::Bucket;
 use crate::api::condition::Reason;
 
 pub use desired::{Address, Desired, address, desired};
-pub use plan::{Change, Config, Observed, Plan, plan};
+pub use plan::{BucketState, Change, Found, Plan, plan};
 
 /// What else an AccessDenied on a bucket may mean.
 const DENIED_ALSO: &str = "the bucket may belong to another account, or ";

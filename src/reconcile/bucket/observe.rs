@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use super::desired::adoption_refused;
 use super::logging::{self, Links};
-use super::{Address, Config, Desired, Observed, protection};
+use super::{Address, BucketState, Desired, Found, protection};
 use crate::aws::tags::{Owner, Ownership};
 use crate::reconcile::{Blocked, Context, tag_reads};
 
@@ -45,20 +45,20 @@ pub(super) async fn observe(
     d: &Desired,
     owner: &Owner,
     adopt: bool,
-) -> Result<Observed, crate::aws::Error> {
+) -> Result<Found, crate::aws::Error> {
     let Some(tags) = tags(ctx, d, owner).await? else {
-        return Ok(Observed::Absent);
+        return Ok(Found::Absent);
     };
     let ownership = owner.judge(&tags);
     if let Ownership::Foreign(who) = ownership {
-        return Ok(Observed::Foreign(who));
+        return Ok(Found::Foreign(who));
     }
     let cross = ctx.settings.allow_cross_namespace_adoption;
     if let Some(why) = adoption_refused(&d.name, &ownership, owner, adopt, cross) {
-        return Ok(Observed::NotAdoptable(why));
+        return Ok(Found::NotAdoptable(why));
     }
     let config = config(ctx, d, tags).await?;
-    Ok(Observed::Present(Box::new(config)))
+    Ok(Found::Present(Box::new(config)))
 }
 
 /// The bucket's tags; `None`: it does not exist.
@@ -85,7 +85,7 @@ async fn config(
     ctx: &Context,
     d: &Desired,
     tags: BTreeMap<String, String>,
-) -> Result<Config, crate::aws::Error> {
+) -> Result<BucketState, crate::aws::Error> {
     let (aws, r, n) = (&ctx.aws, &d.region, &d.name);
     // The policy is always read: its TLS-only statement is a security property worth a request.
     let (public_access_block, encryption, policy) = tokio::try_join!(
@@ -118,7 +118,7 @@ async fn config(
         Some(_) => Some(aws.bucket_logging(r, n).await?),
         None => None,
     };
-    Ok(Config {
+    Ok(BucketState {
         tags,
         public_access_block,
         encryption,

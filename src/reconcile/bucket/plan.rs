@@ -1,4 +1,4 @@
-//! The pure planner of a Bucket pass: what S3 holds ([`Observed`]) and the writes ([`Change`])
+//! The pure planner of a Bucket pass: what S3 holds ([`Found`]) and the writes ([`Change`])
 //! that bring it in line with the spec ([`plan`]).
 
 use std::collections::BTreeMap;
@@ -16,19 +16,19 @@ use crate::reconcile::Blocked;
 
 /// What S3 holds for the bucket name, as far as the plan needs to know.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Observed {
+pub enum Found {
     Absent,
     /// Exists with another owner's tags.
     Foreign(String),
     /// Exists with no owner, and this object may not adopt it (the message says why).
     NotAdoptable(String),
     /// Ours, or unowned and adoptable: its current configuration (boxed: it is large).
-    Present(Box<Config>),
+    Present(Box<BucketState>),
 }
 
 /// The bucket's current configuration. Unmanaged aspects are `None` (not read).
 #[derive(Clone, Debug, PartialEq, Default)]
-pub struct Config {
+pub struct BucketState {
     pub tags: BTreeMap<String, String>,
     pub public_access_block: Option<PublicAccessBlock>,
     pub encryption: Option<Encryption>,
@@ -104,30 +104,26 @@ pub enum Plan {
 }
 
 /// The pure heart of the Bucket reconciler: which writes turn `observed` into `desired`.
-pub fn plan(desired: &Desired, observed: &Observed) -> Plan {
+pub fn plan(desired: &Desired, observed: &Found) -> Plan {
     match observed {
-        Observed::Foreign(owner) => Plan::Blocked(Blocked::new(
+        Found::Foreign(owner) => Plan::Blocked(Blocked::new(
             Reason::NameConflict,
             format!(
                 "bucket {} already exists and is {owner}; it will not be modified",
                 desired.name
             ),
         )),
-        Observed::NotAdoptable(why) => {
-            Plan::Blocked(Blocked::new(Reason::NameConflict, why.clone()))
-        }
-        Observed::Absent | Observed::Present(_) if desired.policy.is_err() => {
+        Found::NotAdoptable(why) => Plan::Blocked(Blocked::new(Reason::NameConflict, why.clone())),
+        Found::Absent | Found::Present(_) if desired.policy.is_err() => {
             let why = desired.policy.clone().err().unwrap_or_default();
             Plan::Blocked(Blocked::new(Reason::InvalidSpec, why))
         }
-        Observed::Absent | Observed::Present(_)
-            if matches!(desired.notifications, Some(Err(_))) =>
-        {
+        Found::Absent | Found::Present(_) if matches!(desired.notifications, Some(Err(_))) => {
             let why = notifications_refusal(desired);
             Plan::Blocked(Blocked::new(Reason::InvalidSpec, why))
         }
-        Observed::Absent => Plan::Apply(creation(desired)),
-        Observed::Present(config) => match protection::refused(desired, config) {
+        Found::Absent => Plan::Apply(creation(desired)),
+        Found::Present(config) => match protection::refused(desired, config) {
             Some(why) => Plan::Blocked(why),
             None => Plan::Apply(drift(desired, config)),
         },
@@ -173,7 +169,7 @@ pub(super) fn creation(desired: &Desired) -> Vec<Change> {
 
 /// The writes that bring an existing bucket back to the spec: one per managed aspect that
 /// differs (none in steady state).
-pub(super) fn drift(desired: &Desired, config: &Config) -> Vec<Change> {
+pub(super) fn drift(desired: &Desired, config: &BucketState) -> Vec<Change> {
     let mut changes = Vec::new();
     if config.tags != desired.tags {
         changes.push(Change::Tags);
@@ -289,7 +285,7 @@ mod tests {
         let d = desired_for(BucketSpec::default());
         assert!(d.name.starts_with("s3op-ns-b-"));
         assert_eq!(
-            plan(&d, &Observed::Absent),
+            plan(&d, &Found::Absent),
             Plan::Apply(vec![
                 Change::Create,
                 Change::PublicAccessBlock,
@@ -307,7 +303,7 @@ mod tests {
             cors: Some(vec![]),
             ..Default::default()
         });
-        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+        let Plan::Apply(changes) = plan(&d, &Found::Absent) else {
             panic!()
         };
         assert!(changes.contains(&Change::Versioning(Versioning::Enabled)));
@@ -337,10 +333,10 @@ mod tests {
         // S3 returns rules in its own order and methods sorted.
         c.lifecycle_rules.as_mut().unwrap().reverse();
         c.cors.as_mut().unwrap()[0].allowed_methods.sort();
-        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Found::Present(c.into())), Plan::Apply(vec![]));
     }
 
-    type Mutation = Box<dyn Fn(&mut Config)>;
+    type Mutation = Box<dyn Fn(&mut BucketState)>;
 
     /// Each change to a converged configuration, and the one write that undoes it.
     fn drifts() -> Vec<(Mutation, Change)> {
@@ -410,10 +406,7 @@ mod tests {
         for (mutate, want) in drifts() {
             let mut c = converged(&d);
             mutate(&mut c);
-            assert_eq!(
-                plan(&d, &Observed::Present(c.into())),
-                Plan::Apply(vec![want])
-            );
+            assert_eq!(plan(&d, &Found::Present(c.into())), Plan::Apply(vec![want]));
         }
     }
 
@@ -423,7 +416,7 @@ mod tests {
         assert_eq!(d.object_ownership, None, "omitted: unmanaged once created");
         assert_eq!(d.creation_ownership(), ObjectOwnership::BucketOwnerEnforced);
         // No write of its own: CreateBucket carries it.
-        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+        let Plan::Apply(changes) = plan(&d, &Found::Absent) else {
             panic!()
         };
         assert!(
@@ -441,12 +434,12 @@ mod tests {
         });
         assert_eq!(d.creation_ownership(), ObjectOwnership::ObjectWriter);
         let c = converged(&d);
-        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Found::Present(c.into())), Plan::Apply(vec![]));
         for drifted in [None, Some(ObjectOwnership::BucketOwnerEnforced)] {
             let mut c = converged(&d);
             c.object_ownership = drifted;
             assert_eq!(
-                plan(&d, &Observed::Present(c.into())),
+                plan(&d, &Found::Present(c.into())),
                 Plan::Apply(vec![Change::ObjectOwnership(ObjectOwnership::ObjectWriter)]),
                 "{drifted:?}"
             );
@@ -462,7 +455,7 @@ mod tests {
         let d = desired_for(BucketSpec::default());
         let mut c = converged(&d);
         c.object_ownership = Some(ObjectOwnership::ObjectWriter);
-        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Found::Present(c.into())), Plan::Apply(vec![]));
     }
 
     #[test]
@@ -482,7 +475,7 @@ mod tests {
         reformatted["Statement"][0]["Action"] = serde_json::json!(["s3:*"]);
         let mut c = converged(&d);
         c.policy = Some(reformatted);
-        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Found::Present(c.into())), Plan::Apply(vec![]));
         // A policy deleted, the TLS statement dropped or weakened, or a statement added: rewritten.
         let mut weakened = want.clone();
         weakened["Statement"][0]["Condition"]["Bool"]["aws:SecureTransport"] =
@@ -501,7 +494,7 @@ mod tests {
             let mut c = converged(&d);
             c.policy = drifted.clone();
             assert_eq!(
-                plan(&d, &Observed::Present(c.into())),
+                plan(&d, &Found::Present(c.into())),
                 Plan::Apply(vec![Change::Policy]),
                 "{drifted:?}"
             );
@@ -557,7 +550,7 @@ mod tests {
         );
         assert_eq!(all[1]["Resource"][0], objects);
         let c = converged(&d);
-        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Found::Present(c.into())), Plan::Apply(vec![]));
         // A policy holding only the user's statement (the TLS one removed) is rewritten.
         let mut c = converged(&d);
         c.policy.as_mut().unwrap()["Statement"]
@@ -565,11 +558,11 @@ mod tests {
             .unwrap()
             .remove(0);
         assert_eq!(
-            plan(&d, &Observed::Present(c.into())),
+            plan(&d, &Found::Present(c.into())),
             Plan::Apply(vec![Change::Policy])
         );
         // And a new bucket gets it in its first pass.
-        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+        let Plan::Apply(changes) = plan(&d, &Found::Absent) else {
             panic!()
         };
         assert!(changes.contains(&Change::Policy));
@@ -579,10 +572,7 @@ mod tests {
     fn a_refused_policy_blocks_a_new_or_an_existing_bucket() {
         let public = statement(PolicyEffect::Allow, &["*"], "arn:aws:s3:::s3op-b");
         let d = desired_with(vec![public], &[], "s3op-b");
-        for observed in [
-            Observed::Absent,
-            Observed::Present(Config::default().into()),
-        ] {
+        for observed in [Found::Absent, Found::Present(BucketState::default().into())] {
             match plan(&d, &observed) {
                 Plan::Blocked(Blocked {
                     reason: Reason::InvalidSpec,
@@ -598,7 +588,7 @@ mod tests {
         let d = desired_for(BucketSpec::default());
         let mut c = converged(&d);
         c.versioning = Some(Versioning::Enabled);
-        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Found::Present(c.into())), Plan::Apply(vec![]));
     }
 
     #[test]
@@ -609,7 +599,7 @@ mod tests {
         });
         let mut c = converged(&d);
         c.versioning = None;
-        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Found::Present(c.into())), Plan::Apply(vec![]));
     }
 
     #[test]
@@ -628,17 +618,17 @@ mod tests {
             bucket_key_enabled: Some(false),
             ..enc
         });
-        assert_eq!(plan(&d, &Observed::Present(c.into())), Plan::Apply(vec![]));
+        assert_eq!(plan(&d, &Found::Present(c.into())), Plan::Apply(vec![]));
     }
 
     #[test]
     fn foreign_and_unowned_buckets_are_never_touched() {
         let d = desired_for(BucketSpec::default());
         assert!(
-            matches!(plan(&d, &Observed::Foreign("held by another installation".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("held by another installation"))
+            matches!(plan(&d, &Found::Foreign("held by another installation".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("held by another installation"))
         );
         assert!(
-            matches!(plan(&d, &Observed::NotAdoptable("set spec.adoptExisting".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("adoptExisting"))
+            matches!(plan(&d, &Found::NotAdoptable("set spec.adoptExisting".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("adoptExisting"))
         );
     }
 
@@ -651,7 +641,7 @@ mod tests {
         let mut c = converged(&d);
         c.tags = BTreeMap::from([("team".into(), "x".into())]);
         assert_eq!(
-            plan(&d, &Observed::Present(c.into())),
+            plan(&d, &Found::Present(c.into())),
             Plan::Apply(vec![Change::Tags])
         );
         assert_eq!(
@@ -695,31 +685,31 @@ mod tests {
     fn notifications_are_written_kept_and_unmanaged_when_omitted() {
         let (n, queue) = queued();
         let d = with_notifications(n, &[queue]);
-        let Plan::Apply(changes) = plan(&d, &Observed::Absent) else {
+        let Plan::Apply(changes) = plan(&d, &Found::Absent) else {
             panic!()
         };
         assert_eq!(changes.last(), Some(&Change::Notifications));
         assert_eq!(
-            plan(&d, &Observed::Present(converged(&d).into())),
+            plan(&d, &Found::Present(converged(&d).into())),
             Plan::Apply(vec![])
         );
         let mut c = converged(&d);
         c.notifications.as_mut().unwrap().config.event_bridge = false;
         assert_eq!(
-            plan(&d, &Observed::Present(c.into())),
+            plan(&d, &Found::Present(c.into())),
             Plan::Apply(vec![Change::Notifications])
         );
         assert_eq!(Change::Notifications.aspect(), "notifications");
         // `{}` on a new bucket needs no write; on one with notifications it removes them.
         let none = with_notifications(Default::default(), &[]);
-        let Plan::Apply(changes) = plan(&none, &Observed::Absent) else {
+        let Plan::Apply(changes) = plan(&none, &Found::Absent) else {
             panic!()
         };
         assert!(!changes.contains(&Change::Notifications));
         let mut c = converged(&none);
         c.notifications = converged(&d).notifications;
         assert_eq!(
-            plan(&none, &Observed::Present(c.into())),
+            plan(&none, &Found::Present(c.into())),
             Plan::Apply(vec![Change::Notifications])
         );
         // Omitted: whatever S3 holds is left alone.
@@ -728,7 +718,7 @@ mod tests {
         let mut c = converged(&omitted);
         c.notifications = converged(&d).notifications;
         assert_eq!(
-            plan(&omitted, &Observed::Present(c.into())),
+            plan(&omitted, &Found::Present(c.into())),
             Plan::Apply(vec![])
         );
     }
@@ -738,7 +728,7 @@ mod tests {
         let (n, queue) = queued();
         let d = with_notifications(n.clone(), &[queue]);
         let refused = with_notifications(n, &[]);
-        for observed in [Observed::Absent, Observed::Present(converged(&d).into())] {
+        for observed in [Found::Absent, Found::Present(converged(&d).into())] {
             match plan(&refused, &observed) {
                 Plan::Blocked(Blocked {
                     reason: Reason::InvalidSpec,

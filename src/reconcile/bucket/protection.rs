@@ -1,10 +1,10 @@
-//! The Bucket's object lock, intelligent tiering and transfer acceleration (issue 17, items 4
-//! and 6): what the plan adds for them, how they are read and written. Each is read only when
+//! The Bucket's object lock, intelligent tiering and transfer acceleration:
+//! what the plan adds for them, how they are read and written. Each is read only when
 //! its spec field is set, so a Bucket using none of them costs no request more.
 
 use std::collections::BTreeMap;
 
-use super::{Change, Config, Desired};
+use super::{BucketState, Change, Desired};
 use crate::api::condition::Reason;
 use crate::api::{BucketSpec, IntelligentTiering, RetentionMode, TransferAcceleration};
 use crate::aws::s3::protection::{LockState, normalize_tiering};
@@ -40,7 +40,7 @@ pub fn spec_refused(spec: &BucketSpec, name: &str, allow_compliance: bool) -> Op
 
 /// Why an existing bucket cannot be served (pure): object lock asked for on a bucket created
 /// without it, which S3 cannot change.
-pub fn refused(desired: &Desired, config: &Config) -> Option<Blocked> {
+pub fn refused(desired: &Desired, config: &BucketState) -> Option<Blocked> {
     let lockless = config.object_lock.as_ref().is_some_and(|l| !l.enabled);
     (desired.object_lock.is_some() && lockless).then(|| {
         Blocked::new(
@@ -76,7 +76,7 @@ pub fn on_create(desired: &Desired) -> Vec<Change> {
 }
 
 /// The writes that bring an existing bucket's managed parts in line with the spec.
-pub fn changes(desired: &Desired, config: &Config) -> Vec<Change> {
+pub fn changes(desired: &Desired, config: &BucketState) -> Vec<Change> {
     let mut all = Vec::new();
     if let (Some(want), Some(have)) = (&desired.object_lock, &config.object_lock)
         && have.default_retention != want.default_retention
@@ -120,14 +120,14 @@ fn tiering_change(want: &[IntelligentTiering], have: &[IntelligentTiering]) -> O
     (!put.is_empty() || !delete.is_empty()).then_some(Change::IntelligentTiering { put, delete })
 }
 
-/// The parts [`Config`] holds for these features, each read only when managed.
-pub struct Observed {
+/// The parts [`BucketState`] holds for these features, each read only when managed.
+pub struct ProtectionState {
     pub object_lock: Option<LockState>,
     pub intelligent_tiering: Option<Vec<IntelligentTiering>>,
     pub transfer_acceleration: Option<TransferAcceleration>,
 }
 
-pub async fn observe(aws: &Aws, d: &Desired) -> Result<Observed, Error> {
+pub async fn observe(aws: &Aws, d: &Desired) -> Result<ProtectionState, Error> {
     let (r, n) = (d.region.as_str(), d.name.as_str());
     let object_lock = match d.object_lock {
         Some(_) => Some(aws.object_lock(r, n).await?),
@@ -141,7 +141,7 @@ pub async fn observe(aws: &Aws, d: &Desired) -> Result<Observed, Error> {
         Some(_) => aws.transfer_acceleration(r, n).await?,
         None => None,
     };
-    Ok(Observed {
+    Ok(ProtectionState {
         object_lock,
         intelligent_tiering,
         transfer_acceleration,
@@ -229,7 +229,7 @@ mod tests {
     fn omitted_features_plan_nothing_and_are_not_read() {
         let d = desired();
         assert!(on_create(&d).is_empty());
-        let c = Config {
+        let c = BucketState {
             object_lock: Some(LockState::default()),
             intelligent_tiering: Some(vec![tiering("x", 90)]),
             transfer_acceleration: Some(TransferAcceleration::Enabled),
@@ -246,7 +246,7 @@ mod tests {
             default_retention: retention(3),
         });
         assert_eq!(on_create(&d), vec![Change::ObjectLock]);
-        let held = |r| Config {
+        let held = |r| BucketState {
             object_lock: Some(LockState {
                 enabled: true,
                 default_retention: r,
@@ -266,7 +266,7 @@ mod tests {
 
     #[test]
     fn a_locked_bucket_is_versioned_by_its_create_call_alone() {
-        use crate::reconcile::bucket::{Observed as S3, Plan, plan};
+        use crate::reconcile::bucket::{Found as S3, Plan, plan};
         let mut d = desired();
         d.versioning = Some(crate::api::Versioning::Enabled);
         d.object_lock = Some(ObjectLock {
@@ -287,7 +287,7 @@ mod tests {
     fn object_lock_on_a_bucket_created_without_it_is_refused_with_the_reason() {
         let mut d = desired();
         d.object_lock = Some(ObjectLock::default());
-        let c = Config {
+        let c = BucketState {
             object_lock: Some(LockState::default()),
             ..Default::default()
         };
@@ -307,7 +307,7 @@ mod tests {
     fn intelligent_tiering_is_compared_as_a_set_keyed_by_id() {
         let mut d = desired();
         d.intelligent_tiering = Some(vec![tiering("a", 90), tiering("b", 120)]);
-        let with = |have: Vec<IntelligentTiering>| Config {
+        let with = |have: Vec<IntelligentTiering>| BucketState {
             intelligent_tiering: Some(have),
             ..Default::default()
         };
@@ -349,11 +349,11 @@ mod tests {
         let mut d = desired();
         d.transfer_acceleration = Some(TransferAcceleration::Suspended);
         assert!(on_create(&d).is_empty());
-        assert!(changes(&d, &Config::default()).is_empty());
+        assert!(changes(&d, &BucketState::default()).is_empty());
         d.transfer_acceleration = Some(TransferAcceleration::Enabled);
         let want = Change::TransferAcceleration(TransferAcceleration::Enabled);
         assert_eq!(on_create(&d), vec![want.clone()]);
-        let suspended = Config {
+        let suspended = BucketState {
             transfer_acceleration: Some(TransferAcceleration::Suspended),
             ..Default::default()
         };

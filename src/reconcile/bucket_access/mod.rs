@@ -30,7 +30,7 @@ use crate::aws::naming;
 use crate::aws::tags::{Owner, Ownership};
 use crate::metrics::METRICS;
 use observe::{Observation, observe};
-use plan::{ActiveKey, Kind, Learned, Plan, Revoke, Step, Withdrawal};
+use plan::{ActiveKey, Change, Kind, Learned, Plan, Revoke, Withdrawal};
 
 pub use keys::{KeyPlan, RotationPolicy, SecretCreds, plan_keys, secret_creds};
 
@@ -58,9 +58,9 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<R
     // What was changed is reported even when a later step of the pass failed.
     events.publish(&ctx, access.as_ref()).await;
     match result {
-        Err(Error::Blocked(why)) => waiting(&access, &ctx, &why).await,
+        Err(Error::Blocked(why)) => blocked(&access, &ctx, &why).await,
         Err(Error::Aws(e)) => match refusal(&e, None, "") {
-            Some(why) => waiting(&access, &ctx, &why).await,
+            Some(why) => blocked(&access, &ctx, &why).await,
             None => Err(Error::Aws(e)),
         },
         other => other,
@@ -121,7 +121,7 @@ pub fn iam_identity(access: &BucketAccess, owner: &Owner) -> Identity {
     }
 }
 
-/// Executes the plan's steps in order, each reported in the pass's event; returns what only
+/// Executes the plan's changes in order, each reported in the pass's event; returns what only
 /// the writes could tell.
 async fn apply(
     access: &BucketAccess,
@@ -134,53 +134,55 @@ async fn apply(
         key: plan.key.clone(),
         version: None,
     };
-    for step in &plan.steps {
-        apply_step(access, ctx, plan, step, &mut learned, events).await?;
+    for step in &plan.changes {
+        apply_change(access, ctx, plan, step, &mut learned, events).await?;
     }
     Ok(learned)
 }
 
-async fn apply_step(
+async fn apply_change(
     access: &BucketAccess,
     ctx: &Context,
     plan: &Plan,
-    step: &Step,
+    step: &Change,
     learned: &mut Learned,
     events: &mut PassEvents,
 ) -> Result<(), Error> {
     let (aws, name, identity) = (&ctx.aws, plan.name.as_str(), plan.identity());
     match step {
-        Step::AddFinalizer => learned.version = Some(ensure_finalizer(&ctx.client, access).await?),
-        Step::CreateUser | Step::CreateRole(_) => {
+        Change::AddFinalizer => {
+            learned.version = Some(ensure_finalizer(&ctx.client, access).await?)
+        }
+        Change::CreateUser | Change::CreateRole(_) => {
             learned.arn = create(ctx, plan, step, events).await?
         }
-        Step::PutBoundary { drift } => {
+        Change::PutBoundary { drift } => {
             aws.put_boundary(&identity, &plan.boundary).await?;
             let note = format!("Set permissions boundary of {identity}");
             drift_or_update(events, *drift, "permissionsBoundary", note);
         }
-        Step::PutTrustPolicy { trust, drift } => {
+        Change::PutTrustPolicy { trust, drift } => {
             aws.update_trust_policy(name, trust).await?;
             let note = format!("Set trust policy of IAM role {name}");
             drift_or_update(events, *drift, "trustPolicy", note);
         }
-        Step::PutPolicy { drift } => {
+        Change::PutPolicy { drift } => {
             aws.put_inline_policy(&identity, POLICY_NAME, &plan.policy)
                 .await?;
             let note = format!("Set access policy of {identity}");
             drift_or_update(events, *drift, "policy", note);
         }
-        Step::DeleteKey(id) => {
+        Change::DeleteKey(id) => {
             aws.delete_access_key(name, id).await?;
             let note = format!("Deleted access key {id} of IAM user {name}");
             events.add(false, "KeyDeleted", note);
         }
-        Step::ReactivateKey(id) => {
+        Change::ReactivateKey(id) => {
             aws.set_access_key_active(name, id, true).await?;
             let note = format!("Reactivated access key {id} of IAM user {name}");
             events.add(false, "KeyReactivated", note);
         }
-        Step::CreateKey => learned.key = Some(create_key(ctx, name, events).await?),
+        Change::CreateKey => learned.key = Some(create_key(ctx, name, events).await?),
     }
     Ok(())
 }
@@ -207,13 +209,13 @@ async fn create_key(
 async fn create(
     ctx: &Context,
     plan: &Plan,
-    step: &Step,
+    step: &Change,
     events: &mut PassEvents,
 ) -> Result<String, Error> {
     let (aws, name, path) = (&ctx.aws, plan.name.as_str(), plan.path.as_str());
     let identity = plan.identity();
     let (created, note) = match (step, &plan.kind) {
-        (Step::CreateRole(trust), Kind::Role { service_account }) => (
+        (Change::CreateRole(trust), Kind::Role { service_account }) => (
             aws.create_role(name, path, &plan.boundary, trust, &plan.tags)
                 .await,
             format!("Created {identity} for ServiceAccount {service_account}"),
@@ -237,10 +239,10 @@ async fn create(
     Ok(entity.arn)
 }
 
-/// Writes a withdrawal's steps; returns what the access reports, for the Ready condition.
+/// Writes a withdrawal's changes; returns what the access reports, for the Ready condition.
 async fn withdraw(access: &BucketAccess, ctx: &Context, withdrawal: &Withdrawal) -> Error {
     let (aws, identity) = (&ctx.aws, &withdrawal.identity);
-    for step in &withdrawal.steps {
+    for step in &withdrawal.changes {
         let written = match step {
             Revoke::DeletePolicy => aws.delete_inline_policy(identity, POLICY_NAME).await,
             Revoke::DeactivateKey(id) => {
@@ -393,7 +395,7 @@ async fn write_secret(
 }
 
 /// Reports why the access is not Ready and waits for a change (or the periodic resync).
-async fn waiting(access: &BucketAccess, ctx: &Context, why: &Blocked) -> Result<Requeue, Error> {
+async fn blocked(access: &BucketAccess, ctx: &Context, why: &Blocked) -> Result<Requeue, Error> {
     let status = blocked_status(access, why, jiff::Timestamp::now());
     report_blocked(ctx, access, access.status.as_ref(), &status, why).await
 }
@@ -431,7 +433,7 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Requeue, Error>
             return Err(e.into());
         };
         let msg = format!("deleting the BucketAccess is waiting: {}", refused.message);
-        waiting(
+        blocked(
             access,
             ctx,
             &Blocked::new(Reason::DeletionBlocked, msg.clone()),

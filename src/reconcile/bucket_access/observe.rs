@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 
-use super::plan::{BucketFacts, Found, Observed, ObservedIdentity};
+use super::plan::{BucketFacts, Found, IdentityState, Snapshot};
 use super::{POLICY_NAME, iam_identity, revoking_failed, secret_name};
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketAccess, CredentialsType};
@@ -149,8 +149,8 @@ pub(super) enum Observation {
     Settled(Duration),
     /// No grant may stand (why), and the access's identity as found: the pass withdraws what
     /// it is granted.
-    Withdraw(Blocked, Found<ObservedIdentity>),
-    Seen(Box<Observed>, Versions),
+    Withdraw(Blocked, Found<IdentityState>),
+    Seen(Box<Snapshot>, Versions),
 }
 
 /// Reads what the plan decides from: the Bucket (cache), the Secret, the bucket's ownership
@@ -179,7 +179,7 @@ pub(super) async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Obse
             // Nothing is created for it yet, so it needs no finalizer either.
             BucketState::Pending => return Ok(Observation::Settled(ctx.resync_after())),
             BucketState::NotReady(msg, at, bucket_owner) => {
-                return not_ready(access, ctx, msg, &at, &bucket_owner).await;
+                return bucket_not_ready(access, ctx, msg, &at, &bucket_owner).await;
             }
             BucketState::Named(d, owner) => (d, owner),
         };
@@ -219,7 +219,7 @@ async fn withdrawn(
 /// What the pass withdraws, once the identity is read.
 fn withdrawal_of(
     why: Blocked,
-    found: Result<Found<ObservedIdentity>, crate::aws::Error>,
+    found: Result<Found<IdentityState>, crate::aws::Error>,
 ) -> Result<Observation, Error> {
     match found {
         Ok(found) => Ok(Observation::Withdraw(why, found)),
@@ -230,7 +230,7 @@ fn withdrawal_of(
 /// A Bucket not Ready: the access waits, and its grant stays only while AWS says the bucket it
 /// names is still the Bucket's. Its pass may no longer read the tags (an invalid spec stops it
 /// early): this read is fresh, so a grant never follows the name to a bucket someone else made.
-async fn not_ready(
+async fn bucket_not_ready(
     access: &BucketAccess,
     ctx: &Context,
     msg: String,
@@ -271,7 +271,7 @@ async fn read_grant(
         Err(Error::Blocked(why)) => return withdrawal_of(why, identity),
         other => other?,
     };
-    let observed = Observed {
+    let observed = Snapshot {
         bucket: facts,
         identity: identity?,
         secret,
@@ -299,7 +299,7 @@ async fn observe_identity(
     ctx: &Context,
     access: &BucketAccess,
     owner: &Owner,
-) -> Result<Found<ObservedIdentity>, crate::aws::Error> {
+) -> Result<Found<IdentityState>, crate::aws::Error> {
     let aws = &ctx.aws;
     let identity = iam_identity(access, owner);
     let Some(found) = aws.get_identity(&identity).await? else {
@@ -319,7 +319,7 @@ async fn observe_identity(
         }
     };
     let (policy, keys) = tokio::try_join!(aws.inline_policy(&identity, POLICY_NAME), keys)?;
-    Ok(Found::Ours(ObservedIdentity {
+    Ok(Found::Ours(IdentityState {
         arn: found.arn,
         boundary: found.boundary,
         policy,

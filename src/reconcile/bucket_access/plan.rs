@@ -41,7 +41,7 @@ pub enum Found<T> {
 
 /// The access's IAM user or role, when it is ours.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ObservedIdentity {
+pub struct IdentityState {
     pub arn: String,
     pub boundary: Option<String>,
     /// The inline access policy, if any.
@@ -54,9 +54,9 @@ pub struct ObservedIdentity {
 
 /// Everything a pass decides from, read before it writes anything.
 #[derive(Clone, Debug)]
-pub struct Observed {
+pub struct Snapshot {
     pub bucket: BucketFacts,
-    pub identity: Found<ObservedIdentity>,
+    pub identity: Found<IdentityState>,
     /// The Secret this access writes, as read at the start of the pass (never someone else's).
     pub secret: Option<Secret>,
     pub now: jiff::Timestamp,
@@ -64,7 +64,7 @@ pub struct Observed {
 
 /// One write, in the order the plan lists them: the finalizer, then IAM.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Step {
+pub enum Change {
     /// The finalizer, in place before anything is created in AWS (a Kubernetes write).
     AddFinalizer,
     CreateUser,
@@ -100,7 +100,7 @@ pub enum Revoke {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Withdrawal {
     pub identity: Identity,
-    pub steps: Vec<Revoke>,
+    pub changes: Vec<Revoke>,
     pub why: Blocked,
 }
 
@@ -135,7 +135,7 @@ pub struct Plan {
     pub tags: BTreeMap<String, String>,
     pub policy: Value,
     /// None in steady state.
-    pub steps: Vec<Step>,
+    pub changes: Vec<Change>,
     /// ARN of the user or role; `None` until the apply creates it.
     pub arn: Option<String>,
     /// The key the Secret keeps; `None` for roles, and until the apply creates a new key.
@@ -194,7 +194,7 @@ pub fn rotation_policy(access: &BucketAccess) -> RotationPolicy {
 pub fn plan(
     access: &BucketAccess,
     settings: &Settings,
-    observed: &Observed,
+    observed: &Snapshot,
 ) -> Result<Plan, Blocked> {
     let owner = owner(access, &settings.cluster_name);
     let facts = &observed.bucket;
@@ -211,7 +211,7 @@ pub fn plan(
             access.spec.permission,
             access.spec.prefix.as_deref(),
         ),
-        steps: Vec::new(),
+        changes: Vec::new(),
         arn: None,
         key: None,
         previous: None,
@@ -234,7 +234,7 @@ pub fn plan(
         Identity::Role(_) => Some(role_trust(&mut plan, access, settings, &owner)?),
     };
     if !has_finalizer(access) {
-        plan.steps.push(Step::AddFinalizer);
+        plan.changes.push(Change::AddFinalizer);
     }
     let keys = plan_identity(&mut plan, &observed.identity, trust, is_served(access))?;
     if plan.kind == Kind::User {
@@ -271,7 +271,7 @@ fn role_trust(
 /// and trust policy; then its access policy. Returns its access keys.
 fn plan_identity<'a>(
     plan: &mut Plan,
-    found: &'a Found<ObservedIdentity>,
+    found: &'a Found<IdentityState>,
     trust: Option<Value>,
     served: bool,
 ) -> Result<&'a [AccessKey], Blocked> {
@@ -284,20 +284,20 @@ fn plan_identity<'a>(
             return Err(Blocked::new(Reason::OwnershipConflict, msg));
         }
         Found::Absent => {
-            plan.steps
-                .push(trust.map_or(Step::CreateUser, Step::CreateRole));
+            plan.changes
+                .push(trust.map_or(Change::CreateUser, Change::CreateRole));
             (None, &[][..])
         }
         Found::Ours(o) => {
             // One from before boundaries, or one whose boundary was changed.
             if o.boundary.as_ref() != Some(&plan.boundary) {
                 let drift = o.boundary.is_some();
-                plan.steps.push(Step::PutBoundary { drift });
+                plan.changes.push(Change::PutBoundary { drift });
             }
             if let Some(trust) = trust
                 && o.trust_policy.as_ref() != Some(&trust)
             {
-                plan.steps.push(Step::PutTrustPolicy {
+                plan.changes.push(Change::PutTrustPolicy {
                     trust,
                     drift: served,
                 });
@@ -308,13 +308,13 @@ fn plan_identity<'a>(
     };
     if policy != Some(&plan.policy) {
         let drift = served && policy.is_some();
-        plan.steps.push(Step::PutPolicy { drift });
+        plan.changes.push(Change::PutPolicy { drift });
     }
     Ok(keys)
 }
 
 /// The user's key writes, and the key pair the Secret keeps.
-fn plan_user_keys(plan: &mut Plan, access: &BucketAccess, keys: &[AccessKey], observed: &Observed) {
+fn plan_user_keys(plan: &mut Plan, access: &BucketAccess, keys: &[AccessKey], observed: &Snapshot) {
     let secret = observed.secret.as_ref();
     let last_active = access
         .status
@@ -336,11 +336,12 @@ fn plan_user_keys(plan: &mut Plan, access: &BucketAccess, keys: &[AccessKey], ob
         observed.now,
     );
     // Deletions before any creation: never more than two keys.
-    plan.steps.extend(delete.into_iter().map(Step::DeleteKey));
-    plan.steps
-        .extend(reactivate.into_iter().map(Step::ReactivateKey));
+    plan.changes
+        .extend(delete.into_iter().map(Change::DeleteKey));
+    plan.changes
+        .extend(reactivate.into_iter().map(Change::ReactivateKey));
     if create {
-        plan.steps.push(Step::CreateKey);
+        plan.changes.push(Change::CreateKey);
     }
     // Keep the pair the Secret already holds.
     plan.key = active.map(|k| {
@@ -360,18 +361,18 @@ fn plan_user_keys(plan: &mut Plan, access: &BucketAccess, keys: &[AccessKey], ob
 }
 
 /// Takes back all that `found` is granted: its access policy and its active keys.
-pub fn withdrawal(identity: Identity, found: &Found<ObservedIdentity>, why: Blocked) -> Withdrawal {
-    let mut steps = Vec::new();
+pub fn withdrawal(identity: Identity, found: &Found<IdentityState>, why: Blocked) -> Withdrawal {
+    let mut changes = Vec::new();
     if let Found::Ours(o) = found {
         if o.policy.is_some() {
-            steps.push(Revoke::DeletePolicy);
+            changes.push(Revoke::DeletePolicy);
         }
         let active = o.keys.iter().filter(|k| k.active);
-        steps.extend(active.map(|k| Revoke::DeactivateKey(k.id.clone())));
+        changes.extend(active.map(|k| Revoke::DeactivateKey(k.id.clone())));
     }
     Withdrawal {
         identity,
-        steps,
+        changes,
         why,
     }
 }
@@ -380,7 +381,7 @@ impl Withdrawal {
     /// The event once every step is written; `None` when nothing was granted.
     pub fn note(&self) -> Option<String> {
         let done: Vec<String> = self
-            .steps
+            .changes
             .iter()
             .map(|step| match step {
                 Revoke::DeletePolicy => format!("removed the access policy of {}", self.identity),
@@ -591,8 +592,8 @@ mod tests {
         }
     }
 
-    fn observed(identity: Found<ObservedIdentity>, secret: Option<Secret>, now: i64) -> Observed {
-        Observed {
+    fn observed(identity: Found<IdentityState>, secret: Option<Secret>, now: i64) -> Snapshot {
+        Snapshot {
             bucket: facts(),
             identity,
             secret,
@@ -600,12 +601,12 @@ mod tests {
         }
     }
 
-    fn ours(a: &BucketAccess, keys: Vec<AccessKey>) -> Found<ObservedIdentity> {
+    fn ours(a: &BucketAccess, keys: Vec<AccessKey>) -> Found<IdentityState> {
         Found::Ours(user(a, keys))
     }
 
-    fn user(a: &BucketAccess, keys: Vec<AccessKey>) -> ObservedIdentity {
-        ObservedIdentity {
+    fn user(a: &BucketAccess, keys: Vec<AccessKey>) -> IdentityState {
+        IdentityState {
             arn: USER_ARN.into(),
             boundary: Some(BOUNDARY.into()),
             policy: Some(doc(a)),
@@ -620,11 +621,11 @@ mod tests {
         let o = observed(Found::Absent, None, 0);
         let p = plan(&a, &settings(), &o).unwrap();
         assert_eq!(
-            p.steps,
+            p.changes,
             [
-                Step::CreateUser,
-                Step::PutPolicy { drift: false },
-                Step::CreateKey
+                Change::CreateUser,
+                Change::PutPolicy { drift: false },
+                Change::CreateKey
             ]
         );
         assert_eq!(
@@ -656,7 +657,7 @@ mod tests {
         let a = served(a, "A");
         let o = observed(ours(&a, vec![key("A", 0)]), Some(secret_of(&out)), 5);
         let next = plan(&a, &settings(), &o).unwrap();
-        assert_eq!(next.steps, []);
+        assert_eq!(next.changes, []);
         let again = next.outcome(
             &a,
             &Learned {
@@ -714,7 +715,7 @@ mod tests {
         };
         let o = observed(ours(&a, vec![key("A", 0)]), Some(secret_of(&first)), 100);
         let p = plan(&a, &settings(), &o).unwrap();
-        assert_eq!(p.steps, [Step::CreateKey]);
+        assert_eq!(p.changes, [Change::CreateKey]);
         let previous = PreviousKey {
             id: "A".into(),
             since: t(100),
@@ -741,7 +742,7 @@ mod tests {
         );
         let a = served(a, "B");
         let p = plan(&a, &settings(), &o).unwrap();
-        assert_eq!(p.steps, [Step::DeleteKey("A".into())]);
+        assert_eq!(p.changes, [Change::DeleteKey("A".into())]);
         assert_eq!(p.key.as_ref().map(|k| k.id.as_str()), Some("B"));
     }
 
@@ -749,19 +750,25 @@ mod tests {
     fn a_policy_changed_in_aws_is_drift_once_the_spec_was_served() {
         let a = access(json!({}));
         let changed = |a: &BucketAccess| {
-            Found::Ours(ObservedIdentity {
+            Found::Ours(IdentityState {
                 policy: Some(json!({"Version": "2012-10-17", "Statement": []})),
                 boundary: None,
                 ..user(a, vec![key("A", 0)])
             })
         };
         let p = plan(&a, &settings(), &observed(changed(&a), None, 5)).unwrap();
-        assert!(p.steps.contains(&Step::PutPolicy { drift: false }), "{p:?}");
+        assert!(
+            p.changes.contains(&Change::PutPolicy { drift: false }),
+            "{p:?}"
+        );
         let a = served(a, "A");
         let p = plan(&a, &settings(), &observed(changed(&a), None, 5)).unwrap();
-        assert!(p.steps.contains(&Step::PutPolicy { drift: true }), "{p:?}");
+        assert!(
+            p.changes.contains(&Change::PutPolicy { drift: true }),
+            "{p:?}"
+        );
         // A boundary that was removed is drift too (one that never was set is not).
-        assert_eq!(p.steps[0], Step::PutBoundary { drift: false });
+        assert_eq!(p.changes[0], Change::PutBoundary { drift: false });
     }
 
     #[test]
@@ -782,10 +789,10 @@ mod tests {
         let oidc = settings().oidc_provider_arn.unwrap();
         let trust = policy::irsa_trust_policy(&oidc, "ns", "app");
         assert_eq!(
-            p.steps,
+            p.changes,
             [
-                Step::CreateRole(trust.clone()),
-                Step::PutPolicy { drift: false }
+                Change::CreateRole(trust.clone()),
+                Change::PutPolicy { drift: false }
             ]
         );
         let role_arn = "arn:aws:iam::123456789012:role/s3-operator/c/r";
@@ -803,7 +810,7 @@ mod tests {
 
         // A trust policy edited in AWS after the role was served is put back, as drift.
         let a = served(a, "");
-        let role = ObservedIdentity {
+        let role = IdentityState {
             arn: role_arn.into(),
             boundary: Some(BOUNDARY.into()),
             trust_policy: Some(json!({})),
@@ -812,7 +819,7 @@ mod tests {
         };
         let o = observed(Found::Ours(role), None, 5);
         let p = plan(&a, &settings(), &o).unwrap();
-        assert_eq!(p.steps, [Step::PutTrustPolicy { trust, drift: true }]);
+        assert_eq!(p.changes, [Change::PutTrustPolicy { trust, drift: true }]);
 
         // Without the cluster's OIDC provider no role can be trusted.
         let s = Settings {
@@ -830,7 +837,7 @@ mod tests {
         let mut a = access(json!({}));
         a.metadata.finalizers = None;
         let p = plan(&a, &settings(), &observed(Found::Absent, None, 0)).unwrap();
-        assert_eq!(p.steps[..2], [Step::AddFinalizer, Step::CreateUser]);
+        assert_eq!(p.changes[..2], [Change::AddFinalizer, Change::CreateUser]);
         let a = served(access(json!({})), "A");
         let p = plan(
             &a,
@@ -838,7 +845,7 @@ mod tests {
             &observed(ours(&a, vec![key("A", 0)]), None, 0),
         )
         .unwrap();
-        assert!(!p.steps.contains(&Step::AddFinalizer), "{p:?}");
+        assert!(!p.changes.contains(&Change::AddFinalizer), "{p:?}");
     }
 
     fn gone() -> Blocked {
@@ -855,7 +862,7 @@ mod tests {
         let user = Identity::User("u".into());
         let w = withdrawal(user, &ours(&a, vec![key("A", 0), inactive]), gone());
         assert_eq!(
-            w.steps,
+            w.changes,
             [Revoke::DeletePolicy, Revoke::DeactivateKey("A".into())]
         );
         assert_eq!(
@@ -878,7 +885,7 @@ mod tests {
     fn revocation_writes_only_what_is_still_granted_and_only_to_its_own() {
         let a = access(json!({}));
         let role = Identity::Role("r".into());
-        let revoked = Found::Ours(ObservedIdentity {
+        let revoked = Found::Ours(IdentityState {
             policy: None,
             keys: vec![AccessKey {
                 active: false,
@@ -889,11 +896,15 @@ mod tests {
         let foreign = Found::Foreign("owned by ns-b/other".into());
         for found in [Found::Absent, foreign, revoked] {
             let w = withdrawal(role.clone(), &found, gone());
-            assert_eq!((w.steps.as_slice(), w.note()), (&[][..], None), "{found:?}");
+            assert_eq!(
+                (w.changes.as_slice(), w.note()),
+                (&[][..], None),
+                "{found:?}"
+            );
             assert!(w.reported().message.ends_with("; no access is granted"));
         }
         let w = withdrawal(role, &ours(&a, vec![]), gone());
-        assert_eq!(w.steps, [Revoke::DeletePolicy]);
+        assert_eq!(w.changes, [Revoke::DeletePolicy]);
         assert!(w.note().unwrap().contains("access policy of IAM role r"));
     }
 }
