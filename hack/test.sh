@@ -108,7 +108,7 @@ fi
 if [[ $# -eq 0 ]]; then
   log "comparing the operator's requests in this run's audit logs with config/rbac"
   rbac_out="$state/cargo-rbac.out"
-  if cargo test --locked --test e2e -- --ignored --exact \
+  if cargo test --locked --test e2e -- --ignored --nocapture --exact \
     support::rbac_audit::the_whole_run_used_exactly_what_config_rbac_grants 2>&1 | tee "$rbac_out" \
     && grep -q '^test result: ok\. 1 passed' "$rbac_out"; then
     totals="$totals; the operator used exactly what config/rbac grants"
