@@ -86,7 +86,8 @@ certs() {
 
 # apiserver PORT CERT_DIR AUDIT_LOG: runs a kube-apiserver on the environment's etcd. `up` starts
 # the main one; `hack/env.sh apiserver` starts another (an HA peer the fault tests stop and
-# restart). Every write is audited (hack/audit-policy.yaml) as one JSON line in AUDIT_LOG.
+# restart). Every write, and every read of a ServiceAccount, is audited (hack/audit-policy.yaml)
+# as one JSON line in AUDIT_LOG.
 # ADVERTISE (the node mode's main one): the address the `kubernetes` Service sends Pods to, where
 # a relay forwards to the loopback address every API server listens on.
 apiserver() {  # apiserver PORT CERT_DIR AUDIT_LOG [ADVERTISE]

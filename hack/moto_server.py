@@ -62,16 +62,26 @@ parts the operator relies on. Everything else is stock moto.
 - IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
   shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
   shape), which the AWS SDKs for Rust and Go cannot read, so the code would be lost.
+- A request log the tests read, since the operator's own counters cannot show what it did not
+  count: every request is counted by (access key id, operation) when it arrives, before moto
+  handles it, whatever the answer. `GET /__s3op/requests?key=ID` answers one key's counts as a
+  JSON object (operation -> count). Operations are named as hack/fault_proxy.py names them: the
+  Action for query protocol (IAM, STS); for S3 `METHOD service|bucket|object[?subresources]`.
 
 Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 """
 
 import fnmatch
+import io
 import json
 import re
 import sys
+import threading
+from collections import Counter, defaultdict
+from urllib.parse import parse_qs, parse_qsl
 
 import xmltodict
+from werkzeug.serving import run_simple
 from moto.core.exceptions import AccessDeniedError, InvalidClientTokenIdError
 from moto.core.responses import EmptyResult
 from moto.iam import access_control
@@ -83,7 +93,11 @@ from moto.s3.exceptions import MalformedXML, S3ClientError
 from moto.s3.models import FakeBucket, S3Backend, s3_backends
 from moto.s3.responses import ACTION_MAP, S3Response
 from moto.s3.utils import bucket_policy_is_public
-from moto.server import main
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
 from moto.utilities.utils import get_partition
 from moto.sns.models import sns_backends
 from moto.sqs.models import sqs_backends
@@ -793,6 +807,70 @@ def _log_permissions_by_acl_unless_disabled(target_bucket):
 FakeBucket._log_permissions_enabled_policy = _log_permissions_by_policy
 FakeBucket._log_permissions_enabled_acl = staticmethod(_log_permissions_by_acl_unless_disabled)
 
+# ---------------------------------------------------------------- request log
+
+REQUESTS_PATH = "/__s3op/requests"
+S3_SUBRESOURCE_PARAMS = {"list-type", "uploadId", "partNumber", "versionId"}
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/")
+
+
+def access_key_of(environ, query):
+    """The access key id a request is signed with (header or presigned URL), or "anonymous"."""
+    found = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
+    if found:
+        return found.group(1)
+    credential = (query.get("X-Amz-Credential") or [""])[0]
+    return credential.split("/", 1)[0] or "anonymous"
+
+
+def operation_of(method, path, query_string, form):
+    """hack/fault_proxy.py's name for a request: the query protocol's Action, else S3's
+    `METHOD service|bucket|object[?subresources]`."""
+    if form.get("Action"):
+        return form["Action"][0]
+    depth = len([s for s in path.split("/", 2)[1:] if s])
+    level = ("service", "bucket", "object")[depth]
+    params = parse_qsl(query_string, keep_blank_values=True)
+    subs = sorted({k for k, v in params if v == "" or k in S3_SUBRESOURCE_PARAMS})
+    return f"{method} {level}" + (f"?{'&'.join(subs)}" if subs else "")
+
+
+class RequestLog:
+    """WSGI middleware: counts each request, and answers REQUESTS_PATH itself."""
+
+    def __init__(self, app):
+        self.app = app
+        self.lock = threading.Lock()
+        self.counts = defaultdict(Counter)
+
+    def __call__(self, environ, start_response):
+        path = environ.get("PATH_INFO", "")
+        query_string = environ.get("QUERY_STRING", "")
+        query = parse_qs(query_string, keep_blank_values=True)
+        if path == REQUESTS_PATH:
+            key = (query.get("key") or [""])[0]
+            with self.lock:
+                body = json.dumps(dict(self.counts.get(key, {}))).encode()
+            start_response("200 OK", [("Content-Type", "application/json"),
+                                      ("Content-Length", str(len(body)))])
+            return [body]
+        form = {}
+        if environ.get("CONTENT_TYPE", "").startswith("application/x-www-form-urlencoded"):
+            # Read once and handed on: moto reads the same bytes again.
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            if length:
+                body = environ["wsgi.input"].read(length)
+                environ["wsgi.input"] = io.BytesIO(body)
+                form = parse_qs(body.decode("utf-8", "replace"))
+        operation = operation_of(environ.get("REQUEST_METHOD", ""), path, query_string, form)
+        with self.lock:
+            self.counts[access_key_of(environ, query)][operation] += 1
+        return self.app(environ, start_response)
+
+
 if __name__ == "__main__":
-    host, port = sys.argv[1], sys.argv[2]
-    main(["-H", host, "-p", port])
+    # moto.server.main with the request log around moto's application.
+    host, port = sys.argv[1], int(sys.argv[2])
+    app = DomainDispatcherApplication(create_backend_app)
+    app.debug = True  # as moto.server.main sets it
+    run_simple(host, port, RequestLog(app), threaded=True, request_handler=MotoRequestHandler)

@@ -102,6 +102,22 @@ if [[ $rc -ne 0 ]]; then
     fi
   fi
 fi
+# Least privilege from behaviour, after a whole run only (a filtered one leaves grants unused):
+# every Kubernetes request of the operator in the run's audit logs must be granted by
+# config/rbac, and everything config/rbac grants must have been asked for.
+if [[ $# -eq 0 ]]; then
+  log "comparing the operator's requests in this run's audit logs with config/rbac"
+  rbac_out="$state/cargo-rbac.out"
+  if cargo test --locked --test e2e -- --ignored --nocapture --exact \
+    support::rbac_audit::the_whole_run_used_exactly_what_config_rbac_grants 2>&1 | tee "$rbac_out" \
+    && grep -q '^test result: ok\. 1 passed' "$rbac_out"; then
+    totals="$totals; the operator used exactly what config/rbac grants"
+  else
+    log "RBAC CHECK FAILED: config/rbac and the operator's requests in the audit logs differ (above)"
+    totals="$totals; RBAC CHECK FAILED"
+    rc=1
+  fi
+fi
 if [[ $rc -ne 0 ]]; then
   dump_logs
   # Last, so the tail of a long log still names what failed and why.

@@ -310,8 +310,11 @@ async fn tiering_and_acceleration_are_created(api: &Api<Bucket>) -> String {
     name
 }
 
-/// Read on every resync, nothing written; the plain Bucket still costs nothing.
+/// Read on every resync, nothing written (as the emulator's request log and the API server's
+/// audit log count writes; the operator's own counters must agree); the plain Bucket still costs
+/// nothing.
 async fn steady_state_reads_and_writes_nothing(op: &Operator) {
+    let sent = op.sent().await;
     let writes: Vec<f64> = new_writes(op).await;
     let (tiering, acceleration) = tiering_and_acceleration_reads(op).await;
     // Two more resync passes (2 s apart), however slow the machine: each reads, none writes.
@@ -320,6 +323,11 @@ async fn steady_state_reads_and_writes_nothing(op: &Operator) {
         (t >= tiering + 2.0 && a >= acceleration + 2.0).then_some(())
     })
     .await;
+    assert_eq!(
+        sent.writes().await,
+        Vec::<String>::new(),
+        "steady state wrote"
+    );
     assert_eq!(new_writes(op).await, writes);
     // Only "tiered" reads these.
     assert_eq!(op.aws_calls("GetObjectLockConfiguration").await, 0.0);

@@ -54,9 +54,17 @@ async fn one_leader_acts_and_hands_over_on_sigterm_and_on_crash() {
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let a = Operator::start_as(&id, &opts, "a").await;
     wait_leading(&a, Duration::from_secs(10)).await;
-    let b = Operator::start_as(&id, &opts, "b").await;
+    // The standby's AWS requests pass a proxy only it uses: counted outside the process.
+    let b_aws = FaultProxy::start(1).await;
+    let through_proxy = OperatorOpts {
+        aws_endpoint: Some(b_aws.url()),
+        ..le_opts(vec![ns.clone()])
+    };
+    let b_started = jiff::Timestamp::now();
+    let b = Operator::start_as(&id, &through_proxy, "b").await;
     exactly_one_leads_and_the_standby_is_healthy(&id, &a, &b).await;
-    only_the_leader_writes(&buckets, &a, &b).await;
+    let b_agent = format!("({}-b)", id.cluster);
+    only_the_leader_writes(&buckets, &a, &b, (&b_aws, &b_agent, b_started)).await;
     sigterm_hands_over_within_3s(a, &b).await;
     let c = Operator::start_as(&id, &opts, "c").await;
     crash_handover_within_the_lease_while_objects_arrive(b, &c, &buckets, &accesses).await;
@@ -133,8 +141,16 @@ async fn exactly_one_leads_and_the_standby_is_healthy(id: &Identity, a: &Operato
     }
 }
 
-/// Only the leader writes.
-async fn only_the_leader_writes(buckets: &Api<Bucket>, a: &Operator, b: &Operator) {
+/// Only the leader writes. The standby's requests are counted where it cannot leave one out:
+/// its AWS requests by the proxy only it uses, its Kubernetes writes in the API server's audit
+/// log by its Lease identity in its user agent. Its own counters must agree.
+async fn only_the_leader_writes(
+    buckets: &Api<Bucket>,
+    a: &Operator,
+    b: &Operator,
+    (b_aws, b_agent, b_started): (&FaultProxy, &str, jiff::Timestamp),
+) {
+    let sent = a.sent().await;
     buckets
         .create(
             &PostParams::default(),
@@ -143,6 +159,24 @@ async fn only_the_leader_writes(buckets: &Api<Bucket>, a: &Operator, b: &Operato
         .await
         .unwrap();
     wait_ready(buckets, "one").await;
+    let by_the_installation = sent.writes().await;
+    assert!(
+        by_the_installation
+            .iter()
+            .any(|w| w.starts_with("AWS PUT bucket")),
+        "the leader's writes are counted: {by_the_installation:?}"
+    );
+    let proxied = by_operation(&b_aws.stats().await);
+    assert!(
+        !proxied.is_empty(),
+        "the standby reads AWS through its proxy"
+    );
+    let aws: Vec<_> = proxied.iter().filter(|(op, _)| aws_write(op)).collect();
+    let kube = audited_writes(By::Agent(b_agent), b_started);
+    assert!(
+        aws.is_empty() && kube.is_empty(),
+        "the standby wrote: AWS {aws:?}, Kubernetes {kube:?}"
+    );
     assert!(a.aws_writes().await > 0.0);
     assert_eq!(
         (b.aws_writes().await, b.kube_writes().await),
@@ -252,15 +286,6 @@ fn by_operation(stats: &Value) -> BTreeMap<String, u64> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// An operation (as the fault proxy names it) that may change something: S3 requests but GET
-/// and HEAD, IAM and STS actions but Get* and List*.
-fn aws_write(op: &str) -> bool {
-    match op.split_once(' ') {
-        Some((method, _)) => !matches!(method, "GET" | "HEAD"),
-        None => !(op.starts_with("Get") || op.starts_with("List")),
-    }
 }
 
 /// libfaketime's preload library (Debian's `faketime`, installed by `hack/tools.sh faketime`).
@@ -449,7 +474,7 @@ async fn both_counters_see_the_leaders_writes(
     wait_for(
         "its writes in the audit log",
         Duration::from_secs(10),
-        || async { (!audited_writes(a_agent, started).is_empty()).then_some(()) },
+        || async { (!audited_writes(By::Agent(a_agent), started).is_empty()).then_some(()) },
     )
     .await;
     let proxied = by_operation(&proxy.stats().await);
@@ -544,7 +569,7 @@ async fn the_resumed_leader_writes_nothing_and_exits(
         .filter(|(_, n)| *n > 0)
         .collect();
     let aws_writes: Vec<_> = sent.iter().filter(|(op, _)| aws_write(op)).collect();
-    let kube_writes = audited_writes(a_agent, resumed);
+    let kube_writes = audited_writes(By::Agent(a_agent), resumed);
     eprintln!(
         "measured: stopped {frozen:?} (takeover after {takeover:?}); after SIGCONT the old \
          leader exited with {code:?}, sent AWS {sent:?}, Kubernetes writes {kube_writes:?}"

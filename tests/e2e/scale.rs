@@ -91,6 +91,10 @@ pub struct Row {
     pub resync_s: f64,
     pub resync_aws_writes: f64,
     pub resync_kube_writes: f64,
+    /// The resync's writes as the emulator's request log and the API server's audit log saw
+    /// them (`resync_*_writes` are the operator's own counts).
+    #[serde(skip)]
+    pub resync_writes_seen: Vec<String>,
     pub resync_s3_reads_per_pair: f64,
     pub resync_iam_reads_per_access: f64,
     pub rss_peak_mib: f64,
@@ -623,6 +627,7 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
         Some(0),
         "the operator did not exit cleanly"
     );
+    let sent = Sent::now(&id.aws_key.0, &id.kube_user).await;
     let start = Instant::now();
     let op = Operator::start_as(&id, &opts, "resync").await;
     row.caches_synced_s = start.elapsed().as_secs_f64();
@@ -653,6 +658,7 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
     // A late write of the resync must show in the counts below: wait until nothing moves.
     op.wait_settled(Duration::from_secs(3)).await;
     let text = op.metrics().await;
+    row.resync_writes_seen = sent.writes().await;
     row.resync_aws_writes = op.aws_writes().await;
     row.resync_kube_writes = op.kube_writes().await;
     if row.resync_kube_writes > 0.0 {
@@ -1042,6 +1048,11 @@ fn assert_correct(row: &Row, writes: &[(&str, f64)]) {
     // The same failures as the floor: only the GetUser of each missing user.
     assert_eq!(row.aws_failures, row.floor_failures);
     assert_eq!(row.reconcile_errors, 0.0);
+    assert_eq!(
+        row.resync_writes_seen,
+        Vec::<String>::new(),
+        "a resync wrote"
+    );
     assert_eq!(row.resync_aws_writes, 0.0, "a resync wrote to AWS");
     assert_eq!(row.resync_kube_writes, 0.0, "a resync wrote to Kubernetes");
     // Exactly the writes BENCHMARKS.md lists, for every object: one status (no flip while

@@ -103,3 +103,103 @@ pub async fn iam_user_with_policy(
         .expect("key");
     (k.access_key_id, k.secret_access_key)
 }
+
+/// What the emulator has received from the access key `key` so far, by operation, whatever the
+/// answers were: counted by hack/moto_server.py as each request arrives, outside the client.
+/// Operations are named as hack/fault_proxy.py names them (the Action for IAM and STS, `METHOD
+/// bucket?subresource` and the like for S3).
+pub async fn emulator_requests(key: &str) -> BTreeMap<String, u64> {
+    let addr = env().aws_endpoint.trim_start_matches("http://").to_string();
+    let path = format!("/__s3op/requests?key={key}");
+    let (status, body) = http_get(&addr, &path)
+        .await
+        .expect("the emulator's request log");
+    assert_eq!(
+        status, 200,
+        "no request log at {path} ({body}): restart the environment (hack/env.sh down, then up)"
+    );
+    serde_json::from_str(&body).expect("request counts")
+}
+
+/// An operation (as the emulator's log and the fault proxy name it) that may change something:
+/// S3 requests but GET and HEAD, IAM and STS actions but Get* and List*.
+pub fn aws_write(op: &str) -> bool {
+    match op.split_once(' ') {
+        Some((method, _)) => !matches!(method, "GET" | "HEAD"),
+        None => !(op.starts_with("Get") || op.starts_with("List")),
+    }
+}
+
+/// The writes among the requests counted between two snapshots of the emulator's log, with
+/// how many of each.
+pub fn aws_writes_between(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+) -> BTreeMap<String, u64> {
+    after
+        .iter()
+        .map(|(op, n)| (op.clone(), n - before.get(op).copied().unwrap_or_default()))
+        .filter(|(op, n)| *n > 0 && aws_write(op))
+        .collect()
+}
+
+#[cfg(test)]
+mod request_log {
+    use super::*;
+
+    /// The log counts every request of one key by operation as it arrives, refused or not, and
+    /// tells writes from reads: a write it missed would let a "writes nothing" check pass.
+    #[tokio::test]
+    async fn the_emulator_counts_every_request_of_a_key_and_tells_writes_from_reads() {
+        let name = format!("{PREFIX}log-{}", random(5));
+        let policy = serde_json::json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+            "Action": ["s3:CreateBucket", "s3:PutBucketTagging"],
+            "Resource": [format!("arn:aws:s3:::{name}")]}]});
+        let (key, secret) = iam_user_with_policy(&name, "/", Some(&policy)).await;
+        let before = emulator_requests(&key).await;
+        assert!(before.is_empty(), "a new key has sent nothing: {before:?}");
+        let (s3, iam) = (s3_with(&key, &secret), iam_with(&key, &secret));
+        s3.create_bucket()
+            .bucket(&name)
+            .send()
+            .await
+            .expect("create");
+        let tag = aws_sdk_s3::types::Tag::builder()
+            .key("k")
+            .value("v")
+            .build();
+        let tagging = aws_sdk_s3::types::Tagging::builder()
+            .tag_set(tag.unwrap())
+            .build()
+            .unwrap();
+        let put = s3.put_bucket_tagging().bucket(&name).tagging(tagging);
+        put.send().await.expect("tag");
+        // Refused (not granted): sent all the same, so counted all the same.
+        assert!(s3.get_bucket_tagging().bucket(&name).send().await.is_err());
+        assert!(s3.delete_bucket().bucket(&name).send().await.is_err());
+        assert!(iam.list_users().send().await.is_err());
+        assert!(iam.create_user().user_name(&name).send().await.is_err());
+        let sent = emulator_requests(&key).await;
+        // Another key's requests are not this one's.
+        admin_s3()
+            .delete_bucket()
+            .bucket(&name)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(emulator_requests(&key).await, sent);
+        let counts = |ops: &[&str]| -> BTreeMap<String, u64> {
+            ops.iter().map(|op| (op.to_string(), 1)).collect()
+        };
+        let writes = [
+            "PUT bucket",
+            "PUT bucket?tagging",
+            "DELETE bucket",
+            "CreateUser",
+        ];
+        let reads = ["GET bucket?tagging", "ListUsers"];
+        assert_eq!(sent, counts(&[&writes[..], &reads[..]].concat()));
+        assert_eq!(aws_writes_between(&before, &sent), counts(&writes));
+        assert!(aws_writes_between(&sent, &sent).is_empty());
+    }
+}

@@ -237,17 +237,36 @@ pub async fn apply_crds(path: &std::path::Path) {
     }
 }
 
+/// Who sent a request, as the API server's audit log names it.
+pub enum By<'a> {
+    /// A substring of the user agent (the operator puts its Lease identity there).
+    Agent(&'a str),
+    /// The user name, e.g. `system:serviceaccount:NS:NAME`.
+    User(&'a str),
+}
+
+/// The verbs of a request that may change something.
+const WRITES: [&str; 5] = ["create", "update", "patch", "delete", "deletecollection"];
+
 /// The writes (create, update, patch, delete) the API server received at or after `since` from
-/// clients whose user agent contains `agent`, from its audit log: `verb resource/name (time)`.
-pub fn audited_writes(agent: &str, since: jiff::Timestamp) -> Vec<String> {
+/// `by`, from its audit log (which also holds ServiceAccounts' reads): `verb resource/name
+/// (time)`.
+pub fn audited_writes(by: By, since: jiff::Timestamp) -> Vec<String> {
     let path = env().audit_log.as_ref().expect(
         "S3OP_KUBE_AUDIT_LOG is missing: restart the environment (hack/env.sh down, then up)",
     );
     let text = std::fs::read_to_string(path).expect("audit log");
+    let needle = match by {
+        By::Agent(s) | By::User(s) => s,
+    };
     text.lines()
-        .filter(|l| l.contains(agent))
+        .filter(|l| l.contains(needle))
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .filter(|e| e["userAgent"].as_str().is_some_and(|a| a.contains(agent)))
+        .filter(|e| match by {
+            By::Agent(a) => e["userAgent"].as_str().is_some_and(|u| u.contains(a)),
+            By::User(u) => e["user"]["username"] == u,
+        })
+        .filter(|e| WRITES.contains(&e["verb"].as_str().unwrap_or_default()))
         .filter(|e| {
             let at = e["requestReceivedTimestamp"].as_str().unwrap_or_default();
             at.parse::<jiff::Timestamp>().is_ok_and(|t| t >= since)

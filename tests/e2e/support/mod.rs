@@ -30,6 +30,7 @@ mod gates;
 mod http;
 mod identities;
 mod operator;
+mod rbac_audit;
 mod tools;
 mod watch_lag;
 

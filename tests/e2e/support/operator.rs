@@ -40,6 +40,10 @@ pub struct Operator {
     pub probe_addr: String,
     pub log: PathBuf,
     pub operator_ns: String,
+    /// Its identity's access key id and Kubernetes user name: what the emulator's request log
+    /// and the API server's audit log know it by.
+    pub aws_key_id: String,
+    pub kube_user: String,
     _pass: Pass,
 }
 
@@ -51,6 +55,9 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
+/// The ServiceAccount of the installations the tests make themselves.
+const SA: &str = "s3-operator";
+
 /// The identity an operator installation runs as; several processes (replicas) may share one.
 #[derive(Clone)]
 pub struct Identity {
@@ -59,6 +66,8 @@ pub struct Identity {
     kubeconfig: PathBuf,
     token: String,
     pub aws_key: (String, String),
+    /// The ServiceAccount's user name, as the API server's audit log has it.
+    pub kube_user: String,
     /// A scoped installation keeps cluster-wide operators out for as long as it exists, not
     /// only while one of its processes runs: between a kill and a restart its objects would
     /// otherwise be reconciled by another test's operator.
@@ -89,7 +98,7 @@ impl Identity {
             .map(|n| (n.as_str(), manager_rules()))
             .collect();
         grants.push((operator_ns.as_str(), leader_rules()));
-        let token = service_account(&client, &operator_ns, "s3-operator", &grants).await;
+        let token = service_account(&client, &operator_ns, SA, &grants).await;
         if namespaces.is_empty() {
             // Every namespace: the manager's rules in a ClusterRole, as the cluster-wide
             // packages grant them.
@@ -108,7 +117,7 @@ impl Identity {
         }
         Identity {
             _pass: pass,
-            ..Identity::with_token(cluster, operator_ns, &token, policy).await
+            ..Identity::with_token(cluster, operator_ns, SA, &token, policy).await
         }
     }
 
@@ -117,6 +126,7 @@ impl Identity {
     async fn with_token(
         cluster: String,
         operator_ns: String,
+        sa: &str,
         token: &str,
         policy: Option<serde_json::Value>,
     ) -> Identity {
@@ -128,6 +138,7 @@ impl Identity {
         let aws_key =
             iam_user_with_policy(&format!("s3-operator-{cluster}"), "/", Some(&doc)).await;
         Identity {
+            kube_user: format!("system:serviceaccount:{operator_ns}:{sa}"),
             cluster,
             operator_ns,
             kubeconfig,
@@ -164,7 +175,7 @@ impl Identity {
     pub async fn installed(sa_ns: &str, sa: &str, cluster: &str) -> Identity {
         install_crds().await;
         let token = service_account(&admin().await, sa_ns, sa, &[]).await;
-        Identity::with_token(cluster.into(), sa_ns.into(), &token, None).await
+        Identity::with_token(cluster.into(), sa_ns.into(), sa, &token, None).await
     }
 }
 
@@ -302,6 +313,8 @@ impl Operator {
             probe_addr,
             log,
             operator_ns: id.operator_ns.clone(),
+            aws_key_id: id.aws_key.0.clone(),
+            kube_user: id.kube_user.clone(),
             _pass: pass,
         };
         let probe = op.probe_addr.clone();
@@ -386,7 +399,13 @@ impl Operator {
             .await
     }
 
-    /// AWS writes (every operation that is not Get/List/Head) the operator has made so far.
+    /// Where to count this operator's writes from, outside its process (see `Sent::writes`).
+    pub async fn sent(&self) -> Sent {
+        Sent::now(&self.aws_key_id, &self.kube_user).await
+    }
+
+    /// AWS writes (every operation that is not Get/List/Head) the operator counted itself so far:
+    /// only an extra check beside `Sent::writes`.
     pub async fn aws_writes(&self) -> f64 {
         let text = self.metrics().await;
         text.lines()
@@ -494,6 +513,36 @@ pub fn check_no_panic_metric(metrics: &str) -> Result<(), String> {
     match metric_sum(metrics, NAME, &[]) {
         0.0 => Ok(()),
         n => Err(format!("{NAME} is {n}: a reconcile panicked")),
+    }
+}
+
+/// A point in the requests of one identity (every replica of an installation): what the
+/// emulator had received from its access key, and when.
+pub struct Sent {
+    key: String,
+    user: String,
+    aws: BTreeMap<String, u64>,
+    since: jiff::Timestamp,
+}
+
+impl Sent {
+    pub async fn now(aws_key_id: &str, kube_user: &str) -> Sent {
+        Sent {
+            key: aws_key_id.into(),
+            user: kube_user.into(),
+            aws: emulator_requests(aws_key_id).await,
+            since: jiff::Timestamp::now(),
+        }
+    }
+
+    /// The writes sent since, counted where the operator cannot leave one out: AWS writes in
+    /// the emulator's request log, Kubernetes writes in the API server's audit log. Empty when
+    /// it wrote nothing.
+    pub async fn writes(&self) -> Vec<String> {
+        let aws = aws_writes_between(&self.aws, &emulator_requests(&self.key).await);
+        let mut writes: Vec<String> = aws.iter().map(|(op, n)| format!("AWS {op} x{n}")).collect();
+        writes.extend(audited_writes(By::User(&self.user), self.since));
+        writes
     }
 }
 
