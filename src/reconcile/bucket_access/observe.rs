@@ -180,10 +180,8 @@ pub(super) async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Obse
         };
     // The finalizer (in place before anything is created in AWS) and the Secret's read are
     // independent: one round trip to the API server, not two.
-    let (version, secret) = tokio::try_join!(
-        ensure_finalizer(&ctx.client, access),
-        read_secret(access, ctx, &ns)
-    )?;
+    let (version, secret) =
+        tokio::try_join!(ensure_finalizer(ctx, access), read_secret(access, ctx, &ns))?;
     let versions = Versions {
         access: vec![start, version],
         bucket: vec![
