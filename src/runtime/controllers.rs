@@ -407,9 +407,16 @@ where
     let (controller, metrics) = (queue.name, &ctx.metrics);
     let span = reconcile_span(obj.as_ref());
     let ns = obj.meta().namespace.clone().unwrap_or_default();
+    // Every wrapper of the reconcile's future holds all of it, and an unoptimised build keeps
+    // each one made here on this poll's stack: no more wrappers than these, or the worker
+    // thread's stack overflows.
+    let worker = Worker::start(metrics, controller);
     let run = reconcile(obj.clone(), ctx.clone()).instrument(span.clone());
-    let pass = ctx.budgets.pass(ns, guarded(metrics, controller, run));
-    let (result, seconds) = timed(metrics, controller, pass).await;
+    let result = ctx
+        .budgets
+        .pass(ns, guarded(metrics, controller, run))
+        .await;
+    let seconds = worker.done();
     let outcome = result_label(&result);
     settle(queue, obj.as_ref(), &ctx, &span, &result).await;
     span.record("outcome", outcome);
@@ -443,22 +450,41 @@ fn reconcile_span<K: Resource<DynamicType = ()>>(obj: &K) -> Span {
     span
 }
 
-/// Runs `pass` as one of `controller`'s active workers; its seconds go into the reconcile and
-/// work-duration histograms.
-async fn timed<T>(metrics: &Metrics, controller: &str, pass: impl Future<Output = T>) -> (T, f64) {
-    let workers = metrics.active_workers.with_label_values(&[controller]);
-    workers.inc();
-    let start = Instant::now();
-    let result = pass.await;
-    workers.dec();
-    let seconds = start.elapsed().as_secs_f64();
-    for histogram in [
-        &metrics.reconcile_time_seconds,
-        &metrics.workqueue_work_duration_seconds,
-    ] {
-        histogram.with_label_values(&[controller]).observe(seconds);
+/// A reconcile running as one of its controller's active workers; its seconds go into the
+/// reconcile and work-duration histograms when it is done.
+struct Worker<'a> {
+    metrics: &'a Metrics,
+    controller: &'a str,
+    start: Instant,
+}
+
+impl<'a> Worker<'a> {
+    fn start(metrics: &'a Metrics, controller: &'a str) -> Worker<'a> {
+        metrics
+            .active_workers
+            .with_label_values(&[controller])
+            .inc();
+        Worker {
+            metrics,
+            controller,
+            start: Instant::now(),
+        }
     }
-    (result, seconds)
+
+    fn done(self) -> f64 {
+        let m = self.metrics;
+        m.active_workers.with_label_values(&[self.controller]).dec();
+        let seconds = self.start.elapsed().as_secs_f64();
+        for histogram in [
+            &m.reconcile_time_seconds,
+            &m.workqueue_work_duration_seconds,
+        ] {
+            histogram
+                .with_label_values(&[self.controller])
+                .observe(seconds);
+        }
+        seconds
+    }
 }
 
 /// What a finished reconcile leaves: a success resets the object's backoff; each kind of
