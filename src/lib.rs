@@ -5,7 +5,7 @@
 //! - [`aws`]: every S3 and IAM call, naming, tags and policy documents
 //! - [`runtime`]: leader election, web server, metrics, telemetry, shutdown
 //! - [`fence`]: what stops a leader whose lease may have passed on from sending anything
-//! - [`metrics`]: the Prometheus series; a bottom layer every other module may record into
+//! - [`metrics`]: the Prometheus series; a bottom layer, handed to whatever records into it
 //! - [`probe`]: the HTTP check `s3-operator probe` runs (the chart's `helm test`)
 //!
 //! Dependencies run one way: `runtime` -> `reconcile` -> `aws` -> `api`, and all of them may use

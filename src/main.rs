@@ -280,69 +280,12 @@ fn run(args: RunArgs) -> ExitCode {
         }
     };
     let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
-    let identity = args.pod_name.clone().unwrap_or_else(|| {
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        format!("{}-{}", host.trim(), std::process::id())
-    });
-    let bucket_name_prefix =
-        match naming::bucket_prefix(&args.cluster_name, args.bucket_name_prefix.as_deref()) {
-            Ok(prefix) => prefix,
-            Err(e) => {
-                eprintln!("error: {e}");
-                return ExitCode::FAILURE;
-            }
-        };
-    let config = runtime::Config {
-        reconcile: s3_operator::reconcile::Settings {
-            bucket_name_prefix,
-            cluster_name: args.cluster_name,
-            boundary_arn: args.permissions_boundary_arn.unwrap_or_default(),
-            allow_cross_namespace_adoption: args.allow_cross_namespace_adoption,
-            // Found through STS at start-up, with the permissions boundary.
-            account_id: String::new(),
-            allowed_policy_principals: args
-                .allowed_policy_principals
-                .into_iter()
-                .map(|p| p.trim().to_string())
-                .filter(|p| !p.is_empty())
-                .collect(),
-            // Found through STS at start-up.
-            operator_principals: vec![],
-            allow_compliance_retention: args.allow_compliance_retention,
-            allowed_notification_targets: args
-                .allowed_notification_targets
-                .into_iter()
-                .map(|p| p.trim().to_string())
-                .filter(|p| !p.is_empty())
-                .collect(),
-            default_deletion_policy: args.default_deletion_policy,
-            oidc_provider_arn: args.oidc_provider_arn,
-            resync_period: args.resync_period,
-            namespace_aws_write_rate: args.namespace_aws_write_rate,
-            namespace_aws_write_burst: args.namespace_aws_write_burst,
-            min_rotation_interval: args.min_rotation_interval,
-        },
-        aws: s3_operator::aws::Settings {
-            region: args.aws_region,
-            endpoint_url: args.aws_endpoint_url,
-        },
-        watch_namespaces: args
-            .watch_namespaces
-            .into_iter()
-            .map(|n| n.trim().to_string())
-            .filter(|n| !n.is_empty())
-            .collect(),
-        max_concurrent_reconciles: args.max_concurrent_reconciles,
-        metrics_addr: args.metrics_bind_address,
-        probe_addr: args.health_probe_bind_address,
-        metrics_secure: args.metrics_secure.then_some(args.metrics_cert_dir),
-        leader_election: args.leader_elect.then_some(leader::Settings {
-            namespace: args.leader_election_namespace,
-            name: args.leader_election_id,
-            identity,
-            lease_duration: args.lease_duration,
-            renew_period: args.lease_renew_period,
-        }),
+    let config = match config(args) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -356,4 +299,64 @@ fn run(args: RunArgs) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// What `run` is configured with, from its flags; `Err` says which value cannot work.
+fn config(args: RunArgs) -> Result<runtime::Config, String> {
+    let identity = args.pod_name.clone().unwrap_or_else(|| {
+        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+        format!("{}-{}", host.trim(), std::process::id())
+    });
+    Ok(runtime::Config {
+        reconcile: reconcile_settings(&args)?,
+        aws: s3_operator::aws::Settings {
+            region: args.aws_region,
+            endpoint_url: args.aws_endpoint_url,
+        },
+        watch_namespaces: listed(args.watch_namespaces),
+        max_concurrent_reconciles: args.max_concurrent_reconciles,
+        metrics_addr: args.metrics_bind_address,
+        probe_addr: args.health_probe_bind_address,
+        metrics_secure: args.metrics_secure.then_some(args.metrics_cert_dir),
+        leader_election: args.leader_elect.then_some(leader::Settings {
+            namespace: args.leader_election_namespace,
+            name: args.leader_election_id,
+            identity,
+            lease_duration: args.lease_duration,
+            renew_period: args.lease_renew_period,
+        }),
+    })
+}
+
+fn reconcile_settings(args: &RunArgs) -> Result<s3_operator::reconcile::Settings, String> {
+    let bucket_name_prefix =
+        naming::bucket_prefix(&args.cluster_name, args.bucket_name_prefix.as_deref())?;
+    Ok(s3_operator::reconcile::Settings {
+        bucket_name_prefix,
+        cluster_name: args.cluster_name.clone(),
+        boundary_arn: args.permissions_boundary_arn.clone().unwrap_or_default(),
+        allow_cross_namespace_adoption: args.allow_cross_namespace_adoption,
+        // Found through STS at start-up, with the permissions boundary.
+        account_id: String::new(),
+        allowed_policy_principals: listed(args.allowed_policy_principals.clone()),
+        // Found through STS at start-up.
+        operator_principals: vec![],
+        allow_compliance_retention: args.allow_compliance_retention,
+        allowed_notification_targets: listed(args.allowed_notification_targets.clone()),
+        default_deletion_policy: args.default_deletion_policy,
+        oidc_provider_arn: args.oidc_provider_arn.clone(),
+        resync_period: args.resync_period,
+        namespace_aws_write_rate: args.namespace_aws_write_rate,
+        namespace_aws_write_burst: args.namespace_aws_write_burst,
+        min_rotation_interval: args.min_rotation_interval,
+    })
+}
+
+/// A comma-separated flag's entries, trimmed, without empty ones.
+fn listed(entries: Vec<String>) -> Vec<String> {
+    entries
+        .into_iter()
+        .map(|e| e.trim().to_string())
+        .filter(|e| !e.is_empty())
+        .collect()
 }

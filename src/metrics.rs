@@ -1,11 +1,12 @@
 //! Prometheus metrics: controller-runtime's names, labels and buckets (so existing dashboards and
 //! alerts work) plus `s3_operator_*` series. No label ever carries a per-object value.
 //!
+//! The runtime makes one [`Metrics`] at start and hands it to everything that records: the
+//! reconcile context, the AWS and Kubernetes clients, leader election and the /metrics server.
 //! It sits at the bottom of the crate (it depends on nothing here) so that `aws` and `reconcile`
-//! can record into it without depending on `runtime`.
+//! can hold it without depending on `runtime`.
 
-use std::sync::LazyLock;
-
+use prometheus::core::Collector;
 use prometheus::{
     Encoder, Gauge, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry,
     TextEncoder,
@@ -29,6 +30,7 @@ const WORKQUEUE_BUCKETS: &[f64] = &[
 pub const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
 pub const CONTROLLERS: [&str; 2] = ["bucket", "bucketaccess"];
 
+/// Every series the operator exports, in the registry /metrics renders.
 pub struct Metrics {
     pub registry: Registry,
     pub reconcile_total: IntCounterVec,
@@ -55,181 +57,165 @@ pub struct Metrics {
     pub aws_write_budget_exhausted_total: IntCounterVec,
 }
 
-pub static METRICS: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+const CONTROLLER: &[&str] = &["controller"];
+/// controller-runtime labels its work queues by `name`, the controller's.
+const QUEUE: &[&str] = &["name"];
 
 impl Metrics {
-    fn new() -> Self {
-        let registry = Registry::new();
+    /// A registry of its own holding every family, the per-controller series already at zero.
+    pub fn new() -> Self {
+        let r = Families(Registry::new());
         #[cfg(target_os = "linux")]
-        registry
-            .register(Box::new(
-                prometheus::process_collector::ProcessCollector::for_self(),
-            ))
-            .expect("process collector registers once");
-        let counter = |name: &str, help: &str, labels: &[&str]| {
-            let c = IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter");
-            registry
-                .register(Box::new(c.clone()))
-                .expect("unique metric");
-            c
-        };
-        let gauge = |name: &str, help: &str, labels: &[&str]| {
-            let g = IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge");
-            registry
-                .register(Box::new(g.clone()))
-                .expect("unique metric");
-            g
-        };
-        let histogram = |name: &str, help: &str, labels: &[&str], buckets: &[f64]| {
-            let h = HistogramVec::new(
-                HistogramOpts::new(name, help).buckets(buckets.to_vec()),
-                labels,
-            )
-            .expect("valid histogram");
-            registry
-                .register(Box::new(h.clone()))
-                .expect("unique metric");
-            h
-        };
-        let access_key_age_seconds = Gauge::new(
-            "s3_operator_access_key_max_age_seconds",
-            "Age of the oldest active access key the operator manages",
-        )
-        .expect("valid gauge");
-        registry
-            .register(Box::new(access_key_age_seconds.clone()))
-            .expect("unique metric");
-        let access_key_rotation_overdue_seconds = Gauge::new(
-            "s3_operator_access_key_rotation_overdue_seconds",
-            "How far past its next rotation time the most overdue rotating access key is (0: none)",
-        )
-        .expect("valid gauge");
-        registry
-            .register(Box::new(access_key_rotation_overdue_seconds.clone()))
-            .expect("unique metric");
+        r.0.register(Box::new(
+            prometheus::process_collector::ProcessCollector::for_self(),
+        ))
+        .expect("process collector registers once");
         let m = Metrics {
-            reconcile_total: counter(
+            reconcile_total: r.counter(
                 "controller_runtime_reconcile_total",
                 "Total number of reconciliations per controller",
                 &["controller", "result"],
             ),
-            reconcile_errors_total: counter(
+            reconcile_errors_total: r.counter(
                 "controller_runtime_reconcile_errors_total",
                 "Total number of reconciliation errors per controller",
-                &["controller"],
+                CONTROLLER,
             ),
-            terminal_reconcile_errors_total: counter(
+            terminal_reconcile_errors_total: r.counter(
                 "controller_runtime_terminal_reconcile_errors_total",
                 "Total number of terminal reconciliation errors per controller",
-                &["controller"],
+                CONTROLLER,
             ),
-            reconcile_time_seconds: histogram(
+            reconcile_panics_total: r.counter(
+                "controller_runtime_reconcile_panics_total",
+                "Total number of reconciliation panics per controller",
+                CONTROLLER,
+            ),
+            reconcile_time_seconds: r.histogram(
                 "controller_runtime_reconcile_time_seconds",
                 "Length of time per reconciliation per controller",
-                &["controller"],
+                CONTROLLER,
                 RECONCILE_BUCKETS,
             ),
-            max_concurrent_reconciles: gauge(
+            max_concurrent_reconciles: r.gauge(
                 "controller_runtime_max_concurrent_reconciles",
                 "Maximum number of concurrent reconciles per controller",
-                &["controller"],
+                CONTROLLER,
             ),
-            active_workers: gauge(
+            active_workers: r.gauge(
                 "controller_runtime_active_workers",
                 "Number of currently used workers per controller",
-                &["controller"],
+                CONTROLLER,
             ),
-            leader_election_master_status: gauge(
+            // The work queue of a controller here is its reconciles waiting for a worker slot
+            // (kube-runtime's own scheduler is not observable).
+            workqueue_depth: r.gauge("workqueue_depth", "Current depth of workqueue", QUEUE),
+            workqueue_adds_total: r.counter(
+                "workqueue_adds_total",
+                "Total number of adds handled by workqueue",
+                QUEUE,
+            ),
+            workqueue_queue_duration_seconds: r.histogram(
+                "workqueue_queue_duration_seconds",
+                "How long in seconds an item stays in workqueue before being requested",
+                QUEUE,
+                WORKQUEUE_BUCKETS,
+            ),
+            workqueue_work_duration_seconds: r.histogram(
+                "workqueue_work_duration_seconds",
+                "How long in seconds processing an item from workqueue takes",
+                QUEUE,
+                WORKQUEUE_BUCKETS,
+            ),
+            workqueue_retries_total: r.counter(
+                "workqueue_retries_total",
+                "Total number of retries handled by workqueue",
+                QUEUE,
+            ),
+            leader_election_master_status: r.gauge(
                 "leader_election_master_status",
                 "Gauge of if the reporting system is master of the relevant lease, 0 indicates backup, 1 indicates master. 'name' is the string used to identify the lease.",
                 &["name"],
             ),
-            aws_requests_total: counter(
+            rest_client_requests_total: r.counter(
+                "rest_client_requests_total",
+                "Number of HTTP requests, partitioned by status code, method, and host",
+                &["code", "method", "host"],
+            ),
+            aws_requests_total: r.counter(
                 "s3_operator_aws_requests_total",
                 "AWS API requests (every attempt, SDK retries included) by service, operation and outcome",
                 &["service", "operation", "outcome"],
             ),
-            aws_request_duration_seconds: histogram(
+            aws_request_duration_seconds: r.histogram(
                 "s3_operator_aws_request_duration_seconds",
                 "Latency of AWS API calls, SDK retries included, by service and operation",
                 &["service", "operation"],
                 AWS_BUCKETS,
             ),
-            drift_corrections_total: counter(
+            aws_write_budget_exhausted_total: r.counter(
+                "s3_operator_aws_write_budget_exhausted_total",
+                "Reconciles deferred because their namespace had spent its budget of AWS writes",
+                CONTROLLER,
+            ),
+            drift_corrections_total: r.counter(
                 "s3_operator_drift_corrections_total",
                 "Out-of-band changes found in AWS or Kubernetes and corrected, by kind and aspect",
                 &["kind", "aspect"],
             ),
-            managed_objects: gauge(
-                "s3_operator_managed_objects",
-                "Objects the operator manages, by kind and readiness",
-                &["kind", "ready"],
-            ),
-            kube_writes_total: counter(
+            kube_writes_total: r.counter(
                 "s3_operator_kube_writes_total",
                 "Writes the operator made to the Kubernetes API, by kind and verb",
                 &["kind", "verb"],
             ),
-            reconcile_panics_total: counter(
-                "controller_runtime_reconcile_panics_total",
-                "Total number of reconciliation panics per controller",
-                &["controller"],
+            managed_objects: r.gauge(
+                "s3_operator_managed_objects",
+                "Objects the operator manages, by kind and readiness",
+                &["kind", "ready"],
             ),
-            // The work queue of a controller here is its reconciles waiting for a worker slot
-            // (kube-runtime's own scheduler is not observable).
-            workqueue_depth: gauge("workqueue_depth", "Current depth of workqueue", &["name"]),
-            workqueue_adds_total: counter(
-                "workqueue_adds_total",
-                "Total number of adds handled by workqueue",
-                &["name"],
+            access_key_age_seconds: r.single_gauge(
+                "s3_operator_access_key_max_age_seconds",
+                "Age of the oldest active access key the operator manages",
             ),
-            workqueue_queue_duration_seconds: histogram(
-                "workqueue_queue_duration_seconds",
-                "How long in seconds an item stays in workqueue before being requested",
-                &["name"],
-                WORKQUEUE_BUCKETS,
+            access_key_rotation_overdue_seconds: r.single_gauge(
+                "s3_operator_access_key_rotation_overdue_seconds",
+                "How far past its next rotation time the most overdue rotating access key is (0: none)",
             ),
-            workqueue_work_duration_seconds: histogram(
-                "workqueue_work_duration_seconds",
-                "How long in seconds processing an item from workqueue takes",
-                &["name"],
-                WORKQUEUE_BUCKETS,
-            ),
-            workqueue_retries_total: counter(
-                "workqueue_retries_total",
-                "Total number of retries handled by workqueue",
-                &["name"],
-            ),
-            rest_client_requests_total: counter(
-                "rest_client_requests_total",
-                "Number of HTTP requests, partitioned by status code, method, and host",
-                &["code", "method", "host"],
-            ),
-            aws_write_budget_exhausted_total: counter(
-                "s3_operator_aws_write_budget_exhausted_total",
-                "Reconciles deferred because their namespace had spent its budget of AWS writes",
-                &["controller"],
-            ),
-            access_key_age_seconds,
-            access_key_rotation_overdue_seconds,
-            registry,
+            registry: r.0,
         };
+        m.start_at_zero();
+        m
+    }
+
+    /// Every controller's series exist from the first scrape, as controller-runtime's do, so a
+    /// dashboard's `rate()` sees the first event.
+    fn start_at_zero(&self) {
         for c in CONTROLLERS {
             for r in RESULTS {
-                m.reconcile_total.with_label_values(&[c, r]);
+                self.reconcile_total.with_label_values(&[c, r]);
             }
-            m.reconcile_errors_total.with_label_values(&[c]);
-            m.terminal_reconcile_errors_total.with_label_values(&[c]);
-            m.active_workers.with_label_values(&[c]);
-            m.reconcile_panics_total.with_label_values(&[c]);
-            m.aws_write_budget_exhausted_total.with_label_values(&[c]);
-            m.workqueue_depth.with_label_values(&[c]);
-            m.workqueue_adds_total.with_label_values(&[c]);
-            m.workqueue_retries_total.with_label_values(&[c]);
-            m.workqueue_queue_duration_seconds.with_label_values(&[c]);
-            m.workqueue_work_duration_seconds.with_label_values(&[c]);
+            for counter in [
+                &self.reconcile_errors_total,
+                &self.terminal_reconcile_errors_total,
+                &self.reconcile_panics_total,
+                &self.aws_write_budget_exhausted_total,
+                &self.workqueue_adds_total,
+                &self.workqueue_retries_total,
+            ] {
+                counter.with_label_values(&[c]);
+            }
+            self.active_workers.with_label_values(&[c]);
+            self.workqueue_depth.with_label_values(&[c]);
+            self.workqueue_queue_duration_seconds
+                .with_label_values(&[c]);
+            self.workqueue_work_duration_seconds.with_label_values(&[c]);
         }
-        m
     }
 
     pub fn aws_request(&self, service: &str, operation: &str, outcome: &str) {
@@ -244,6 +230,13 @@ impl Metrics {
             .observe(seconds);
     }
 
+    /// A write to the Kubernetes API, by kind and verb.
+    pub fn kube_write(&self, kind: &str, verb: &str) {
+        self.kube_writes_total
+            .with_label_values(&[kind, verb])
+            .inc();
+    }
+
     /// The Prometheus text exposition of every metric.
     pub fn render(&self) -> String {
         let mut buf = Vec::new();
@@ -254,13 +247,42 @@ impl Metrics {
     }
 }
 
+/// A registry that each family joins as it is made.
+struct Families(Registry);
+
+impl Families {
+    fn add<C: Collector + Clone + 'static>(&self, family: C) -> C {
+        self.0
+            .register(Box::new(family.clone()))
+            .expect("unique metric");
+        family
+    }
+
+    fn counter(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.add(IntCounterVec::new(Opts::new(name, help), labels).expect("valid counter"))
+    }
+
+    fn gauge(&self, name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+        self.add(IntGaugeVec::new(Opts::new(name, help), labels).expect("valid gauge"))
+    }
+
+    fn single_gauge(&self, name: &str, help: &str) -> Gauge {
+        self.add(Gauge::new(name, help).expect("valid gauge"))
+    }
+
+    fn histogram(&self, name: &str, help: &str, labels: &[&str], buckets: &[f64]) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(buckets.to_vec());
+        self.add(HistogramVec::new(opts, labels).expect("valid histogram"))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     #[test]
     fn reconcile_results_start_at_zero_for_every_controller() {
-        let text = METRICS.render();
+        let text = Metrics::new().render();
         for c in CONTROLLERS {
             for r in RESULTS {
                 let line = format!(
@@ -273,9 +295,10 @@ mod tests {
         for c in CONTROLLERS {
             for line in [
                 format!("controller_runtime_reconcile_panics_total{{controller=\"{c}\"}} 0"),
+                format!("controller_runtime_reconcile_errors_total{{controller=\"{c}\"}} 0"),
                 format!("workqueue_depth{{name=\"{c}\"}} 0"),
-                format!("workqueue_adds_total{{name=\"{c}\"}} "),
-                format!("workqueue_retries_total{{name=\"{c}\"}} "),
+                format!("workqueue_adds_total{{name=\"{c}\"}} 0"),
+                format!("workqueue_retries_total{{name=\"{c}\"}} 0"),
             ] {
                 assert!(text.contains(&line), "missing {line}");
             }
@@ -289,5 +312,17 @@ mod tests {
                 "missing {family}"
             );
         }
+    }
+
+    #[test]
+    fn each_registry_counts_alone() {
+        let (a, b) = (Metrics::new(), Metrics::new());
+        a.kube_write("Secret", "apply");
+        let applied = |m: &Metrics| {
+            m.kube_writes_total
+                .with_label_values(&["Secret", "apply"])
+                .get()
+        };
+        assert_eq!((applied(&a), applied(&b)), (1, 0));
     }
 }

@@ -1,6 +1,7 @@
 //! Every call the operator makes to AWS: S3 and IAM clients, error classification, naming, tags
-//! and policy documents. Each call is timed and traced in one place ([`Aws::call`]); each HTTP
-//! attempt, SDK retries included, is counted by [`AttemptCounter`].
+//! and policy documents. Each call is traced in one place ([`Aws::call`]); the clients' [`Recorder`]
+//! times each call and counts each HTTP attempt, SDK retries included, into the [`Metrics`] the
+//! clients were made with.
 
 pub mod budget;
 mod fence;
@@ -20,14 +21,16 @@ use aws_sdk_s3::error::{ProvideErrorMetadata, SdkError};
 use aws_smithy_runtime_api::box_error::BoxError;
 use aws_smithy_runtime_api::client::http::SharedHttpClient;
 use aws_smithy_runtime_api::client::interceptors::Intercept;
-use aws_smithy_runtime_api::client::interceptors::context::FinalizerInterceptorContextRef;
+use aws_smithy_runtime_api::client::interceptors::context::{
+    BeforeSerializationInterceptorContextRef, FinalizerInterceptorContextRef,
+};
 use aws_smithy_runtime_api::client::orchestrator::Metadata;
 use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
-use aws_smithy_types::config_bag::ConfigBag;
+use aws_smithy_types::config_bag::{ConfigBag, Storable, StoreReplace};
 use tracing::Instrument;
 
 use crate::fence::Fence;
-use crate::metrics::METRICS;
+use crate::metrics::Metrics;
 
 /// Where and how to reach AWS.
 #[derive(Clone, Debug)]
@@ -50,6 +53,8 @@ pub struct Aws {
     fence: Fence,
     /// The S3 and IAM clients' HTTP client: every write to its connections checks the fence.
     http: SharedHttpClient,
+    /// What every client records its calls into.
+    metrics: Arc<Metrics>,
 }
 
 /// An AWS call failed.
@@ -170,7 +175,7 @@ pub(crate) fn classify(code: &str, status: Option<u16>) -> ErrorKind {
 }
 
 impl Aws {
-    pub async fn new(settings: &Settings) -> Self {
+    pub async fn new(settings: &Settings, metrics: Arc<Metrics>) -> Self {
         // Bounded calls: a hung connection must fail (and be retried with backoff), never stall
         // a reconcile worker forever.
         let timeouts = aws_config::timeout::TimeoutConfig::builder()
@@ -185,21 +190,30 @@ impl Aws {
         if let Some(endpoint) = &settings.endpoint_url {
             loader = loader.endpoint_url(endpoint);
         }
-        Self::from_config(loader.load().await, settings.endpoint_url.clone())
+        Self::from_config(loader.load().await, settings.endpoint_url.clone(), metrics)
     }
 
     /// Clients from an already loaded SDK configuration (the benchmark's direct client uses it
     /// with its own credentials).
-    pub fn from_config(base: SdkConfig, endpoint_url: Option<String>) -> Self {
-        Self::fenced(base, endpoint_url, Fence::disabled())
+    pub fn from_config(
+        base: SdkConfig,
+        endpoint_url: Option<String>,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        Self::fenced(base, endpoint_url, Fence::disabled(), metrics)
     }
 
     /// The same clients, sending nothing once `fence` closes.
     pub fn with_fence(self, fence: Fence) -> Self {
-        Self::fenced(self.base, self.endpoint_url, fence)
+        Self::fenced(self.base, self.endpoint_url, fence, self.metrics)
     }
 
-    fn fenced(base: SdkConfig, endpoint_url: Option<String>, fence: Fence) -> Self {
+    fn fenced(
+        base: SdkConfig,
+        endpoint_url: Option<String>,
+        fence: Fence,
+        metrics: Arc<Metrics>,
+    ) -> Self {
         let region = base
             .region()
             .map(|r| r.to_string())
@@ -208,7 +222,7 @@ impl Aws {
         let iam = aws_sdk_iam::Client::from_conf(
             aws_sdk_iam::config::Builder::from(&base)
                 .http_client(http.clone())
-                .interceptor(AttemptCounter)
+                .interceptor(Recorder(metrics.clone()))
                 .interceptor(fence::FenceCheck(fence.clone()))
                 .build(),
         );
@@ -220,6 +234,7 @@ impl Aws {
             s3: Default::default(),
             fence,
             http,
+            metrics,
         }
     }
 
@@ -233,7 +248,7 @@ impl Aws {
                     .region(Region::new(region.to_string()))
                     .force_path_style(self.endpoint_url.is_some())
                     .http_client(self.http.clone())
-                    .interceptor(AttemptCounter)
+                    .interceptor(Recorder(self.metrics.clone()))
                     .interceptor(fence::FenceCheck(self.fence.clone()))
                     .build();
                 aws_sdk_s3::Client::from_conf(conf)
@@ -249,7 +264,11 @@ impl Aws {
     /// allows to every identity): the account scopes the permissions boundary's ARN, the ARN is
     /// what tenant bucket-policy Deny statements exempt.
     pub async fn caller(&self) -> Result<(String, String), Error> {
-        let sts = aws_sdk_sts::Client::new(&self.base);
+        let sts = aws_sdk_sts::Client::from_conf(
+            aws_sdk_sts::config::Builder::from(&self.base)
+                .interceptor(Recorder(self.metrics.clone()))
+                .build(),
+        );
         let out = Aws::call("sts", "GetCallerIdentity", sts.get_caller_identity().send()).await?;
         match (out.account, out.arn) {
             (Some(account), Some(arn)) => Ok((account, arn)),
@@ -272,7 +291,8 @@ impl Aws {
         }
     }
 
-    /// Runs one AWS call (the SDK's attempts and retries) inside a span and times it.
+    /// Runs one AWS call (the SDK's attempts and retries) inside a span, unless it is a write
+    /// the pass's namespace has no budget left for.
     pub async fn call<T, E, F>(
         service: &'static str,
         operation: &'static str,
@@ -291,61 +311,104 @@ impl Aws {
             rpc.method = operation,
             aws.error_code = tracing::field::Empty,
         );
-        if budget::is_write(operation)
-            && let Err(spent) = budget::spend()
-        {
-            span.record("aws.error_code", "WriteBudgetExhausted");
-            return Err(Error {
-                service,
-                operation,
-                code: "WriteBudgetExhausted".into(),
-                message: format!(
-                    "this namespace's budget of AWS writes is spent; it may write again in {:.1}s",
-                    spent.wait.as_secs_f64()
-                ),
-                kind: ErrorKind::OverBudget(spent.wait),
-            });
+        let result = match Error::refused_by_budget(service, operation) {
+            Some(refused) => Err(refused),
+            None => request
+                .instrument(span.clone())
+                .await
+                .map_err(|err| Error::from_sdk(service, operation, err)),
+        };
+        if let Err(e) = &result {
+            span.record("aws.error_code", e.code.as_str());
         }
-        let start = Instant::now();
-        let result = request.instrument(span.clone()).await;
-        let elapsed = start.elapsed().as_secs_f64();
-        let result = result.map_err(|err| {
-            let status = err.raw_response().map(|r| r.status().as_u16());
-            let code = err.code().unwrap_or_default().to_string();
-            let message = match &err {
-                SdkError::DispatchFailure(_) => "connection failed".to_string(),
-                SdkError::TimeoutError(_) => "timed out".to_string(),
-                _ => err.message().unwrap_or("no message").to_string(),
-            };
-            let kind = classify(&code, status);
-            let code = if code.is_empty() {
-                status.map_or("Transport".into(), |s| format!("HTTP{s}"))
-            } else {
-                code
-            };
-            span.record("aws.error_code", code.as_str());
-            Error {
-                service,
-                operation,
-                code,
-                message,
-                kind,
-            }
-        });
-        METRICS.aws_call_duration(service, operation, elapsed);
         result
     }
 }
 
-/// Counts every HTTP attempt by service, operation and outcome. The SDK retries throttling and
-/// 5xx on its own; counting only each call's final result would hide exactly the throttling
-/// and flakiness an operator of this operator needs to see.
-#[derive(Debug)]
-struct AttemptCounter;
+impl Error {
+    /// The refusal of a write the pass's namespace has no budget left for (see [`budget`]).
+    fn refused_by_budget(service: &'static str, operation: &'static str) -> Option<Error> {
+        if !budget::is_write(operation) {
+            return None;
+        }
+        let spent = budget::spend().err()?;
+        Some(Error {
+            service,
+            operation,
+            code: "WriteBudgetExhausted".into(),
+            message: format!(
+                "this namespace's budget of AWS writes is spent; it may write again in {:.1}s",
+                spent.wait.as_secs_f64()
+            ),
+            kind: ErrorKind::OverBudget(spent.wait),
+        })
+    }
 
-impl Intercept for AttemptCounter {
+    /// A failed call, classified; a transport failure without an AWS code is named by its HTTP
+    /// status, or `Transport` when there was none.
+    fn from_sdk<E>(
+        service: &'static str,
+        operation: &'static str,
+        err: SdkError<E, aws_smithy_runtime_api::http::Response>,
+    ) -> Error
+    where
+        E: ProvideErrorMetadata,
+    {
+        let status = err.raw_response().map(|r| r.status().as_u16());
+        let code = err.code().unwrap_or_default().to_string();
+        let message = match &err {
+            SdkError::DispatchFailure(_) => "connection failed".to_string(),
+            SdkError::TimeoutError(_) => "timed out".to_string(),
+            _ => err.message().unwrap_or("no message").to_string(),
+        };
+        let kind = classify(&code, status);
+        let code = if code.is_empty() {
+            status.map_or("Transport".into(), |s| format!("HTTP{s}"))
+        } else {
+            code
+        };
+        Error {
+            service,
+            operation,
+            code,
+            message,
+            kind,
+        }
+    }
+}
+
+/// Records every call into the clients' metrics: its latency, SDK retries included, and each
+/// HTTP attempt by outcome. The SDK retries throttling and 5xx on its own; counting only each
+/// call's final result would hide exactly the throttling and flakiness an operator of this
+/// operator needs to see.
+struct Recorder(Arc<Metrics>);
+
+impl std::fmt::Debug for Recorder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Recorder")
+    }
+}
+
+/// When the call a [`Recorder`] times started.
+#[derive(Clone, Debug)]
+struct CallStart(Instant);
+
+impl Storable for CallStart {
+    type Storer = StoreReplace<Self>;
+}
+
+impl Intercept for Recorder {
     fn name(&self) -> &'static str {
-        "AttemptCounter"
+        "Recorder"
+    }
+
+    fn read_before_execution(
+        &self,
+        _: &BeforeSerializationInterceptorContextRef<'_>,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        cfg.interceptor_state().store_put(CallStart(Instant::now()));
+        Ok(())
     }
 
     fn read_after_attempt(
@@ -364,7 +427,23 @@ impl Intercept for AttemptCounter {
             .map(error_code)
             .unwrap_or_default();
         let service = meta.service().to_ascii_lowercase();
-        METRICS.aws_request(&service, meta.name(), attempt_outcome(status, code));
+        self.0
+            .aws_request(&service, meta.name(), attempt_outcome(status, code));
+        Ok(())
+    }
+
+    // Runs after an operation timeout too.
+    fn read_after_execution(
+        &self,
+        _: &FinalizerInterceptorContextRef<'_>,
+        _: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if let (Some(meta), Some(start)) = (cfg.load::<Metadata>(), cfg.load::<CallStart>()) {
+            let service = meta.service().to_ascii_lowercase();
+            let seconds = start.0.elapsed().as_secs_f64();
+            self.0.aws_call_duration(&service, meta.name(), seconds);
+        }
         Ok(())
     }
 }
@@ -390,6 +469,75 @@ fn error_code(body: &[u8]) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A server on 127.0.0.1 that answers its nth request with the nth (status, error code) of
+    /// `replies`, and every later one with the last.
+    async fn answering(replies: &'static [(&'static str, &'static str)]) -> String {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let served = Arc::new(AtomicUsize::new(0));
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let served = served.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 8192];
+                    while let Ok(n) = sock.read(&mut buf).await
+                        && n > 0
+                    {
+                        let n = served.fetch_add(1, Ordering::SeqCst).min(replies.len() - 1);
+                        let (status, code) = replies[n];
+                        let body =
+                            format!("<Error><Code>{code}</Code><Message>m</Message></Error>");
+                        let head = format!(
+                            "HTTP/1.1 {status}\r\ncontent-length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        if sock.write_all((head + &body).as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        url
+    }
+
+    #[tokio::test]
+    async fn each_call_and_each_attempt_are_recorded_into_the_clients_metrics() {
+        let url = answering(&[
+            ("503 Service Unavailable", "SlowDown"),
+            ("404 Not Found", "NoSuchBucket"),
+        ])
+        .await;
+        let creds = aws_sdk_s3::config::Credentials::new("AKID", "secret", None, None, "test");
+        let retries = aws_config::retry::RetryConfig::standard()
+            .with_max_attempts(2)
+            .with_initial_backoff(std::time::Duration::from_millis(1));
+        let base = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url(&url)
+            .credentials_provider(creds)
+            .retry_config(retries)
+            .load()
+            .await;
+        let metrics = Arc::new(Metrics::new());
+        let aws = Aws::from_config(base, Some(url), metrics.clone());
+        assert_eq!(aws.bucket_tags("us-east-1", "b").await.unwrap(), None);
+
+        let attempts = |outcome: &str| {
+            let labels = ["s3", "GetBucketTagging", outcome];
+            metrics.aws_requests_total.with_label_values(&labels).get()
+        };
+        assert_eq!(attempts("throttled"), 1, "the SDK's retry counts");
+        assert_eq!(attempts("not_found"), 1);
+        let calls = metrics
+            .aws_request_duration_seconds
+            .with_label_values(&["s3", "GetBucketTagging"])
+            .get_sample_count();
+        assert_eq!(calls, 1, "one call, its retry included");
+    }
 
     #[test]
     fn attempts_are_counted_by_outcome() {

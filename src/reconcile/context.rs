@@ -5,8 +5,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kube::Resource;
+use rand::Rng;
 
-use super::backoff::{Backoff, jitter};
 use super::error::Requeue;
 #[cfg(test)]
 use super::object::MANAGER;
@@ -14,7 +14,7 @@ use super::settled::Settled;
 use super::{events, tag_reads};
 use crate::api::DeletionPolicy;
 use crate::aws::{self, Aws};
-use crate::metrics::METRICS;
+use crate::metrics::Metrics;
 
 /// Operator settings the reconcilers need.
 #[derive(Clone, Debug)]
@@ -92,7 +92,6 @@ pub struct Context {
     pub aws: Aws,
     pub settings: Settings,
     pub events: events::Events,
-    pub backoff: Backoff,
     pub settled: Settled,
     /// The warm Bucket caches of every watched scope (BucketAccess looks its Bucket up here).
     pub buckets: Vec<kube::runtime::reflector::Store<crate::api::Bucket>>,
@@ -101,6 +100,8 @@ pub struct Context {
     pub grants: Grants,
     /// Each namespace's budget of AWS writes.
     pub budgets: Arc<crate::aws::budget::Budgets>,
+    /// What every pass records into (the same registry `aws` records into).
+    pub metrics: Arc<Metrics>,
 }
 
 /// Wakes the BucketAccesses granted on an S3 bucket name, in every watched scope: a Bucket that
@@ -129,22 +130,25 @@ impl Grants {
 }
 
 impl Context {
-    /// A context whose clients point at nothing, for unit tests of the bookkeeping.
+    /// A context whose clients point at nothing, for unit tests of the bookkeeping; its
+    /// metrics are its own.
     #[cfg(test)]
     pub fn for_tests() -> Context {
         let config = kube::Config::new("http://127.0.0.1:9".parse().expect("a URL"));
         let client = kube::Client::try_from(config).expect("a client");
+        let metrics = Arc::new(Metrics::new());
+        let sdk = aws_config::SdkConfig::builder().build();
         Context {
             events: events::Events::new(client.clone(), MANAGER, None),
             client,
-            aws: Aws::from_config(aws_config::SdkConfig::builder().build(), None),
+            aws: Aws::from_config(sdk, None, metrics.clone()),
             settings: Settings::for_tests(),
-            backoff: Default::default(),
             settled: Default::default(),
             buckets: vec![],
             tag_reads: Default::default(),
             grants: Default::default(),
             budgets: Arc::new(crate::aws::budget::Budgets::unlimited()),
+            metrics,
         }
     }
 
@@ -195,14 +199,16 @@ impl Context {
         } else {
             tracing::info!(reason, note = %note, "event");
         }
-        METRICS
-            .kube_writes_total
-            .with_label_values(&["Event", "publish"])
-            .inc();
+        self.metrics.kube_write("Event", "publish");
         if let Err(e) = self.events.publish(obj, warning, reason, &note).await {
             tracing::warn!(error = %e, "could not publish event");
         }
     }
+}
+
+/// `d` lengthened by up to `fraction` at random, so objects do not resync in lockstep.
+pub fn jitter(d: Duration, fraction: f64) -> Duration {
+    d.mul_f64(1.0 + rand::rng().random_range(0.0..fraction))
 }
 
 /// The deletion policy in force for a Bucket.

@@ -6,7 +6,6 @@ pub mod bucket_access;
 pub mod events;
 pub mod tag_reads;
 
-mod backoff;
 mod context;
 mod error;
 mod object;
@@ -16,8 +15,7 @@ mod settled;
 pub(crate) mod testing;
 mod writes;
 
-pub use backoff::Backoff;
-pub use context::{Context, Grants, Settings, deletion_policy};
+pub use context::{Context, Grants, Settings, deletion_policy, jitter};
 pub use error::{Blocked, Error, Requeue, refusal};
 pub use object::{MANAGER, Object, object_key, owner, served};
 pub use pass_events::PassEvents;

@@ -9,6 +9,8 @@ use super::context::Context;
 #[derive(Debug, Default)]
 pub struct PassEvents {
     items: Vec<Note>,
+    /// Aspects corrected after a change outside the operator, counted when the pass publishes.
+    corrected: Vec<String>,
 }
 
 /// One change of a pass, or the event that sums a pass up.
@@ -28,6 +30,11 @@ impl PassEvents {
         });
     }
 
+    /// `aspect` was changed outside the operator and the pass set it back.
+    pub fn corrected(&mut self, aspect: &str) {
+        self.corrected.push(aspect.to_string());
+    }
+
     /// The event for this pass: a warning if any change was one (its reason leads), else the
     /// first change's reason; the notes in the order they happened.
     fn summary(&self) -> Option<Note> {
@@ -42,6 +49,13 @@ impl PassEvents {
     }
 
     pub async fn publish<K: Resource<DynamicType = ()>>(self, ctx: &Context, obj: &K) {
+        let kind = K::kind(&());
+        for aspect in &self.corrected {
+            ctx.metrics
+                .drift_corrections_total
+                .with_label_values(&[kind.as_ref(), aspect])
+                .inc();
+        }
         if let Some(Note {
             warning,
             reason,
@@ -80,5 +94,27 @@ mod tests {
         assert!(warning);
         assert_eq!(reason, "DriftCorrected");
         assert!(note.ends_with("; Recreated Secret s"), "{note}");
+    }
+
+    #[tokio::test]
+    async fn corrections_are_counted_by_kind_and_aspect_when_the_pass_publishes() {
+        let ctx = Context::for_tests();
+        let corrected = |aspect: &str| {
+            ctx.metrics
+                .drift_corrections_total
+                .with_label_values(&["BucketAccess", aspect])
+                .get()
+        };
+        let mut e = PassEvents::default();
+        e.corrected("secret");
+        e.add(true, "DriftCorrected", "Recreated Secret s".into());
+        assert_eq!(corrected("secret"), 0, "not before the pass ends");
+        let access: crate::api::BucketAccess = serde_json::from_value(serde_json::json!({
+            "apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess",
+            "metadata": {"name": "a", "namespace": "team-a"},
+            "spec": {"bucketRef": {"name": "b"}, "permission": "ReadOnly"}}))
+        .unwrap();
+        e.publish(&ctx, &access).await;
+        assert_eq!((corrected("secret"), corrected("policy")), (1, 0));
     }
 }

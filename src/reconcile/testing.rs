@@ -34,6 +34,7 @@ use super::context::Context;
 use super::events::Events;
 use super::object::MANAGER;
 use crate::aws::Aws;
+use crate::metrics::Metrics;
 
 /// One request a fake received.
 #[derive(Clone, Debug)]
@@ -378,7 +379,7 @@ impl Fakes {
 
     /// The operator's AWS clients, over its own transport, sending to the fake endpoint. No
     /// retries: every request a test sees is one the pass made.
-    pub fn aws(&self) -> Aws {
+    pub fn aws(&self, metrics: Arc<Metrics>) -> Aws {
         let credentials =
             aws_sdk_s3::config::Credentials::new("AKID", "secret", None, None, "fake");
         let base = aws_config::SdkConfig::builder()
@@ -390,17 +391,18 @@ impl Fakes {
             ))
             .retry_config(aws_config::retry::RetryConfig::disabled())
             .build();
-        Aws::from_config(base, Some(self.aws_url.clone()))
+        Aws::from_config(base, Some(self.aws_url.clone()), metrics)
     }
 
     /// A real context (test settings, see `Settings::for_tests`) over both fakes.
     pub fn context(&self) -> Context {
         let client = self.kube_client();
+        let base = Context::for_tests();
         Context {
             events: Events::new(client.clone(), MANAGER, None),
             client,
-            aws: self.aws(),
-            ..Context::for_tests()
+            aws: self.aws(base.metrics.clone()),
+            ..base
         }
     }
 
@@ -465,7 +467,7 @@ mod tests {
         fakes
             .aws
             .on(pattern, Reply::query_error(404, "NoSuchEntity"));
-        let aws = fakes.aws();
+        let aws = fakes.aws(Arc::new(Metrics::new()));
         let get = aws.iam().get_user().user_name("u").send();
         let err = Aws::call("iam", "GetUser", get).await.unwrap_err();
         assert!(err.not_found() && err.is("NoSuchEntity"), "{err}");

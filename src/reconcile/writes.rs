@@ -11,7 +11,6 @@ use super::error::{Blocked, Error, Requeue};
 use super::object::Object;
 use crate::api::FINALIZER;
 use crate::api::condition::Reason;
-use crate::metrics::METRICS;
 
 /// Does `obj` carry the operator's finalizer (so its clean-up has yet to run)?
 pub fn has_finalizer<K: Resource>(obj: &K) -> bool {
@@ -37,11 +36,11 @@ where
             ctx.event(obj, true, why.reason.as_str(), why.message.clone())
                 .await;
         }
-        update_status(&ctx.client, obj, current, status).await?;
+        update_status(ctx, obj, current, status).await?;
     }
     if why.is_terminal() {
         let controller = K::kind(&()).to_lowercase();
-        METRICS
+        ctx.metrics
             .terminal_reconcile_errors_total
             .with_label_values(&[controller.as_str()])
             .inc();
@@ -61,24 +60,24 @@ where
 
 /// Adds the finalizer if missing; the resourceVersion in the patch makes it a compare-and-swap.
 /// Returns the object's resourceVersion afterwards.
-pub async fn ensure_finalizer<K: Object>(client: &kube::Client, obj: &K) -> Result<String, Error> {
+pub async fn ensure_finalizer<K: Object>(ctx: &Context, obj: &K) -> Result<String, Error> {
     if has_finalizer(obj) {
         return Ok(obj.resource_version().unwrap_or_default());
     }
     let mut finalizers = obj.finalizers().to_vec();
     finalizers.push(FINALIZER.to_string());
-    patch_finalizers(client, obj, finalizers).await
+    patch_finalizers(ctx, obj, finalizers).await
 }
 
 /// Removes the finalizer so Kubernetes can delete the object.
-pub async fn remove_finalizer<K: Object>(client: &kube::Client, obj: &K) -> Result<(), Error> {
+pub async fn remove_finalizer<K: Object>(ctx: &Context, obj: &K) -> Result<(), Error> {
     let finalizers: Vec<String> = obj
         .finalizers()
         .iter()
         .filter(|f| *f != FINALIZER)
         .cloned()
         .collect();
-    match patch_finalizers(client, obj, finalizers).await {
+    match patch_finalizers(ctx, obj, finalizers).await {
         // A reconcile from a cache that has not yet seen the object go: the work is done.
         Err(Error::Kube(kube::Error::Api(e))) if e.code == 404 => Ok(()),
         other => other.map(|_| ()),
@@ -86,17 +85,14 @@ pub async fn remove_finalizer<K: Object>(client: &kube::Client, obj: &K) -> Resu
 }
 
 async fn patch_finalizers<K: Object>(
-    client: &kube::Client,
+    ctx: &Context,
     obj: &K,
     finalizers: Vec<String>,
 ) -> Result<String, Error> {
-    let api = namespaced_api(client, obj)?;
+    let api = namespaced_api(&ctx.client, obj)?;
     let patch =
         json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
-    METRICS
-        .kube_writes_total
-        .with_label_values(&[K::kind(&()).as_ref(), "patch"])
-        .inc();
+    ctx.metrics.kube_write(&K::kind(&()), "patch");
     let patched = api
         .patch(
             &obj.name_any(),
@@ -111,7 +107,7 @@ async fn patch_finalizers<K: Object>(
 /// Writes `status` if it differs from what the object carries (a steady-state pass writes
 /// nothing). Returns the resourceVersion of the write, if there was one.
 pub async fn update_status<K, S>(
-    client: &kube::Client,
+    ctx: &Context,
     obj: &K,
     current: Option<&S>,
     status: &S,
@@ -123,11 +119,8 @@ where
     if current == Some(status) {
         return Ok(None);
     }
-    let api = namespaced_api(client, obj)?;
-    METRICS
-        .kube_writes_total
-        .with_label_values(&[K::kind(&()).as_ref(), "patch_status"])
-        .inc();
+    let api = namespaced_api(&ctx.client, obj)?;
+    ctx.metrics.kube_write(&K::kind(&()), "patch_status");
     let patched = api
         .patch_status(
             &obj.name_any(),

@@ -21,7 +21,7 @@ use tower::{BoxError, Layer, Service, ServiceBuilder, ServiceExt};
 
 use crate::fence::conn::FenceConnector;
 use crate::fence::{self, Fence};
-use crate::metrics::METRICS;
+use crate::metrics::Metrics;
 
 /// Deadline of every request but a watch: headers and body, kube's retries of 429/503/504
 /// included.
@@ -33,8 +33,13 @@ pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 pub struct Error(pub Duration);
 
 /// The client every part of the operator uses. `identity` (the Lease identity) goes into the
-/// user agent, so API server audit logs tell replicas apart.
-pub async fn build(identity: Option<&str>, fence: Fence) -> Result<kube::Client, super::Error> {
+/// user agent, so API server audit logs tell replicas apart; every request is counted into
+/// `metrics`.
+pub async fn build(
+    identity: Option<&str>,
+    fence: Fence,
+    metrics: Arc<Metrics>,
+) -> Result<kube::Client, super::Error> {
     let mut config = kube::Config::infer().await?;
     config.proxy_url = proxy_url(config.proxy_url.take(), &config.cluster_url);
     let agent = match identity {
@@ -52,6 +57,7 @@ pub async fn build(identity: Option<&str>, fence: Fence) -> Result<kube::Client,
             fence,
             timeout: REQUEST_TIMEOUT,
             host: host.unwrap_or_default().into(),
+            metrics,
         })
         .build())
 }
@@ -175,6 +181,7 @@ pub struct GuardLayer {
     pub timeout: Duration,
     /// The API server's host and port: the `host` label of the request counter.
     pub host: Arc<str>,
+    pub metrics: Arc<Metrics>,
 }
 
 #[derive(Clone)]
@@ -183,6 +190,7 @@ pub struct Guard<S> {
     fence: Fence,
     timeout: Duration,
     host: Arc<str>,
+    metrics: Arc<Metrics>,
 }
 
 impl<S> Layer<S> for GuardLayer {
@@ -194,6 +202,7 @@ impl<S> Layer<S> for GuardLayer {
             fence: self.fence.clone(),
             timeout: self.timeout,
             host: self.host.clone(),
+            metrics: self.metrics.clone(),
         }
     }
 }
@@ -232,6 +241,7 @@ where
         let sent = Sent {
             method: req.method().clone(),
             host: self.host.clone(),
+            metrics: self.metrics.clone(),
         };
         GuardFuture::Running {
             inner: Box::pin(self.inner.call(req)),
@@ -249,12 +259,13 @@ type Sleep = Pin<Box<tokio::time::Sleep>>;
 pub struct Sent {
     method: Method,
     host: Arc<str>,
+    metrics: Arc<Metrics>,
 }
 
 impl Sent {
     /// `code`: the status code, or `<error>` when there was no response (client-go's words).
     fn count(&self, code: &str) {
-        METRICS
+        self.metrics
             .rest_client_requests_total
             .with_label_values(&[code, self.method.as_str(), &self.host])
             .inc();
@@ -400,11 +411,20 @@ mod tests {
     }
 
     fn guard(delay: Duration, fence: Fence) -> (Guard<Slow>, Arc<AtomicUsize>) {
+        counted_guard(delay, fence, &Arc::default())
+    }
+
+    fn counted_guard(
+        delay: Duration,
+        fence: Fence,
+        metrics: &Arc<Metrics>,
+    ) -> (Guard<Slow>, Arc<AtomicUsize>) {
         let calls = Arc::new(AtomicUsize::new(0));
         let layer = GuardLayer {
             fence,
             timeout: Duration::from_millis(100),
             host: "10.0.0.1:6443".into(),
+            metrics: metrics.clone(),
         };
         let slow = Slow {
             delay,
@@ -495,21 +515,22 @@ mod tests {
 
     #[tokio::test]
     async fn requests_are_counted_by_code_method_and_host() {
+        let metrics = Arc::new(Metrics::new());
         let count = |code: &str, method: &str| {
             let labels = [code, method, "10.0.0.1:6443"];
-            METRICS
+            metrics
                 .rest_client_requests_total
                 .with_label_values(&labels)
                 .get()
         };
-        // Other tests send requests through the same labels: compare before and after.
-        let before = (count("200", "DELETE"), count("<error>", "PUT"));
-        let (mut g, _) = guard(Duration::ZERO, Fence::disabled());
+        let (mut g, _) = counted_guard(Duration::ZERO, Fence::disabled(), &metrics);
         g.call(req(Method::DELETE, "/apis/x")).await.unwrap();
-        let (mut slow, _) = guard(Duration::from_millis(300), Fence::disabled());
+        let slow = Duration::from_millis(300);
+        let (mut slow, _) = counted_guard(slow, Fence::disabled(), &metrics);
         slow.call(req(Method::PUT, "/apis/x")).await.unwrap_err();
-        assert_eq!(count("200", "DELETE"), before.0 + 1);
-        assert_eq!(count("<error>", "PUT"), before.1 + 1, "no answer in time");
+        assert_eq!(count("200", "DELETE"), 1);
+        assert_eq!(count("<error>", "PUT"), 1, "no answer in time");
+        assert_eq!(count("200", "PUT"), 0);
     }
 
     #[tokio::test]

@@ -6,22 +6,23 @@ use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use futures::future::join_all;
+use futures::future::{BoxFuture, join_all};
 use futures::{FutureExt, StreamExt};
 use kube::Resource;
 use kube::api::DynamicObject;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::watch;
-use tracing::Instrument;
+use tracing::{Instrument, Span};
 
+use super::backoff::Backoff;
 use super::fair::Gate;
 use super::lifecycle::wait_true;
 use super::watches::{Gated, Watched, Watches, events, trigger};
 use super::{Config, Error, telemetry};
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
-use crate::metrics::{self, METRICS};
+use crate::metrics::{self, Metrics};
 use crate::reconcile::bucket::logging::Linked;
 use crate::reconcile::{self, Context, Requeue, object_key};
 
@@ -38,69 +39,84 @@ pub(super) async fn run(
 ) {
     let concurrency = config.max_concurrent_reconciles;
     for c in metrics::CONTROLLERS {
-        METRICS
+        ctx.metrics
             .max_concurrent_reconciles
             .with_label_values(&[c])
             .set(i64::from(concurrency) * scopes.len() as i64);
     }
-    let mut runs = Vec::new();
-    let mut bucket_stores = Vec::new();
-    let mut access_stores = Vec::new();
-    let (bucket_queue, access_queue) = (Queue::new("bucket"), Queue::new("bucketaccess"));
-    for w in scopes {
-        bucket_stores.push(w.buckets.clone());
-        access_stores.push(w.accesses.clone());
-        tokio::spawn(forget_deleted(
-            w.bucket_deletions,
-            ctx.clone(),
-            bucket_queue.clone(),
-        ));
-        tokio::spawn(forget_deleted(
-            w.access_deletions,
-            ctx.clone(),
-            access_queue.clone(),
-        ));
-        let (store, linked, queue) = (w.buckets.clone(), Linked::default(), bucket_queue.clone());
-        let buckets = controller_for(&w.buckets, w.bucket_events, &bucket_queue, &shutdown)
-            .watches_shared_stream(
-                events(w.bucket_events_for_logging),
-                move |b: Arc<Bucket>| queue.added(linked.related(&store, &b)),
-            );
-        let run = drive(
-            buckets,
-            reconcile::bucket::reconcile,
-            (
-                bucket_queue.clone(),
-                closed_on_shutdown(Gate::new(concurrency), &shutdown),
-                w.buckets.clone(),
-            ),
-            &ctx,
-        );
-        runs.push(run);
-        let (store, queue) = (w.accesses.clone(), access_queue.clone());
-        let owners = access_queue.clone();
-        let secrets = events(w.secret_events).inspect(move |s| owners.add_owner_of(s.as_ref()));
-        let accesses = controller_for(&w.accesses, w.access_events, &access_queue, &shutdown)
-            .owns_shared_stream(secrets)
-            .watches_shared_stream(
-                events(w.bucket_events_for_accesses),
-                move |b: Arc<Bucket>| queue.added(accesses_of(&store, &b)),
-            )
-            .reconcile_on(granted_on(&w.accesses, &ctx, &access_queue));
-        let reconcile = reconcile::bucket_access::reconcile;
-        let served = (
-            access_queue.clone(),
-            closed_on_shutdown(Gate::new(concurrency), &shutdown),
-            w.accesses.clone(),
-        );
-        runs.push(drive(accesses, reconcile, served, &ctx));
-    }
+    let queues = Queues {
+        buckets: Queue::new("bucket", &ctx.metrics),
+        accesses: Queue::new("bucketaccess", &ctx.metrics),
+    };
+    let bucket_stores = scopes.iter().map(|w| w.buckets.clone()).collect();
+    let access_stores = scopes.iter().map(|w| w.accesses.clone()).collect();
+    let runs: Vec<_> = scopes
+        .into_iter()
+        .flat_map(|w| start_scope(w, &queues, concurrency, &ctx, &shutdown))
+        .collect();
     tokio::spawn(report_managed_objects(
         bucket_stores,
         access_stores,
+        ctx.metrics.clone(),
         shutdown,
     ));
     join_all(runs).await;
+}
+
+/// Each kind's work queue, shared by its controllers in every scope.
+struct Queues {
+    buckets: Queue,
+    accesses: Queue,
+}
+
+/// The Bucket and BucketAccess controllers of one watched scope, each reconcile waiting at a
+/// gate of `concurrency` slots, and the bookkeeping of the objects deleted from it.
+fn start_scope(
+    w: Watches,
+    queues: &Queues,
+    concurrency: u16,
+    ctx: &Arc<Context>,
+    shutdown: &watch::Receiver<bool>,
+) -> [BoxFuture<'static, ()>; 2] {
+    let (bucket_queue, access_queue) = (&queues.buckets, &queues.accesses);
+    tokio::spawn(forget_deleted(
+        w.bucket_deletions,
+        ctx.clone(),
+        bucket_queue.clone(),
+    ));
+    tokio::spawn(forget_deleted(
+        w.access_deletions,
+        ctx.clone(),
+        access_queue.clone(),
+    ));
+    let (store, linked, queue) = (w.buckets.clone(), Linked::default(), bucket_queue.clone());
+    let buckets = controller_for(&w.buckets, w.bucket_events, bucket_queue, shutdown)
+        .watches_shared_stream(
+            events(w.bucket_events_for_logging),
+            move |b: Arc<Bucket>| queue.added(linked.related(&store, &b)),
+        );
+    let (store, queue) = (w.accesses.clone(), access_queue.clone());
+    let owners = access_queue.clone();
+    let secrets = events(w.secret_events).inspect(move |s| owners.add_owner_of(s.as_ref()));
+    let accesses = controller_for(&w.accesses, w.access_events, access_queue, shutdown)
+        .owns_shared_stream(secrets)
+        .watches_shared_stream(
+            events(w.bucket_events_for_accesses),
+            move |b: Arc<Bucket>| queue.added(accesses_of(&store, &b)),
+        )
+        .reconcile_on(granted_on(&w.accesses, ctx, access_queue));
+    let gate = || closed_on_shutdown(Gate::new(concurrency), shutdown);
+    let bucket_turns = (bucket_queue.clone(), gate(), w.buckets);
+    let access_turns = (access_queue.clone(), gate(), w.accesses);
+    [
+        drive(buckets, reconcile::bucket::reconcile, bucket_turns, ctx),
+        drive(
+            accesses,
+            reconcile::bucket_access::reconcile,
+            access_turns,
+            ctx,
+        ),
+    ]
 }
 
 /// `gate`, closed when `shutdown` fires.
@@ -112,7 +128,6 @@ fn closed_on_shutdown(gate: Gate, shutdown: &watch::Receiver<bool>) -> Gate {
     });
     gate
 }
-
 /// A controller fed by a warm store: everything in it, then every change it hears of.
 ///
 /// kube's runner starts every due reconcile at once (its scheduler still merges the triggers of
@@ -193,14 +208,14 @@ fn drive<K, F, Fut>(
     reconcile: F,
     (queue, gate, store): (Queue, Gate, Store<K>),
     ctx: &Arc<Context>,
-) -> futures::future::BoxFuture<'static, ()>
+) -> BoxFuture<'static, ()>
 where
     K: Watched,
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Requeue, reconcile::Error>> + Send + 'static,
 {
     let after = ctx.clone();
-    let forget = queue.clone();
+    let (retries, forget) = (queue.clone(), queue.clone());
     controller
         .run(
             move |obj, c| {
@@ -232,10 +247,10 @@ where
                     };
                     queue.started(&key);
                     // Boxed: a waiting reconcile holds only the gate's small future.
-                    Box::pin(instrumented(queue.name, obj, c, reconcile)).await
+                    Box::pin(instrumented(&queue, obj, c, reconcile)).await
                 }
             },
-            error_policy,
+            move |obj, e, c| error_policy(&retries, obj, e, c),
             ctx.clone(),
         )
         .for_each(move |r| {
@@ -259,11 +274,7 @@ fn after_reconcile<T, E, Q>(
         Ok(_) | Err(controller::Error::ReconcilerFailed(..)) => {}
         // Its bookkeeping goes too, should a reconcile have finished after its Delete event, or
         // that event have been missed while the watch was down.
-        Err(controller::Error::ObjectNotFound(r)) => {
-            let key = ref_key(&r);
-            queue.forget(&key);
-            forget(ctx, &key)
-        }
+        Err(controller::Error::ObjectNotFound(r)) => forget(ctx, queue, &ref_key(&r)),
         Err(e) => tracing::warn!(error = %e, "controller error"),
     }
 }
@@ -275,15 +286,14 @@ async fn forget_deleted<K: Resource<DynamicType = ()>>(
     queue: Queue,
 ) {
     while let Some(obj) = deleted.recv().await {
-        let key = object_key(obj.as_ref());
-        queue.forget(&key);
-        forget(&ctx, &key);
+        forget(&ctx, &queue, &object_key(obj.as_ref()));
     }
 }
 
-fn forget(ctx: &Context, key: &str) {
+fn forget(ctx: &Context, queue: &Queue, key: &str) {
+    queue.forget(key);
+    queue.backoff.reset(key);
     ctx.settled.forget(key);
-    ctx.backoff.reset(key);
     ctx.events.forget(key);
 }
 
@@ -297,18 +307,23 @@ fn ref_key(r: &ObjectRef<DynamicObject>) -> String {
 /// `workqueue_queue_duration_seconds`): objects a trigger has named whose reconcile has not
 /// started. kube's scheduler holds them and reports nothing, so triggers are recorded as they go
 /// in and reconciles as they start. A requeue timer going off is an add at its start, as a
-/// client-go AddAfter becomes one when due.
+/// client-go AddAfter becomes one when due. Like client-go's rate-limited queue, it also keeps
+/// each object's backoff.
 #[derive(Clone)]
 struct Queue {
     name: &'static str,
     since: Arc<Mutex<HashMap<String, Instant>>>,
+    backoff: Arc<Backoff>,
+    metrics: Arc<Metrics>,
 }
 
 impl Queue {
-    fn new(name: &'static str) -> Queue {
+    fn new(name: &'static str, metrics: &Arc<Metrics>) -> Queue {
         Queue {
             name,
             since: Arc::default(),
+            backoff: Arc::default(),
+            metrics: metrics.clone(),
         }
     }
 
@@ -317,14 +332,8 @@ impl Queue {
         let mut since = self.since.lock().expect("queue map poisoned");
         if let std::collections::hash_map::Entry::Vacant(e) = since.entry(key) {
             e.insert(Instant::now());
-            METRICS
-                .workqueue_adds_total
-                .with_label_values(&[self.name])
-                .inc();
-            METRICS
-                .workqueue_depth
-                .with_label_values(&[self.name])
-                .inc();
+            self.counter(&self.metrics.workqueue_adds_total).inc();
+            self.gauge(&self.metrics.workqueue_depth).inc();
         }
     }
 
@@ -352,21 +361,15 @@ impl Queue {
         let waited = self.since.lock().expect("queue map poisoned").remove(key);
         let seconds = match waited {
             Some(at) => {
-                METRICS
-                    .workqueue_depth
-                    .with_label_values(&[self.name])
-                    .dec();
+                self.gauge(&self.metrics.workqueue_depth).dec();
                 at.elapsed().as_secs_f64()
             }
             None => {
-                METRICS
-                    .workqueue_adds_total
-                    .with_label_values(&[self.name])
-                    .inc();
+                self.counter(&self.metrics.workqueue_adds_total).inc();
                 0.0
             }
         };
-        METRICS
+        self.metrics
             .workqueue_queue_duration_seconds
             .with_label_values(&[self.name])
             .observe(seconds);
@@ -374,24 +377,24 @@ impl Queue {
 
     /// An object gone before its turn leaves the queue.
     fn forget(&self, key: &str) {
-        if self
-            .since
-            .lock()
-            .expect("queue map poisoned")
-            .remove(key)
-            .is_some()
-        {
-            METRICS
-                .workqueue_depth
-                .with_label_values(&[self.name])
-                .dec();
+        let mut since = self.since.lock().expect("queue map poisoned");
+        if since.remove(key).is_some() {
+            self.gauge(&self.metrics.workqueue_depth).dec();
         }
+    }
+
+    fn counter(&self, family: &prometheus::IntCounterVec) -> prometheus::IntCounter {
+        family.with_label_values(&[self.name])
+    }
+
+    fn gauge(&self, family: &prometheus::IntGaugeVec) -> prometheus::IntGauge {
+        family.with_label_values(&[self.name])
     }
 }
 
 /// One root span, metrics, a deadline and backoff bookkeeping around every reconcile.
 async fn instrumented<K, F, Fut>(
-    controller: &'static str,
+    queue: &Queue,
     obj: Arc<K>,
     ctx: Arc<Context>,
     reconcile: F,
@@ -401,6 +404,32 @@ where
     F: FnOnce(Arc<K>, Arc<Context>) -> Fut,
     Fut: Future<Output = Result<Requeue, reconcile::Error>>,
 {
+    let (controller, metrics) = (queue.name, &ctx.metrics);
+    let span = reconcile_span(obj.as_ref());
+    let ns = obj.meta().namespace.clone().unwrap_or_default();
+    // Every wrapper of the reconcile's future holds all of it, and an unoptimised build keeps
+    // each one made here on this poll's stack: no more wrappers than these, or the worker
+    // thread's stack overflows.
+    let worker = Worker::start(metrics, controller);
+    let run = reconcile(obj.clone(), ctx.clone()).instrument(span.clone());
+    let result = ctx
+        .budgets
+        .pass(ns, guarded(metrics, controller, run))
+        .await;
+    let seconds = worker.done();
+    let outcome = result_label(&result);
+    settle(queue, obj.as_ref(), &ctx, &span, &result).await;
+    span.record("outcome", outcome);
+    span.in_scope(|| tracing::debug!(outcome, seconds, "reconcile finished"));
+    metrics
+        .reconcile_total
+        .with_label_values(&[controller, outcome])
+        .inc();
+    result.map(Requeue::action)
+}
+
+/// The root span of a reconcile of `obj`, its trace id recorded for the log lines.
+fn reconcile_span<K: Resource<DynamicType = ()>>(obj: &K) -> Span {
     let kind = K::kind(&());
     let span = tracing::info_span!(
         parent: None,
@@ -418,25 +447,57 @@ where
         "trace_id",
         span.in_scope(telemetry::current_trace_id).as_str(),
     );
-    let key = object_key(obj.as_ref());
-    let workers = METRICS.active_workers.with_label_values(&[controller]);
-    workers.inc();
-    let start = Instant::now();
-    let ns = obj.meta().namespace.clone().unwrap_or_default();
-    let budgets = ctx.budgets.clone();
-    let run = reconcile(obj.clone(), ctx.clone()).instrument(span.clone());
-    let result = budgets.pass(ns, guarded(controller, run)).await;
-    workers.dec();
-    let seconds = start.elapsed().as_secs_f64();
-    for histogram in [
-        &METRICS.reconcile_time_seconds,
-        &METRICS.workqueue_work_duration_seconds,
-    ] {
-        histogram.with_label_values(&[controller]).observe(seconds);
+    span
+}
+
+/// A reconcile running as one of its controller's active workers; its seconds go into the
+/// reconcile and work-duration histograms when it is done.
+struct Worker<'a> {
+    metrics: &'a Metrics,
+    controller: &'a str,
+    start: Instant,
+}
+
+impl<'a> Worker<'a> {
+    fn start(metrics: &'a Metrics, controller: &'a str) -> Worker<'a> {
+        metrics
+            .active_workers
+            .with_label_values(&[controller])
+            .inc();
+        Worker {
+            metrics,
+            controller,
+            start: Instant::now(),
+        }
     }
-    let outcome = result_label(&result);
-    match &result {
-        Ok(_) => ctx.backoff.reset(&key),
+
+    fn done(self) -> f64 {
+        let m = self.metrics;
+        m.active_workers.with_label_values(&[self.controller]).dec();
+        let seconds = self.start.elapsed().as_secs_f64();
+        for histogram in [
+            &m.reconcile_time_seconds,
+            &m.workqueue_work_duration_seconds,
+        ] {
+            histogram
+                .with_label_values(&[self.controller])
+                .observe(seconds);
+        }
+        seconds
+    }
+}
+
+/// What a finished reconcile leaves: a success resets the object's backoff; each kind of
+/// failure is logged in the reconcile's span, and counted or reported as it needs.
+async fn settle<K: Resource<DynamicType = ()>>(
+    queue: &Queue,
+    obj: &K,
+    ctx: &Context,
+    span: &Span,
+    result: &Result<Requeue, Error>,
+) {
+    match result {
+        Ok(_) => queue.backoff.reset(&object_key(obj)),
         // A deletion waiting for someone to act is a state, reported in status and events: it
         // is retried with backoff but is no failed reconcile.
         Err(Error::Reconcile(e)) if e.is_deletion_blocked() => {
@@ -444,7 +505,7 @@ where
         }
         Err(Error::Reconcile(e)) if e.over_budget().is_some() => {
             span.in_scope(|| tracing::info!(reason = %e, "namespace over its AWS write budget"));
-            over_budget(controller, obj.as_ref(), &ctx)
+            over_budget(queue.name, obj, ctx)
                 .instrument(span.clone())
                 .await;
         }
@@ -454,32 +515,25 @@ where
             );
         }
         Err(e) => {
-            METRICS
+            ctx.metrics
                 .reconcile_errors_total
-                .with_label_values(&[controller])
+                .with_label_values(&[queue.name])
                 .inc();
             span.in_scope(|| tracing::warn!(error = %e, "reconcile failed; retrying with backoff"));
         }
     }
-    span.record("outcome", outcome);
-    span.in_scope(|| tracing::debug!(outcome, seconds, "reconcile finished"));
-    METRICS
-        .reconcile_total
-        .with_label_values(&[controller, outcome])
-        .inc();
-    result.map(Requeue::action)
 }
 
 /// Runs a reconcile within its deadline. A panic becomes an error, retried with backoff and
 /// counted, as controller-runtime recovers panics: one bad object cannot stop a controller.
-async fn guarded<Fut>(controller: &str, run: Fut) -> Result<Requeue, Error>
+async fn guarded<Fut>(metrics: &Metrics, controller: &str, run: Fut) -> Result<Requeue, Error>
 where
     Fut: Future<Output = Result<Requeue, reconcile::Error>>,
 {
     match tokio::time::timeout(RECONCILE_TIMEOUT, AssertUnwindSafe(run).catch_unwind()).await {
         Ok(Ok(result)) => result.map_err(Error::from),
         Ok(Err(panic)) => {
-            METRICS
+            metrics
                 .reconcile_panics_total
                 .with_label_values(&[controller])
                 .inc();
@@ -497,7 +551,7 @@ where
 /// Counts a pass deferred by its namespace's AWS write budget, and says so in an event on the
 /// first object that meets the exhausted budget (once per episode, not once per pass).
 async fn over_budget<K: Resource<DynamicType = ()>>(controller: &str, obj: &K, ctx: &Context) {
-    METRICS
+    ctx.metrics
         .aws_write_budget_exhausted_total
         .with_label_values(&[controller])
         .inc();
@@ -528,15 +582,12 @@ fn result_label(result: &Result<Requeue, Error>) -> &'static str {
 }
 
 fn error_policy<K: Resource<DynamicType = ()>>(
+    queue: &Queue,
     obj: Arc<K>,
     e: &Error,
     ctx: Arc<Context>,
 ) -> Action {
-    let controller = K::kind(&()).to_lowercase();
-    METRICS
-        .workqueue_retries_total
-        .with_label_values(&[controller.as_str()])
-        .inc();
+    queue.counter(&queue.metrics.workqueue_retries_total).inc();
     // Over budget: its turn as the namespace's budget refills, not an exponential backoff.
     if let Error::Reconcile(over) = e
         && let Some(wait) = over.over_budget()
@@ -544,66 +595,72 @@ fn error_policy<K: Resource<DynamicType = ()>>(
         let ns = obj.meta().namespace.as_deref().unwrap_or_default();
         return Action::requeue(ctx.budgets.defer(ns).unwrap_or(wait));
     }
-    Action::requeue(ctx.backoff.next(&object_key(obj.as_ref())))
+    Action::requeue(queue.backoff.next(&object_key(obj.as_ref())))
 }
 
+/// Every 5 seconds until shutdown, what the caches hold: objects by readiness, and how old and
+/// how overdue the access keys are.
 async fn report_managed_objects(
     buckets: Vec<Store<Bucket>>,
     accesses: Vec<Store<BucketAccess>>,
+    metrics: Arc<Metrics>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     loop {
-        let count = |ready: Vec<bool>| {
-            (
-                ready.iter().filter(|r| **r).count() as i64,
-                ready.iter().filter(|r| !**r).count() as i64,
-            )
-        };
-        let b = count(
-            buckets
-                .iter()
-                .flat_map(|s| s.state())
-                .map(|b| b.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
-                .collect(),
-        );
-        // One snapshot of the BucketAccess caches for every figure below.
-        let all_accesses: Vec<_> = accesses.iter().flat_map(|s| s.state()).collect();
-        let a = count(
-            all_accesses
-                .iter()
-                .map(|a| a.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
-                .collect(),
-        );
-        // Age of the oldest active access key: the key's creation time is in status.
-        let now = jiff::Timestamp::now();
-        let oldest = all_accesses
-            .iter()
-            .filter_map(|a| a.status.as_ref()?.last_rotation_time.as_ref().map(|t| t.0))
-            .min();
-        METRICS
-            .access_key_age_seconds
-            .set(oldest.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0)));
-        // Rotation is checked on every resync; a key far past its time means rotation is failing.
-        let overdue = all_accesses
-            .iter()
-            .filter_map(|a| a.status.as_ref()?.next_rotation_time.as_ref().map(|t| t.0))
-            .map(|next| now.duration_since(next).as_secs_f64())
-            .fold(0.0, f64::max);
-        METRICS.access_key_rotation_overdue_seconds.set(overdue);
-        for (kind, (ready, not_ready)) in [("Bucket", b), ("BucketAccess", a)] {
-            METRICS
-                .managed_objects
-                .with_label_values(&[kind, "true"])
-                .set(ready);
-            METRICS
-                .managed_objects
-                .with_label_values(&[kind, "false"])
-                .set(not_ready);
-        }
+        record_managed_objects(&buckets, &accesses, &metrics);
         tokio::select! {
             _ = tokio::time::sleep(Duration::from_secs(5)) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
+    }
+}
+
+fn record_managed_objects(
+    buckets: &[Store<Bucket>],
+    accesses: &[Store<BucketAccess>],
+    metrics: &Metrics,
+) {
+    let count = |ready: Vec<bool>| {
+        (
+            ready.iter().filter(|r| **r).count() as i64,
+            ready.iter().filter(|r| !**r).count() as i64,
+        )
+    };
+    let b = count(
+        buckets
+            .iter()
+            .flat_map(|s| s.state())
+            .map(|b| b.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
+            .collect(),
+    );
+    // One snapshot of the BucketAccess caches for every figure below.
+    let all_accesses: Vec<_> = accesses.iter().flat_map(|s| s.state()).collect();
+    let a = count(
+        all_accesses
+            .iter()
+            .map(|a| a.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
+            .collect(),
+    );
+    // Age of the oldest active access key: the key's creation time is in status.
+    let now = jiff::Timestamp::now();
+    let oldest = all_accesses
+        .iter()
+        .filter_map(|a| a.status.as_ref()?.last_rotation_time.as_ref().map(|t| t.0))
+        .min();
+    metrics
+        .access_key_age_seconds
+        .set(oldest.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0)));
+    // Rotation is checked on every resync; a key far past its time means rotation is failing.
+    let overdue = all_accesses
+        .iter()
+        .filter_map(|a| a.status.as_ref()?.next_rotation_time.as_ref().map(|t| t.0))
+        .map(|next| now.duration_since(next).as_secs_f64())
+        .fold(0.0, f64::max);
+    metrics.access_key_rotation_overdue_seconds.set(overdue);
+    for (kind, (ready, not_ready)) in [("Bucket", b), ("BucketAccess", a)] {
+        let objects = |r| metrics.managed_objects.with_label_values(&[kind, r]);
+        objects("true").set(ready);
+        objects("false").set(not_ready);
     }
 }
 
@@ -621,7 +678,8 @@ mod tests {
     #[tokio::test]
     async fn deleted_objects_lose_their_bookkeeping_and_wake_their_accesses() {
         let ctx = Context::for_tests();
-        let (settled, backoff) = (&ctx.settled, &ctx.backoff);
+        let queue = Queue::new("bucket", &ctx.metrics);
+        let (settled, backoff) = (&ctx.settled, &queue.backoff);
         let (gone, kept) = (bucket("gone"), bucket("kept"));
         for b in [&gone, &kept] {
             let key = object_key(b.as_ref());
@@ -650,7 +708,7 @@ mod tests {
         assert_eq!(names(&mut rx[2]), ["gone"], "the bookkeeping");
 
         // What `forget_deleted` does with each deleted object.
-        forget(&ctx, &object_key(gone.as_ref()));
+        forget(&ctx, &queue, &object_key(gone.as_ref()));
         let (gone_key, kept_key) = (object_key(gone.as_ref()), object_key(kept.as_ref()));
         assert_eq!(settled.remaining(&gone_key, &["1".into()]), None);
         assert!(
@@ -666,7 +724,7 @@ mod tests {
         // What `after_reconcile` does when a scheduled reconcile finds its object gone.
         let r = ObjectRef::from_obj(kept.as_ref()).erase();
         assert_eq!(ref_key(&r), kept_key);
-        forget(&ctx, &ref_key(&r));
+        forget(&ctx, &queue, &ref_key(&r));
         assert_eq!(settled.remaining(&kept_key, &["1".into()]), None);
     }
 
@@ -698,35 +756,30 @@ mod tests {
 
     #[tokio::test]
     async fn a_panicking_reconcile_is_counted_and_becomes_an_error() {
+        let metrics = Metrics::new();
         let panics = || {
-            METRICS
+            metrics
                 .reconcile_panics_total
-                .with_label_values(&["panic-test"])
+                .with_label_values(&["bucket"])
                 .get()
         };
         let run = async { panic!("bad object") };
-        let err = guarded("panic-test", run).await.unwrap_err();
+        let err = guarded(&metrics, "bucket", run).await.unwrap_err();
         assert!(
             matches!(&err, Error::ReconcilePanic(m) if m == "bad object"),
             "{err}"
         );
         assert_eq!(panics(), 1);
-        let ok = guarded("panic-test", async { Ok(Requeue::OnChange) }).await;
+        let ok = guarded(&metrics, "bucket", async { Ok(Requeue::OnChange) }).await;
         assert_eq!(ok.unwrap(), Requeue::OnChange);
         assert_eq!(panics(), 1);
     }
 
     #[test]
     fn the_work_queue_holds_each_waiting_object_once_until_its_reconcile_starts() {
-        let name = "queue-test";
-        let q = Queue::new(name);
-        let depth = || METRICS.workqueue_depth.with_label_values(&[name]).get();
-        let adds = || {
-            METRICS
-                .workqueue_adds_total
-                .with_label_values(&[name])
-                .get()
-        };
+        let q = Queue::new("bucket", &Arc::new(Metrics::new()));
+        let depth = || q.gauge(&q.metrics.workqueue_depth).get();
+        let adds = || q.counter(&q.metrics.workqueue_adds_total).get();
         q.add("Bucket/a/x".into());
         q.add("Bucket/a/x".into());
         q.add("Bucket/a/y".into());
@@ -739,9 +792,10 @@ mod tests {
         // An object deleted before its turn leaves the queue.
         q.forget("Bucket/a/y");
         assert_eq!(depth(), 0);
-        let waited = METRICS
+        let waited = q
+            .metrics
             .workqueue_queue_duration_seconds
-            .with_label_values(&[name]);
+            .with_label_values(&["bucket"]);
         assert_eq!(waited.get_sample_count(), 2);
 
         // A mapper's objects are added; a Secret adds only the BucketAccess controlling it.

@@ -14,15 +14,16 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use kube::Api;
 use kube::api::PostParams;
 use kube_leader_election::{LeaseLock, LeaseLockParams, LeaseLockResult};
+use prometheus::IntGauge;
 use tokio::sync::watch;
 
 use crate::fence::{self, Fence};
-use crate::metrics::METRICS;
+use crate::metrics::Metrics;
 
 #[derive(Clone, Debug)]
 pub struct Settings {
@@ -104,70 +105,121 @@ impl Seen {
 /// Runs for the life of the process: campaigns until leading, sends `true` on `leading`, then
 /// renews. Returns `Err(Lost)` the moment leadership is lost and `Err(Fenced)` once the fence
 /// has closed (the caller exits non-zero), and `Ok` after releasing the lease when `shutdown`
-/// fires.
+/// fires. `leader_election_master_status` in `metrics` says whether this replica leads.
 pub async fn run(
     client: kube::Client,
     s: Settings,
     fence: Fence,
+    metrics: &Metrics,
     leading: watch::Sender<bool>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<(), Error> {
-    let gauge = METRICS
+    let gauge = metrics
         .leader_election_master_status
         .with_label_values(&[&s.name]);
     gauge.set(0);
-    let result = lead(client, &s, fence, leading, shutdown).await;
+    let campaign = Campaign::new(client, &s, fence, gauge.clone(), leading);
+    let result = match campaign {
+        Ok(c) => lead(c, shutdown).await,
+        Err(e) => Err(e),
+    };
     // Whether it released the lease or lost it, this replica leads no more.
     gauge.set(0);
     result
 }
 
-/// The campaign and renewal loop of [`run`].
-async fn lead(
-    client: kube::Client,
-    s: &Settings,
-    fence: Fence,
-    leading: watch::Sender<bool>,
-    mut shutdown: watch::Receiver<bool>,
-) -> Result<(), Error> {
-    // The Lease holds whole seconds: that is what other replicas wait out.
-    let lease = Duration::from_secs(s.lease_duration.as_secs());
-    let valid_for = lease - lease / MARGIN_DIVISOR;
-    if valid_for <= s.renew_period {
-        return Err(Error::Settings(s.lease_duration, s.renew_period));
-    }
-    let leases: Api<Lease> = Api::namespaced(client.clone(), &s.namespace);
-    let lock = LeaseLock::new(
-        client,
-        &s.namespace,
-        LeaseLockParams {
-            lease_name: s.name.clone(),
-            holder_id: s.identity.clone(),
-            lease_ttl: s.lease_duration,
-        },
-    );
-    let fenced = |e| Error::Fenced(s.name.clone(), e);
-    let mut led = false;
-    // What this replica last saw of another's lease: the campaign's only clock.
-    let mut seen: Option<Seen> = None;
+/// The campaign and renewal loop of [`run`]: a round, then a pause, until shutdown.
+async fn lead(mut c: Campaign<'_>, mut shutdown: watch::Receiver<bool>) -> Result<(), Error> {
     loop {
         if *shutdown.borrow() {
             break;
         }
+        let pause = c.round().await?;
+        tokio::select! {
+            _ = tokio::time::sleep(pause) => {}
+            _ = shutdown.changed() => break,
+        }
+    }
+    c.step_down().await;
+    Ok(())
+}
+
+/// One replica's campaign for the lease, from round to round.
+struct Campaign<'a> {
+    s: &'a Settings,
+    fence: Fence,
+    leases: Api<Lease>,
+    lock: LeaseLock,
+    /// How long after the start of a claim or renewal this replica surely still holds the
+    /// lease: the lease less its margin.
+    valid_for: Duration,
+    led: bool,
+    /// What this replica last saw of another's lease: the campaign's only clock.
+    seen: Option<Seen>,
+    gauge: IntGauge,
+    leading: watch::Sender<bool>,
+}
+
+impl<'a> Campaign<'a> {
+    fn new(
+        client: kube::Client,
+        s: &'a Settings,
+        fence: Fence,
+        gauge: IntGauge,
+        leading: watch::Sender<bool>,
+    ) -> Result<Campaign<'a>, Error> {
+        // The Lease holds whole seconds: that is what other replicas wait out.
+        let lease = Duration::from_secs(s.lease_duration.as_secs());
+        let valid_for = lease - lease / MARGIN_DIVISOR;
+        if valid_for <= s.renew_period {
+            return Err(Error::Settings(s.lease_duration, s.renew_period));
+        }
+        let lock = LeaseLock::new(
+            client.clone(),
+            &s.namespace,
+            LeaseLockParams {
+                lease_name: s.name.clone(),
+                holder_id: s.identity.clone(),
+                lease_ttl: s.lease_duration,
+            },
+        );
+        Ok(Campaign {
+            s,
+            fence,
+            leases: Api::namespaced(client, &s.namespace),
+            lock,
+            valid_for,
+            led: false,
+            seen: None,
+            gauge,
+            leading,
+        })
+    }
+
+    /// Claims the lease unless this replica leads, then renews it; returns how long to wait
+    /// before the next round.
+    async fn round(&mut self) -> Result<Duration, Error> {
         // Open until the first claim; from then on, closed means exit.
-        fence.check().map_err(fenced)?;
-        if !led {
+        self.fence.check().map_err(|e| self.fenced(e))?;
+        if !self.led {
             let start = Instant::now();
-            if !claimed(&leases, s, &mut seen).await {
-                tokio::select! {
-                    _ = tokio::time::sleep(s.renew_period) => continue,
-                    _ = shutdown.changed() => break,
-                }
+            if !claimed(&self.leases, self.s, &mut self.seen).await {
+                return Ok(self.s.renew_period);
             }
             // Our claim (or create) changes the lease after `start`: every other replica waits a
             // whole lease from when it sees that change.
-            fence.extend(start + valid_for).map_err(fenced)?;
+            self.extend_from(start)?;
         }
+        self.renew().await?;
+        // Wake when the fence closes, to exit at once.
+        Ok(match self.fence.remaining() {
+            Some(left) => self.s.renew_period.min(left),
+            None => self.s.renew_period,
+        })
+    }
+
+    /// One renewal through the crate; the first that names us makes this replica the leader.
+    async fn renew(&mut self) -> Result<(), Error> {
         // The crate runs only now, on a lease this replica has just claimed or holds, and only
         // while the fence is open: no other replica can have taken the lease by then (each
         // waits a whole lease after our claim or renewal, the fence closes after three
@@ -175,45 +227,53 @@ async fn lead(
         // compares `renewTime` with the wall clock and could overwrite another holder with a
         // merge patch, is never reached; past the fence its requests are refused.
         let start = Instant::now();
-        match renew(&lock, &fence).await.map_err(fenced)? {
+        let s = self.s;
+        match renew(&self.lock, &self.fence)
+            .await
+            .map_err(|e| self.fenced(e))?
+        {
             Ok(LeaseLockResult::Acquired(lease)) if holder(&lease) == Some(s.identity.as_str()) => {
-                fence.extend(start + valid_for).map_err(fenced)?;
-                if !led {
+                self.extend_from(start)?;
+                if !self.led {
                     tracing::info!(lease = %s.name, identity = %s.identity, "became leader");
-                    METRICS
-                        .leader_election_master_status
-                        .with_label_values(&[&s.name])
-                        .set(1);
-                    led = true;
-                    let _ = leading.send(true);
+                    self.gauge.set(1);
+                    self.led = true;
+                    let _ = self.leading.send(true);
                 }
             }
-            Ok(result) if led => {
+            Ok(result) if self.led => {
                 let who = result.lease().and_then(holder).unwrap_or("nobody");
                 let why = format!("lease now held by {who}");
                 return Err(Error::Lost(s.name.clone(), why));
             }
             Ok(_) => {}
-            // The next pass retries; the fence closes if none succeeds in time.
+            // The next round retries; the fence closes if none succeeds in time.
             Err(e) => tracing::warn!(error = %e, "leader election: renewal failed"),
         }
-        // Wake when the fence closes, to exit at once.
-        let pause = match fence.remaining() {
-            Some(left) => s.renew_period.min(left),
-            None => s.renew_period,
-        };
-        tokio::select! {
-            _ = tokio::time::sleep(pause) => {}
-            _ = shutdown.changed() => break,
+        Ok(())
+    }
+
+    /// A claim or renewal that started at `start` succeeded: the fence stays open until the
+    /// lease, less its margin, has passed from then.
+    fn extend_from(&self, start: Instant) -> Result<(), Error> {
+        self.fence
+            .extend(start + self.valid_for)
+            .map_err(|e| self.fenced(e))
+    }
+
+    fn fenced(&self, e: fence::Error) -> Error {
+        Error::Fenced(self.s.name.clone(), e)
+    }
+
+    /// Releases the lease, if this replica holds it, so a standby takes over at once.
+    async fn step_down(&self) {
+        if self.led {
+            match self.lock.step_down().await {
+                Err(e) => tracing::warn!(error = %e, "could not release the lease"),
+                Ok(_) => tracing::info!(lease = %self.s.name, "released the lease"),
+            }
         }
     }
-    if led {
-        match lock.step_down().await {
-            Err(e) => tracing::warn!(error = %e, "could not release the lease"),
-            Ok(_) => tracing::info!(lease = %s.name, "released the lease"),
-        }
-    }
-    Ok(())
 }
 
 /// Whether this replica holds the lease now (claimed or created); a failure to read or claim
@@ -263,29 +323,7 @@ async fn claim(
         // Absent: created here, naming us, so a replica that loses the race (409) never opens
         // its fence; left to the crate, every replica starting together believed it had
         // claimed the lease, and each loser's fence then closed a lease later and it exited.
-        let stamp = MicroTime(jiff::Timestamp::now());
-        let fresh = Lease {
-            metadata: kube::api::ObjectMeta {
-                name: Some(s.name.clone()),
-                namespace: Some(s.namespace.clone()),
-                ..Default::default()
-            },
-            spec: Some(k8s_openapi::api::coordination::v1::LeaseSpec {
-                holder_identity: Some(s.identity.clone()),
-                acquire_time: Some(stamp.clone()),
-                renew_time: Some(stamp),
-                lease_duration_seconds: Some(
-                    s.lease_duration.as_secs().try_into().unwrap_or(i32::MAX),
-                ),
-                lease_transitions: Some(0),
-                ..Default::default()
-            }),
-        };
-        return match leases.create(&PostParams::default(), &fresh).await {
-            Ok(_) => Ok(true),
-            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
-            Err(e) => Err(e),
-        };
+        return won(leases.create(&PostParams::default(), &fresh(s)).await);
     };
     // Taken after the answer: the holder's last renewal happened before it.
     let now = Instant::now();
@@ -309,11 +347,39 @@ async fn claim(
         spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
     }
     spec.renew_time = Some(stamp);
-    spec.lease_duration_seconds = Some(s.lease_duration.as_secs().try_into().unwrap_or(i32::MAX));
-    match leases
+    spec.lease_duration_seconds = Some(lease_seconds(s));
+    won(leases
         .replace(&s.name, &PostParams::default(), &lease)
-        .await
-    {
+        .await)
+}
+
+/// A new Lease naming this replica as holder.
+fn fresh(s: &Settings) -> Lease {
+    let stamp = MicroTime(jiff::Timestamp::now());
+    Lease {
+        metadata: kube::api::ObjectMeta {
+            name: Some(s.name.clone()),
+            namespace: Some(s.namespace.clone()),
+            ..Default::default()
+        },
+        spec: Some(LeaseSpec {
+            holder_identity: Some(s.identity.clone()),
+            acquire_time: Some(stamp.clone()),
+            renew_time: Some(stamp),
+            lease_duration_seconds: Some(lease_seconds(s)),
+            lease_transitions: Some(0),
+            ..Default::default()
+        }),
+    }
+}
+
+fn lease_seconds(s: &Settings) -> i32 {
+    s.lease_duration.as_secs().try_into().unwrap_or(i32::MAX)
+}
+
+/// Whether a claim's compare-and-swap write won: a 409 means another replica wrote first.
+fn won(written: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
+    match written {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
         Err(e) => Err(e),

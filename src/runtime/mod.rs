@@ -4,8 +4,10 @@
 //! - `config`: what `run` is configured with
 //! - `watches`: the shared watches and their caches
 //! - `controllers`: controller wiring, worker slots, spans, metrics and error policy
+//! - `backoff`: each object's backoff after a failed reconcile
 //! - `lifecycle`: signals, heartbeat and probe state
 
+mod backoff;
 pub mod client;
 mod config;
 mod controllers;
@@ -21,9 +23,11 @@ use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use tokio::sync::watch;
+use tokio::task::JoinHandle;
 
 use crate::aws::Aws;
 use crate::fence::Fence;
+use crate::metrics::Metrics;
 use crate::reconcile::events::Events;
 use crate::reconcile::{self, Context};
 pub use config::Config;
@@ -60,41 +64,21 @@ pub async fn run(config: Config) -> Result<(), Error> {
         Some(_) => Fence::leader_elected(),
         None => Fence::disabled(),
     };
-    let identity = config.leader_election.as_ref().map(|l| l.identity.as_str());
-    let client = client::build(identity, fence.clone()).await?;
-    // Fail fast with one clear line when the API server is unreachable or refuses us; a signal
-    // during start-up still stops the process.
-    tokio::select! {
-        v = client.apiserver_version() => { v?; }
-        _ = wait_true(shutdown.clone()) => return Ok(()),
-    }
-    let aws = Aws::new(&config.aws).await.with_fence(fence.clone());
+    // One registry for the life of the process: everything records into it, /metrics renders it.
+    let metrics = Arc::new(Metrics::new());
+    let Some(client) = connect(&config, &fence, &metrics, &shutdown).await? else {
+        return Ok(());
+    };
     let mut config = config;
-    let (account, caller) = aws.caller().await?;
-    config.reconcile.boundary_arn = aws
-        .boundary(
-            &config.reconcile.boundary_arn,
-            &crate::aws::naming::iam_path(&config.reconcile.cluster_name),
-            &account,
-        )
-        .await?;
-    tracing::info!(boundary = %config.reconcile.boundary_arn, "permissions boundary");
-    config.reconcile.account_id = account;
-    config.reconcile.operator_principals = crate::aws::policy::operator_principals(&caller);
-    tracing::info!(principals = ?config.reconcile.operator_principals, "exempt from tenant Deny statements");
+    let aws = Aws::new(&config.aws, metrics.clone())
+        .await
+        .with_fence(fence.clone());
+    discover(&aws, &mut config.reconcile).await?;
 
     let health = Arc::new(Health::default());
     tokio::spawn(heartbeat(health.clone()));
-    let servers = tokio::spawn(
-        web::serve(
-            config.metrics_addr,
-            config.probe_addr,
-            config.metrics_secure.clone(),
-            health.clone(),
-            shutdown.clone(),
-        )
-        .await?,
-    );
+    let web = web::serve(&config, health.clone(), metrics.clone(), shutdown.clone());
+    let servers = tokio::spawn(web.await?);
 
     // Watches start now, on leader and standby alike: a new leader starts with warm caches, and
     // /readyz turns ready on every replica once they have listed.
@@ -103,23 +87,14 @@ pub async fn run(config: Config) -> Result<(), Error> {
 
     // Leader election: standbys wait here; the leader goes on to reconcile.
     let (release_tx, release) = watch::channel(false);
-    let lease_task = config.leader_election.clone().map(|le| {
-        let c = client.clone();
-        tokio::spawn(async move {
-            if let Err(e) = leader::run(c, le, fence, leading_tx, release).await {
-                // Another replica may already act: stop at once, without draining.
-                tracing::error!(error = %e, "leadership lost; exiting");
-                std::process::exit(1);
-            }
-        })
-    });
+    let lease_task = campaign(&config, &client, fence, &metrics, leading_tx, release);
     until_shutdown(&shutdown, wait_true(leading.clone())).await;
     // A BucketAccess reconciled before the Bucket cache is full would find no Bucket and flip
     // to BucketNotFound for a moment: a needless status write and event on every restart.
     until_shutdown(&shutdown, caches_synced(&watches)).await;
 
     if !*shutdown.borrow() {
-        let ctx = Arc::new(context(&config, &client, aws, &watches));
+        let ctx = Arc::new(context(&config, &client, aws, &watches, metrics));
         controllers::run(&config, ctx, watches, shutdown.clone()).await;
     }
     // Controllers have drained; now hand the lease over so a standby takes over at once.
@@ -130,6 +105,60 @@ pub async fn run(config: Config) -> Result<(), Error> {
     let _ = servers.await;
     tracing::info!("shut down cleanly");
     Ok(())
+}
+
+/// The Kubernetes client, once the API server has answered it; `None` when a signal came
+/// first. An unreachable API server, or one that refuses us, fails start-up with one clear line.
+async fn connect(
+    config: &Config,
+    fence: &Fence,
+    metrics: &Arc<Metrics>,
+    shutdown: &watch::Receiver<bool>,
+) -> Result<Option<kube::Client>, Error> {
+    let identity = config.leader_election.as_ref().map(|l| l.identity.as_str());
+    let client = client::build(identity, fence.clone(), metrics.clone()).await?;
+    tokio::select! {
+        v = client.apiserver_version() => { v?; }
+        _ = wait_true(shutdown.clone()) => return Ok(None),
+    }
+    Ok(Some(client))
+}
+
+/// What the reconcilers need to know of the operator's own AWS identity (STS): its account,
+/// the permissions boundary there, and its principals, exempt from tenants' Deny statements.
+async fn discover(aws: &Aws, settings: &mut reconcile::Settings) -> Result<(), Error> {
+    let (account, caller) = aws.caller().await?;
+    let iam_path = crate::aws::naming::iam_path(&settings.cluster_name);
+    settings.boundary_arn = aws
+        .boundary(&settings.boundary_arn, &iam_path, &account)
+        .await?;
+    tracing::info!(boundary = %settings.boundary_arn, "permissions boundary");
+    settings.account_id = account;
+    settings.operator_principals = crate::aws::policy::operator_principals(&caller);
+    tracing::info!(principals = ?settings.operator_principals, "exempt from tenant Deny statements");
+    Ok(())
+}
+
+/// Leader election, when configured, in a task of its own that sends `true` on `leading` once
+/// this replica leads, releases the lease once `release` fires, and exits the process the
+/// moment leadership is lost.
+fn campaign(
+    config: &Config,
+    client: &kube::Client,
+    fence: Fence,
+    metrics: &Arc<Metrics>,
+    leading: watch::Sender<bool>,
+    release: watch::Receiver<bool>,
+) -> Option<JoinHandle<()>> {
+    let settings = config.leader_election.clone()?;
+    let (client, metrics) = (client.clone(), metrics.clone());
+    Some(tokio::spawn(async move {
+        if let Err(e) = leader::run(client, settings, fence, &metrics, leading, release).await {
+            // Another replica may already act: stop at once, without draining.
+            tracing::error!(error = %e, "leadership lost; exiting");
+            std::process::exit(1);
+        }
+    }))
 }
 
 /// Waits for `f`, or for the shutdown signal, whichever comes first.
@@ -162,15 +191,21 @@ fn start_watches(
         .collect()
 }
 
-/// What every reconcile shares: clients, settings, the event publisher and the warm Bucket caches.
-fn context(config: &Config, client: &kube::Client, aws: Aws, watches: &[Watches]) -> Context {
+/// What every reconcile shares: clients, settings, the event publisher, the warm Bucket caches
+/// and the metrics.
+fn context(
+    config: &Config,
+    client: &kube::Client,
+    aws: Aws,
+    watches: &[Watches],
+    metrics: Arc<Metrics>,
+) -> Context {
     let instance = config.leader_election.as_ref().map(|l| l.identity.clone());
     Context {
         client: client.clone(),
         aws,
         settings: config.reconcile.clone(),
         events: Events::new(client.clone(), "s3-operator", instance),
-        backoff: Default::default(),
         settled: Default::default(),
         buckets: watches.iter().map(|w| w.buckets.clone()).collect(),
         tag_reads: Default::default(),
@@ -179,5 +214,6 @@ fn context(config: &Config, client: &kube::Client, aws: Aws, watches: &[Watches]
             config.reconcile.namespace_aws_write_rate,
             config.reconcile.namespace_aws_write_burst,
         )),
+        metrics,
     }
 }

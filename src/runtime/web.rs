@@ -37,29 +37,47 @@ use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::server::TlsStream;
 
-use super::{Error, Health};
+use super::{Config, Error, Health};
 use crate::fence::Fence;
-use crate::metrics::METRICS;
+use crate::metrics::Metrics;
 
 /// Binds both listeners (so a busy port fails start-up) and returns a future that serves until
-/// shutdown. `metrics_secure`: `None` serves /metrics over plain HTTP; `Some(dir)` over HTTPS
-/// with authorization, with the certificate in `dir` or, without one, a self-signed one.
+/// shutdown. With `config.metrics_secure` `None`, /metrics is served over plain HTTP; with
+/// `Some(dir)` over HTTPS with authorization, with the certificate in `dir` or, without one, a
+/// self-signed one.
 pub async fn serve(
-    metrics_addr: SocketAddr,
-    probe_addr: SocketAddr,
-    metrics_secure: Option<Option<PathBuf>>,
+    config: &Config,
     health: Arc<Health>,
+    metrics: Arc<Metrics>,
     shutdown: watch::Receiver<bool>,
 ) -> Result<BoxFuture<'static, ()>, Error> {
-    let auth = match &metrics_secure {
+    let (metrics_addr, probe_addr) = (config.metrics_addr, config.probe_addr);
+    let auth = match &config.metrics_secure {
         // Its own client: the operator's refuses writes once fenced, and a TokenReview or
         // SubjectAccessReview changes nothing, so a standby must be able to send them too.
-        Some(_) => Some(Arc::new(Authorizer::new(
-            super::client::build(None, Fence::disabled()).await?,
-        ))),
+        Some(_) => {
+            let client = super::client::build(None, Fence::disabled(), metrics.clone()).await?;
+            Some(Arc::new(Authorizer::new(client)))
+        }
         None => None,
     };
-    let metrics = Router::new().route(
+    let scrapes = scrapes(auth, metrics);
+    let (m, p) = (bind(metrics_addr).await?, bind(probe_addr).await?);
+    let a = match config.metrics_secure.clone() {
+        Some(dir) => serve_tls(m, metrics_addr, scrapes, dir, shutdown.clone())?,
+        None => axum::serve(m, scrapes)
+            .with_graceful_shutdown(stopped(shutdown.clone()))
+            .into_future()
+            .boxed(),
+    };
+    tracing::info!(%metrics_addr, %probe_addr, "serving metrics and probes");
+    let b = axum::serve(p, probes(health)).with_graceful_shutdown(stopped(shutdown));
+    Ok(join(a, b.into_future()).map(|_| ()).boxed())
+}
+
+/// `/metrics`: `metrics` rendered, to callers `auth` (if any) lets in.
+fn scrapes(auth: Option<Arc<Authorizer>>, metrics: Arc<Metrics>) -> Router {
+    Router::new().route(
         "/metrics",
         get(move |headers: HeaderMap| async move {
             if let Some(auth) = &auth
@@ -69,47 +87,49 @@ pub async fn serve(
             }
             (
                 [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
-                METRICS.render(),
+                metrics.render(),
             )
                 .into_response()
         }),
-    );
+    )
+}
+
+fn probes(health: Arc<Health>) -> Router {
     let h = health.clone();
-    let probes = Router::new()
+    Router::new()
         .route("/healthz", get(move || healthz(h.clone())))
-        .route("/readyz", get(move || readyz(health.clone())));
-    let bind = |addr| async move {
-        TcpListener::bind(addr)
-            .await
-            .map_err(|e| Error::Bind(addr, e))
-    };
-    let (m, p) = (bind(metrics_addr).await?, bind(probe_addr).await?);
-    let stop = |mut rx: watch::Receiver<bool>| async move {
-        let _ = rx.wait_for(|s| *s).await;
-    };
-    let a = match metrics_secure {
-        Some(dir) => {
-            let certs = Certs::load(dir)
-                .map_err(|e| Error::Bind(metrics_addr, std::io::Error::other(e)))?;
-            let tls = certs
-                .server_config()
-                .map_err(|e| Error::Bind(metrics_addr, std::io::Error::other(e)))?;
-            tokio::spawn(certs.clone().reload_every(CERT_RELOAD, shutdown.clone()));
-            tracing::info!(%metrics_addr, cert_dir = ?certs.dir, "serving metrics over HTTPS");
-            let listener = TlsListener::start(m, TlsAcceptor::from(tls));
-            axum::serve(listener, metrics)
-                .with_graceful_shutdown(stop(shutdown.clone()))
-                .into_future()
-                .boxed()
-        }
-        None => axum::serve(m, metrics)
-            .with_graceful_shutdown(stop(shutdown.clone()))
-            .into_future()
-            .boxed(),
-    };
-    tracing::info!(%metrics_addr, %probe_addr, "serving metrics and probes");
-    let b = axum::serve(p, probes).with_graceful_shutdown(stop(shutdown));
-    Ok(join(a, b.into_future()).map(|_| ()).boxed())
+        .route("/readyz", get(move || readyz(health.clone())))
+}
+
+async fn bind(addr: SocketAddr) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| Error::Bind(addr, e))
+}
+
+async fn stopped(mut shutdown: watch::Receiver<bool>) {
+    let _ = shutdown.wait_for(|s| *s).await;
+}
+
+/// Serves `router` over HTTPS on `tcp` (bound to `addr`) with the certificate in `dir`
+/// (reloaded as it changes) or a self-signed one.
+fn serve_tls(
+    tcp: TcpListener,
+    addr: SocketAddr,
+    router: Router,
+    dir: Option<PathBuf>,
+    shutdown: watch::Receiver<bool>,
+) -> Result<BoxFuture<'static, std::io::Result<()>>, Error> {
+    let unusable = |e: TlsError| Error::Bind(addr, std::io::Error::other(e));
+    let certs = Certs::load(dir).map_err(unusable)?;
+    let tls = certs.server_config().map_err(unusable)?;
+    tokio::spawn(certs.clone().reload_every(CERT_RELOAD, shutdown.clone()));
+    tracing::info!(metrics_addr = %addr, cert_dir = ?certs.dir, "serving metrics over HTTPS");
+    let listener = TlsListener::start(tcp, TlsAcceptor::from(tls));
+    Ok(axum::serve(listener, router)
+        .with_graceful_shutdown(stopped(shutdown))
+        .into_future()
+        .boxed())
 }
 
 /// Fails when the runtime stopped making progress (the heartbeat task is starved or dead).

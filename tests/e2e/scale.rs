@@ -20,7 +20,7 @@ use s3_operator::api::{
 };
 use s3_operator::aws::iam;
 use s3_operator::aws::{Aws, naming, policy, tags::Owner};
-use s3_operator::metrics::METRICS;
+use s3_operator::metrics::Metrics;
 use serde::Serialize;
 use serde_json::json;
 
@@ -222,7 +222,9 @@ async fn floor(
         .credentials_provider(creds)
         .load()
         .await;
-    let aws = Aws::from_config(conf, Some(env().aws_endpoint.clone()));
+    // The floor's own registry: it counts only the floor's calls.
+    let metrics = Arc::new(Metrics::new());
+    let aws = Aws::from_config(conf, Some(env().aws_endpoint.clone()), metrics.clone());
     let region = env().region.clone();
     let path = naming::iam_path(&id.cluster);
     let prefix = prefix(&id.cluster);
@@ -231,7 +233,7 @@ async fn floor(
         Arc::new(tokio::sync::Semaphore::new(CONCURRENCY.into())),
         Arc::new(tokio::sync::Semaphore::new(CONCURRENCY.into())),
     );
-    let before_text = METRICS.render();
+    let before_text = metrics.render();
     let before = calls(&before_text);
     let start = Instant::now();
     let pair = |i: usize| {
@@ -301,7 +303,7 @@ async fn floor(
         .collect()
         .await;
     let secs = start.elapsed().as_secs_f64();
-    let after_text = METRICS.render();
+    let after_text = metrics.render();
     let used = delta(&calls(&after_text), &before, n);
     let failures = failed(&after_text) - failed(&before_text);
     // Clean up (untimed) so the operator's run starts on an emulator of the same size.

@@ -11,7 +11,6 @@ use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketStatus};
 use crate::aws::naming;
 use crate::aws::tags::Ownership;
-use crate::metrics::METRICS;
 use crate::reconcile::{
     Blocked, Context, Error, Requeue, ensure_finalizer, object_key, owner, report_blocked, served,
     update_status,
@@ -51,7 +50,7 @@ pub(super) async fn apply(
     // both in one round trip.
     let adopt = bucket.spec.adopt_existing;
     let (version, observed) = tokio::join!(
-        ensure_finalizer(&ctx.client, bucket),
+        ensure_finalizer(ctx, bucket),
         observe(ctx, &d, &owner, adopt)
     );
     let versions = vec![start, version?];
@@ -116,7 +115,7 @@ async fn converge(
     // to the API server, not two.
     let (_, written) = tokio::join!(
         report(bucket, ctx, d, &applied, served, adopting),
-        update_status(&ctx.client, bucket, bucket.status.as_ref(), &status),
+        update_status(ctx, bucket, bucket.status.as_ref(), &status),
     );
     versions.extend(written?);
     let next = ctx.resync_after();
@@ -154,7 +153,7 @@ async fn report(
         (false, "Updated", note)
     } else if served {
         for aspect in &aspects {
-            METRICS
+            ctx.metrics
                 .drift_corrections_total
                 .with_label_values(&["Bucket", aspect])
                 .inc();

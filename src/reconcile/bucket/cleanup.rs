@@ -148,7 +148,7 @@ pub(super) async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Requeue, E
             Err(e) => return Err(e),
         }
     }
-    remove_finalizer(&ctx.client, bucket).await?;
+    remove_finalizer(ctx, bucket).await?;
     Ok(Requeue::OnChange)
 }
 

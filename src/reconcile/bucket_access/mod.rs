@@ -28,7 +28,6 @@ use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType};
 use crate::aws::iam::Identity;
 use crate::aws::naming;
 use crate::aws::tags::{Owner, Ownership};
-use crate::metrics::METRICS;
 use observe::{Observation, observe};
 use plan::{ActiveKey, Change, Kind, Learned, Plan, Revoke, Withdrawal};
 
@@ -96,7 +95,7 @@ async fn pass(
     // two); the caller publishes what a failed pass changed.
     let (_, written) = tokio::join!(
         std::mem::take(events).publish(ctx, access),
-        update_status(&ctx.client, access, current, &outcome.status),
+        update_status(ctx, access, current, &outcome.status),
     );
     versions.access.extend(written?);
     if access.spec.credentials.type_ != CredentialsType::AccessKey {
@@ -150,9 +149,7 @@ async fn apply_change(
 ) -> Result<(), Error> {
     let (aws, name, identity) = (&ctx.aws, plan.name.as_str(), plan.identity());
     match step {
-        Change::AddFinalizer => {
-            learned.version = Some(ensure_finalizer(&ctx.client, access).await?)
-        }
+        Change::AddFinalizer => learned.version = Some(ensure_finalizer(ctx, access).await?),
         Change::CreateUser | Change::CreateRole(_) => {
             learned.arn = create(ctx, plan, step, events).await?
         }
@@ -300,10 +297,7 @@ fn is_served(access: &BucketAccess) -> bool {
 
 fn drift_or_update(events: &mut PassEvents, drift: bool, aspect: &str, note: String) {
     if drift {
-        METRICS
-            .drift_corrections_total
-            .with_label_values(&["BucketAccess", aspect])
-            .inc();
+        events.corrected(aspect);
         events.add(
             true,
             "DriftCorrected",
@@ -374,10 +368,7 @@ async fn write_secret(
     }
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
     let api = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
-    METRICS
-        .kube_writes_total
-        .with_label_values(&["Secret", "apply"])
-        .inc();
+    ctx.metrics.kube_write("Secret", "apply");
     let written = api
         .patch(
             name,
@@ -441,7 +432,7 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Requeue, Error>
         .await?;
         return Err(Error::DeletionBlocked(msg));
     }
-    remove_finalizer(&ctx.client, access).await?;
+    remove_finalizer(ctx, access).await?;
     Ok(Requeue::OnChange)
 }
 

@@ -1,10 +1,10 @@
-//! Per-object backoff of failed reconciles, and the jitter that keeps objects out of lockstep.
+//! Per-object backoff of failed reconciles.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use rand::Rng;
+use crate::reconcile::jitter;
 
 /// Per-object exponential backoff for failed reconciles (kube-runtime has none built in):
 /// 1s, 2s, 4s, ... capped at 5 minutes, with jitter, reset by the next success.
@@ -33,11 +33,6 @@ impl Backoff {
             .expect("backoff map poisoned")
             .remove(key);
     }
-}
-
-/// `d` lengthened by up to `fraction` at random, so objects do not resync in lockstep.
-pub(super) fn jitter(d: Duration, fraction: f64) -> Duration {
-    d.mul_f64(1.0 + rand::rng().random_range(0.0..fraction))
 }
 
 #[cfg(test)]
