@@ -407,11 +407,11 @@ where
     let (controller, metrics) = (queue.name, &ctx.metrics);
     let span = reconcile_span(obj.as_ref());
     let ns = obj.meta().namespace.clone().unwrap_or_default();
-    // Every wrapper of the reconcile's future holds all of it, and an unoptimised build keeps
-    // each one made here on this poll's stack: no more wrappers than these, or the worker
-    // thread's stack overflows.
     let worker = Worker::start(metrics, controller);
-    let run = reconcile(obj.clone(), ctx.clone()).instrument(span.clone());
+    // Boxed: the pass's future is large, and an unoptimised build keeps a copy of it in each
+    // wrapper on the worker thread's stack (one wrapper more overflowed it); boxed, the
+    // wrappers hold a pointer.
+    let run = Box::pin(reconcile(obj.clone(), ctx.clone())).instrument(span.clone());
     let result = ctx
         .budgets
         .pass(ns, guarded(metrics, controller, run))
