@@ -17,6 +17,7 @@ use serde::{Deserialize, Serialize};
     category = "s3",
     printcolumn = r#"{"name":"Bucket Name","type":"string","jsonPath":".status.bucketName"}"#,
     printcolumn = r#"{"name":"Region","type":"string","jsonPath":".status.region"}"#,
+    printcolumn = r#"{"name":"Class","type":"string","jsonPath":".status.className"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -28,6 +29,9 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new(
     "has(self.region) == has(oldSelf.region) && (!has(self.region) || self.region == oldSelf.region)"
 ).message("spec.region is immutable: it cannot be added, changed or removed after creation").field_path(".region"))]
+#[x_kube(validation = Rule::new(
+    "has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)"
+).message("spec.className is immutable: it cannot be added, changed or removed after creation").field_path(".className"))]
 #[x_kube(validation = Rule::new(
     "!has(self.objectLock) || has(oldSelf.objectLock)"
 ).message("spec.objectLock can only be chosen when the Bucket is created: S3 cannot turn object lock on for an existing bucket").field_path(".objectLock"))]
@@ -41,6 +45,12 @@ use serde::{Deserialize, Serialize};
     "!has(self.transferAcceleration) || !has(self.bucketName) || !self.bucketName.contains('.')"
 ).message("spec.transferAcceleration is not available for a bucket name containing '.': S3 cannot accelerate such buckets").field_path(".transferAcceleration"))]
 pub struct BucketSpec {
+    /// The BucketClass whose defaults and limits apply. When omitted, the default class of
+    /// this namespace (if any). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub class_name: Option<String>,
+
     /// Name of the S3 bucket. When omitted the operator generates a name that is valid under
     /// every S3 naming rule and stable for the object's life: the operator's bucket-name prefix,
     /// namespace, name and a hash of the object's UID. Immutable.
@@ -577,4 +587,7 @@ pub struct BucketStatus {
     /// S3 endpoint clients should use for this bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
+    /// The BucketClass in force (named in spec, or the namespace's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_name: Option<String>,
 }

@@ -18,12 +18,22 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Bucket","type":"string","jsonPath":".spec.bucketRef.name"}"#,
     printcolumn = r#"{"name":"Permission","type":"string","jsonPath":".spec.permission"}"#,
     printcolumn = r#"{"name":"Secret","type":"string","jsonPath":".status.secretName"}"#,
+    printcolumn = r#"{"name":"Class","type":"string","jsonPath":".status.className"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)"
+).message("spec.className is immutable: it cannot be added, changed or removed after creation").field_path(".className"))]
 pub struct BucketAccessSpec {
+    /// The BucketAccessClass whose defaults and limits apply. When omitted, the default class
+    /// of this namespace (if any). Immutable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub class_name: Option<String>,
+
     /// The Bucket (in this namespace) to grant access to. Immutable.
     #[x_kube(validation = Rule::new("self == oldSelf").message("spec.bucketRef is immutable"))]
     pub bucket_ref: BucketRef,
@@ -142,4 +152,7 @@ pub struct BucketAccessStatus {
     /// When the current key will be replaced (with rotation on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_rotation_time: Option<Time>,
+    /// The BucketAccessClass in force (named in spec, or the namespace's default).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub class_name: Option<String>,
 }

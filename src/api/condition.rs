@@ -30,6 +30,9 @@ pub enum Reason {
     BucketNotOwned,
     /// An IAM user or role with our name exists but belongs to someone else.
     OwnershipConflict,
+    /// The object breaks a rule of its class (or names a class its namespace may not use):
+    /// nothing changes in AWS until it is fixed.
+    ClassViolation,
     /// A transient error; the operator retries with backoff.
     Retrying,
 }
@@ -47,6 +50,7 @@ impl Reason {
             Reason::BucketNotReady => "BucketNotReady",
             Reason::BucketNotOwned => "BucketNotOwned",
             Reason::OwnershipConflict => "OwnershipConflict",
+            Reason::ClassViolation => "ClassViolation",
             Reason::Retrying => "Retrying",
         }
     }

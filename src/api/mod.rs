@@ -1,4 +1,5 @@
-//! The public contract: the `Bucket` and `BucketAccess` custom resources.
+//! The public contract: the `Bucket` and `BucketAccess` custom resources, and the classes
+//! (`BucketClass`, `BucketAccessClass`) a platform team sets them up with.
 //!
 //! Every doc comment here becomes `kubectl explain` text, and every `x_kube(validation)` rule is
 //! enforced by the API server, so bad input is refused before the operator ever sees it.
@@ -6,11 +7,13 @@
 mod bucket;
 mod bucket_access;
 mod bucket_notifications;
+mod class;
 pub mod condition;
 
 pub use bucket::*;
 pub use bucket_access::*;
 pub use bucket_notifications::*;
+pub use class::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
@@ -33,13 +36,18 @@ pub const DOMAIN_PREFIX: &str = domain_key!("");
 /// Finalizer the operator puts on both kinds so AWS clean-up runs before the object goes.
 pub const FINALIZER: &str = domain_key!("finalizer");
 
-/// Both CRDs as the Rust types generate them (every packaged copy is made from these).
+/// Every CRD as the Rust types generate them (every packaged copy is made from these).
 pub fn crds() -> Vec<CustomResourceDefinition> {
-    [Bucket::crd(), BucketAccess::crd()]
-        .into_iter()
-        // merge_crds validates the single-version CRD shape kube expects.
-        .map(|crd| merge_crds(vec![crd], "v1alpha1").expect("single-version CRD"))
-        .collect()
+    [
+        Bucket::crd(),
+        BucketAccess::crd(),
+        BucketClass::crd(),
+        BucketAccessClass::crd(),
+    ]
+    .into_iter()
+    // merge_crds validates the single-version CRD shape kube expects.
+    .map(|crd| merge_crds(vec![crd], "v1alpha1").expect("single-version CRD"))
+    .collect()
 }
 
 /// All CRDs, as one multi-document YAML stream (what `s3-operator crd` prints).

@@ -3,6 +3,7 @@
 
 pub mod bucket;
 pub mod bucket_access;
+pub mod class;
 pub mod events;
 pub mod tag_reads;
 

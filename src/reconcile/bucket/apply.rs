@@ -248,6 +248,7 @@ pub(super) fn status_for(
     );
     let d_region = d.map(|d| d.region.clone());
     BucketStatus {
+        class_name: None,
         conditions: vec![cond],
         observed_generation: generation,
         // Only a bucket we hold is reported as ours.

@@ -1,0 +1,202 @@
+//! `BucketClass` and `BucketAccessClass`: what a platform team sets for a group of namespaces,
+//! in the container object storage interface's (COSI) vocabulary and with StorageClass's habits.
+//! Defaults fill what an object leaves unset; constraints are checked after defaulting. The
+//! operator's own flags stay the ceiling: a class can narrow what they allow, never widen it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
+use kube::core::Duration;
+use kube::{CustomResource, KubeSchema};
+use serde::{Deserialize, Serialize};
+
+use super::{
+    CredentialsType, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule,
+    ObjectOwnership, Permission, PublicAccessBlock, Rotation, Versioning,
+};
+
+/// Annotation that makes a class its kind's default for the namespaces its selector matches,
+/// as `storageclass.kubernetes.io/is-default-class` does for StorageClasses.
+pub const DEFAULT_CLASS_ANNOTATION: &str = crate::domain_key!("is-default-class");
+
+/// Defaults and limits for the Buckets of a group of namespaces.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "s3.operator.dev",
+    version = "v1alpha1",
+    kind = "BucketClass",
+    doc = "Defaults and limits for the Buckets of a group of namespaces (COSI's BucketClass).",
+    shortname = "bktc",
+    category = "s3",
+    printcolumn = r#"{"name":"Default","type":"string","jsonPath":".metadata.annotations.s3\\.operator\\.dev/is-default-class"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketClassSpec {
+    /// The namespaces whose Buckets may use this class, by label. Omitted or empty: every
+    /// namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Values for the fields a Bucket of this class leaves unset.
+    #[serde(default)]
+    pub defaults: BucketDefaults,
+    /// Rules every Bucket of this class must keep, checked after the defaults are filled in.
+    #[serde(default)]
+    pub constraints: BucketConstraints,
+}
+
+/// What a class fills in where a Bucket's spec says nothing. A Bucket's own value always wins.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketDefaults {
+    /// Region of new buckets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z]{2}(-[a-z]+)+-[0-9]+$"))]
+    pub region: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub versioning: Option<Versioning>,
+    /// Default server-side encryption (for example `aws:kms` with the platform's key).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_ownership: Option<ObjectOwnership>,
+    /// Lifecycle rules for Buckets that list none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100))]
+    pub lifecycle_rules: Option<Vec<LifecycleRule>>,
+    /// Tags added to every bucket of the class; a Bucket's own tag of the same key wins.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 40))]
+    #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('s3.operator.dev/') && !k.startsWith('aws:'))").message("spec.defaults.tags keys must not start with the reserved prefixes 's3.operator.dev/' or 'aws:'"))]
+    pub tags: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_access_block: Option<PublicAccessBlock>,
+}
+
+/// Limits on a Bucket of the class. An empty list or an omitted field adds no limit of its own
+/// (the operator's flags still apply).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketConstraints {
+    /// Regions a bucket may be in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub allowed_regions: Vec<String>,
+    /// The encryption every bucket must use (`aws:kms` to require SSE-KMS).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub required_encryption: Option<EncryptionAlgorithm>,
+    /// KMS key ids or ARNs an SSE-KMS bucket may use.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50))]
+    pub allowed_kms_keys: Vec<String>,
+    /// Every bucket must have versioning `Enabled`.
+    #[serde(default)]
+    pub require_versioning: bool,
+    /// Deletion policies a Bucket may have.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_deletion_policies: Vec<DeletionPolicy>,
+    /// May a Bucket set `forceDelete` (delete a bucket with its objects)?
+    #[serde(default = "yes")]
+    pub allow_force_delete: bool,
+    /// May a Bucket set `adoptExisting`?
+    #[serde(default = "yes")]
+    pub allow_adopt_existing: bool,
+    /// May a Bucket turn on object lock?
+    #[serde(default = "yes")]
+    pub allow_object_lock: bool,
+    /// May a Bucket choose COMPLIANCE retention (also needs the operator's
+    /// `--allow-compliance-retention`)?
+    #[serde(default = "yes")]
+    pub allow_compliance_retention: bool,
+    /// May a Bucket turn on transfer acceleration?
+    #[serde(default = "yes")]
+    pub allow_transfer_acceleration: bool,
+    /// Principals outside the operator's account a bucket policy `Allow` may name, within the
+    /// operator's `--allowed-policy-principals`. Omitted: the operator's list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100))]
+    pub allowed_policy_principals: Option<Vec<String>>,
+    /// SQS queue and SNS topic ARNs (an entry ending in `*` is a prefix) notifications may
+    /// name, within the operator's `--allowed-notification-targets`. Omitted: the operator's
+    /// list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100))]
+    pub allowed_notification_targets: Option<Vec<String>>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for BucketConstraints {
+    fn default() -> Self {
+        BucketConstraints {
+            allowed_regions: vec![],
+            required_encryption: None,
+            allowed_kms_keys: vec![],
+            require_versioning: false,
+            allowed_deletion_policies: vec![],
+            allow_force_delete: true,
+            allow_adopt_existing: true,
+            allow_object_lock: true,
+            allow_compliance_retention: true,
+            allow_transfer_acceleration: true,
+            allowed_policy_principals: None,
+            allowed_notification_targets: None,
+        }
+    }
+}
+
+/// Defaults and limits for the BucketAccesses of a group of namespaces.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
+#[kube(
+    group = "s3.operator.dev",
+    version = "v1alpha1",
+    kind = "BucketAccessClass",
+    doc = "Defaults and limits for the BucketAccesses of a group of namespaces (COSI's BucketAccessClass).",
+    shortname = "bkac",
+    category = "s3",
+    printcolumn = r#"{"name":"Default","type":"string","jsonPath":".metadata.annotations.s3\\.operator\\.dev/is-default-class"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!has(self.rotation) || !has(self.rotation.minimum) || !has(self.rotation.maximum) || duration(self.rotation.minimum) <= duration(self.rotation.maximum)"
+).message("spec.rotation.minimum must not be longer than spec.rotation.maximum").field_path(".rotation"))]
+pub struct BucketAccessClassSpec {
+    /// The namespaces whose BucketAccesses may use this class, by label. Omitted or empty:
+    /// every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace_selector: Option<LabelSelector>,
+    /// Credential types an access may use. Empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_credential_types: Vec<CredentialsType>,
+    /// Permissions an access may ask for. Empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_permissions: Vec<Permission>,
+    /// Every access must name a `prefix` (no grant on a whole bucket).
+    #[serde(default)]
+    pub require_prefix: bool,
+    /// Access-key rotation: the default for accesses that set none, and its bounds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rotation: Option<RotationBounds>,
+}
+
+/// Rotation a class gives and allows (access keys only).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RotationBounds {
+    /// Rotation of an `AccessKey` access that sets none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<Rotation>,
+    /// The shortest interval an access may ask for (the operator's `--min-rotation-interval`
+    /// still applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub minimum: Option<Duration>,
+    /// The longest interval an access may ask for; with it, every `AccessKey` access must
+    /// rotate.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub maximum: Option<Duration>,
+}
