@@ -288,6 +288,11 @@ impl Fake {
         seen.into_iter().filter(|s| s.chosen_by(pattern)).collect()
     }
 
+    /// The bodies of the requests that chose `pattern`, as JSON (a Kubernetes request's).
+    pub fn bodies(&self, pattern: &str) -> Vec<serde_json::Value> {
+        self.matching(pattern).iter().map(Seen::json).collect()
+    }
+
     async fn answer<B>(&self, request: Request<B>) -> Response<Body>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -327,6 +332,13 @@ impl Fake {
             None => self.unscripted.clone(),
         }
     }
+}
+
+/// The Ready condition a status write carried: its status, reason and message.
+pub fn ready_in(status_patch: &serde_json::Value) -> (String, String, String) {
+    let c = &status_patch["status"]["conditions"][0];
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    (text("status"), text("reason"), text("message"))
 }
 
 /// IAM's `<User>` element (GetUser's and CreateUser's results), under the operator's path.

@@ -15,7 +15,9 @@ use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketAccess, FINALIZER};
 use crate::aws::naming;
 use crate::aws::tags::Owner;
-use crate::reconcile::testing::{Fakes, Reply, events_path, iam_keys, iam_user, user_arn};
+use crate::reconcile::testing::{
+    Fake, Fakes, Reply, events_path, iam_keys, iam_user, ready_in, user_arn,
+};
 use crate::reconcile::{Context, Error, Requeue, owner};
 
 const ACCESS: &str = "/apis/s3.operator.dev/v1alpha1/namespaces/ns/bucketaccesses/a";
@@ -116,17 +118,10 @@ async fn pass(fakes: &Fakes, a: &BucketAccess) -> Result<Requeue, Error> {
     reconcile(Arc::new(a.clone()), context(fakes, &[bucket()])).await
 }
 
-/// The bodies of the Kubernetes requests `pattern` chose, as JSON.
-fn bodies(fakes: &Fakes, pattern: &str) -> Vec<serde_json::Value> {
-    let seen = fakes.kube.matching(pattern);
-    seen.iter().map(|s| s.json()).collect()
-}
-
 /// The Ready condition's status and reason in a status write, and its message.
 fn ready(status_patch: &serde_json::Value) -> ((String, String), String) {
-    let c = &status_patch["status"]["conditions"][0];
-    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
-    ((text("status"), text("reason")), text("message"))
+    let (status, reason, message) = ready_in(status_patch);
+    ((status, reason), message)
 }
 
 fn pair(a: &str, b: &str) -> (String, String) {
@@ -220,15 +215,15 @@ async fn a_first_pass_writes_the_finalizer_then_user_policy_key_secret_and_statu
     kube_requests[3..].sort();
     assert_eq!(kube_requests, then);
     // The finalizer before anything in IAM; the Secret before the status says it is there.
-    let at = |fake: &crate::reconcile::testing::Fake, p: &str| fake.matching(p)[0].at;
+    let at = |fake: &Fake, p: &str| fake.matching(p)[0].at;
     assert!(at(&fakes.kube, &kube("PATCH", ACCESS)) < at(&fakes.aws, &iam("CreateUser")));
     let status = format!("PATCH {ACCESS}/status");
     assert!(at(&fakes.kube, &kube("PATCH", SECRET)) < at(&fakes.kube, &status));
-    let secret = &bodies(&fakes, &kube("PATCH", SECRET))[0];
+    let secret = &fakes.kube.bodies(&kube("PATCH", SECRET))[0];
     assert_eq!(secret["data"]["AWS_ACCESS_KEY_ID"], "QUtORVc=", "AKNEW");
     assert_eq!(secret["metadata"]["annotations"][ANN_KEY_ID], "AKNEW");
     assert_eq!(secret["metadata"]["ownerReferences"][0]["uid"], "uid-a");
-    let status = &bodies(&fakes, &status)[0];
+    let status = &fakes.kube.bodies(&status)[0];
     assert_eq!(status["status"]["accessKeyId"], "AKNEW");
     assert_eq!(status["status"]["userArn"], user_arn(&user()));
     assert_eq!(ready(status).0, pair("True", "Available"));
@@ -273,7 +268,7 @@ async fn a_secret_created_in_between_is_not_taken_over_and_the_new_key_goes() {
         );
         let kube_requests = fakes.kube.requests();
         assert!(!kube_requests.contains(&format!("PATCH {ACCESS}/status")));
-        let note = &bodies(&fakes, &event())[0]["note"];
+        let note = &fakes.kube.bodies(&event())[0]["note"];
         let note = note.as_str().unwrap_or_default();
         let deleted = format!("Deleted access key AKNEW of IAM user {}", user());
         assert!(note.ends_with(&deleted), "{note}");
@@ -285,7 +280,278 @@ async fn a_secret_created_in_between_is_not_taken_over_and_the_new_key_goes() {
             writes.len() + 2,
             "no AWS request"
         );
-        let status = bodies(&fakes, &format!("PATCH {ACCESS}/status"));
+        let status = fakes.kube.bodies(&format!("PATCH {ACCESS}/status"));
         assert_eq!(ready(&status[0]).0, pair("False", "OwnershipConflict"));
     }
+}
+
+#[tokio::test]
+async fn access_denied_half_way_stops_the_writes_and_hands_out_no_key() {
+    let fakes = Fakes::start().await;
+    fakes.aws.on(
+        &iam("PutUserPolicy"),
+        Reply::query_error(403, "AccessDenied"),
+    );
+    first_pass(&fakes);
+    let out = pass(&fakes, &access("1", false)).await;
+    // A refusal is a state to report, not a failed pass.
+    assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
+    let writes = ["CreateUser", "PutUserPolicy"];
+    assert_eq!(
+        aws_requests(&fakes),
+        first_requests(&writes),
+        "no key after"
+    );
+    let status = format!("PATCH {ACCESS}/status");
+    let mut then = [
+        kube("GET", SECRET),
+        kube("PATCH", ACCESS),
+        event(),
+        event(),
+        status.clone(),
+    ];
+    then[2..].sort();
+    let mut kube_requests = fakes.kube.requests();
+    kube_requests[2..].sort();
+    assert_eq!(kube_requests, then, "no Secret");
+    let events = fakes.kube.bodies(&event());
+    let created = format!("Created IAM user {}", user());
+    assert_eq!(
+        (&events[0]["reason"], &events[0]["note"]),
+        (&json!("Created"), &json!(created))
+    );
+    assert_eq!(
+        (&events[1]["type"], &events[1]["reason"]),
+        (&json!("Warning"), &json!("AccessDenied"))
+    );
+    let (ready, message) = ready(&fakes.kube.bodies(&status)[0]);
+    assert_eq!(ready, pair("False", "AccessDenied"));
+    assert!(
+        message.contains("AWS denied iam PutUserPolicy"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn a_finalizer_patch_from_a_stale_cache_writes_nothing_to_iam() {
+    let fakes = Fakes::start().await;
+    fakes
+        .kube
+        .on(&kube("PATCH", ACCESS), Reply::kube_error(409, "Conflict"));
+    first_pass(&fakes);
+    let err = pass(&fakes, &access("1", false)).await.unwrap_err();
+    assert!(err.is_stale_write(), "{err}");
+    assert_eq!(
+        aws_requests(&fakes),
+        first_requests(&[]),
+        "read, never written"
+    );
+    assert_eq!(
+        fakes.kube.requests(),
+        [kube("GET", SECRET), kube("PATCH", ACCESS)]
+    );
+    // A compare-and-swap on the version the cache held.
+    let patch = json!({"metadata": {"finalizers": [FINALIZER], "resourceVersion": "1"}});
+    assert_eq!(fakes.kube.bodies(&kube("PATCH", ACCESS)), [patch]);
+}
+
+/// The status write loses to a newer version after the key is handed out: the pass fails as
+/// stale, and the Secret it wrote keeps naming the key.
+#[tokio::test]
+async fn a_status_write_that_loses_leaves_the_key_in_its_secret() {
+    let fakes = Fakes::start().await;
+    let status = format!("PATCH {ACCESS}/status");
+    fakes.kube.on(&status, Reply::kube_error(409, "Conflict"));
+    first_pass(&fakes);
+    let err = pass(&fakes, &access("1", false)).await.unwrap_err();
+    assert!(err.is_stale_write(), "{err}");
+    let writes = ["CreateUser", "PutUserPolicy", "CreateAccessKey"];
+    assert_eq!(
+        aws_requests(&fakes),
+        first_requests(&writes),
+        "the key stays"
+    );
+    let secret = &fakes.kube.bodies(&kube("PATCH", SECRET))[0];
+    assert_eq!(secret["metadata"]["annotations"][ANN_KEY_ID], "AKNEW");
+    assert_eq!(fakes.kube.matching(&status).len(), 1);
+}
+
+/// The user's policy and keys, as IAM has them: `keys` (id, active).
+fn granted(fakes: &Fakes, owner_tags: &BTreeMap<String, String>, keys: &[(&str, bool)]) {
+    let policy = "<UserName>u</UserName><PolicyName>s3-operator-access</PolicyName>\
+        <PolicyDocument>%7B%7D</PolicyDocument>";
+    let names = "<PolicyNames><member>s3-operator-access</member></PolicyNames>\
+        <IsTruncated>false</IsTruncated>";
+    let found = iam_user(&user(), Some(BOUNDARY), owner_tags);
+    fakes
+        .aws
+        .on(&iam("GetUser"), Reply::iam("GetUser", &found))
+        .on(&iam("GetUserPolicy"), Reply::iam("GetUserPolicy", policy))
+        .on(
+            &iam("ListUserPolicies"),
+            Reply::iam("ListUserPolicies", names),
+        )
+        .on(
+            &iam("ListAccessKeys"),
+            Reply::iam("ListAccessKeys", &iam_keys(&user(), keys)),
+        );
+    for write in [
+        "DeleteAccessKey",
+        "UpdateAccessKey",
+        "DeleteUserPolicy",
+        "DeleteUser",
+    ] {
+        fakes.aws.on(&iam(write), Reply::iam(write, ""));
+    }
+}
+
+/// Deletion takes the user's keys, then its policies, then the user; the Secret is left to
+/// the garbage collector (its owner reference). The finalizer's removal, lost to a newer
+/// version, is retried by a pass that finds the user gone.
+#[tokio::test]
+async fn deletion_removes_keys_policy_and_user_then_the_finalizer() {
+    let fakes = Fakes::start().await;
+    fakes.accept_events("ns");
+    fakes
+        .aws
+        .once(
+            &iam("GetUser"),
+            Reply::iam("GetUser", &iam_user(&user(), None, &user_tags())),
+        )
+        .on(&iam("GetUser"), Reply::query_error(404, "NoSuchEntity"));
+    granted(&fakes, &user_tags(), &[("AK1", true), ("AK2", false)]);
+    fakes
+        .kube
+        .once(&kube("PATCH", ACCESS), Reply::kube_error(409, "Conflict"))
+        .on(&kube("PATCH", ACCESS), Reply::json(200, deleting()));
+    let err = pass(&fakes, &deleting()).await.unwrap_err();
+    assert!(err.is_stale_write(), "{err}");
+    let out = pass(&fakes, &deleting()).await;
+    assert!(matches!(out, Ok(Requeue::OnChange)), "{out:?}");
+    let deleted = [
+        "GetUser",
+        "ListAccessKeys",
+        "DeleteAccessKey",
+        "DeleteAccessKey",
+        "ListUserPolicies",
+        "DeleteUserPolicy",
+        "DeleteUser",
+        "GetUser",
+    ];
+    assert_eq!(fakes.aws.requests(), deleted.map(iam));
+    assert_eq!(
+        params(&fakes, &iam("DeleteAccessKey"), "AccessKeyId"),
+        ["AK1", "AK2"]
+    );
+    assert_eq!(
+        params(&fakes, &iam("DeleteUserPolicy"), "PolicyName"),
+        ["s3-operator-access"]
+    );
+    let finalizer = kube("PATCH", ACCESS);
+    assert_eq!(
+        fakes.kube.requests(),
+        [event(), finalizer.clone(), finalizer.clone()]
+    );
+    let removal = json!({"metadata": {"finalizers": [], "resourceVersion": "5"}});
+    assert_eq!(fakes.kube.bodies(&finalizer), [removal.clone(), removal]);
+    let note = format!("Deleted IAM user {} and its keys", user());
+    assert_eq!(fakes.kube.bodies(&event())[0]["note"], note);
+}
+
+#[tokio::test]
+async fn a_user_of_another_cluster_or_object_is_never_touched_by_deletion() {
+    for foreign in [tags("other", "a", "uid-a"), tags("c", "a", "uid-2")] {
+        let fakes = Fakes::start().await;
+        granted(&fakes, &foreign, &[("AK1", true)]);
+        fakes
+            .kube
+            .on(&kube("PATCH", ACCESS), Reply::json(200, deleting()));
+        let out = pass(&fakes, &deleting()).await;
+        assert!(matches!(out, Ok(Requeue::OnChange)), "{out:?}");
+        assert_eq!(fakes.aws.requests(), [iam("GetUser")], "{foreign:?}");
+        assert_eq!(fakes.kube.requests(), [kube("PATCH", ACCESS)]);
+    }
+}
+
+/// No grant may stand: the plan's withdrawal deletes the policy and deactivates the active key
+/// (the inactive one is left), and the access reports why.
+fn assert_withdrawn(fakes: &Fakes, reason: &str) {
+    let writes = [iam("DeleteUserPolicy"), iam("UpdateAccessKey")];
+    let all = fakes.aws.requests();
+    let (reads, written) = all.split_at(all.len() - 2);
+    assert_eq!(written, writes, "after every read");
+    assert!(reads.contains(&iam("GetUserPolicy")) && reads.contains(&iam("ListAccessKeys")));
+    let deactivated = &fakes.aws.matching(&iam("UpdateAccessKey"))[0];
+    assert_eq!(deactivated.param("AccessKeyId"), Some("AK1"));
+    assert_eq!(deactivated.param("Status"), Some("Inactive"));
+    let events = fakes.kube.bodies(&event());
+    assert_eq!(events[0]["reason"], "AccessRevoked");
+    let note = events[0]["note"].as_str().unwrap_or_default();
+    assert!(note.ends_with("deactivated access key AK1"), "{note}");
+    let status = fakes.kube.bodies(&format!("PATCH {ACCESS}/status"));
+    let (ready, message) = ready(&status[0]);
+    assert_eq!(ready, pair("False", reason));
+    assert!(message.ends_with("; no access is granted"), "{message}");
+}
+
+#[tokio::test]
+async fn a_bucket_gone_withdraws_the_grant() {
+    let fakes = Fakes::start().await;
+    fakes.accept_events("ns");
+    granted(&fakes, &user_tags(), &[("AK0", false), ("AK1", true)]);
+    let buckets = "/apis/s3.operator.dev/v1alpha1/namespaces/ns/buckets";
+    let none = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketList",
+        "metadata": {}, "items": []});
+    let status = format!("PATCH {ACCESS}/status");
+    fakes
+        .kube
+        .on(&kube("GET", buckets), Reply::json(200, none))
+        .on(&status, Reply::json(200, access("5", true)));
+    // Not in the cache, nor on the API server.
+    let ctx = context(&fakes, &[]);
+    let out = reconcile(Arc::new(access("4", true)), ctx).await;
+    assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
+    let mut reads = [iam("GetUserPolicy"), iam("ListAccessKeys")];
+    reads.sort();
+    let mut all = fakes.aws.requests();
+    all[1..3].sort();
+    assert_eq!(all[..3], [vec![iam("GetUser")], reads.to_vec()].concat());
+    assert_withdrawn(&fakes, "BucketNotFound");
+    let looked_up = &fakes.kube.matching(&kube("GET", buckets))[0];
+    assert_eq!(looked_up.param("fieldSelector"), Some("metadata.name=b"));
+    assert_eq!(
+        fakes.kube.requests(),
+        [kube("GET", buckets), event(), event(), status]
+    );
+}
+
+#[tokio::test]
+async fn a_bucket_of_another_owner_withdraws_the_grant() {
+    let fakes = Fakes::start().await;
+    fakes.accept_events("ns");
+    granted(&fakes, &user_tags(), &[("AK0", false), ("AK1", true)]);
+    fakes
+        .aws
+        .on(TAGS, Reply::s3_tags(&tags("other", "b", "uid-1")));
+    let status = format!("PATCH {ACCESS}/status");
+    fakes
+        .kube
+        .on(&kube("GET", SECRET), Reply::kube_error(404, "NotFound"))
+        .on(&status, Reply::json(200, access("5", true)));
+    let out = pass(&fakes, &access("4", true)).await;
+    assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
+    let reads = [
+        TAGS.to_string(),
+        iam("GetUser"),
+        iam("GetUserPolicy"),
+        iam("ListAccessKeys"),
+    ];
+    let mut all = fakes.aws.requests();
+    all[..4].sort();
+    assert_eq!(all[..4], reads);
+    assert_withdrawn(&fakes, "BucketNotOwned");
+    assert_eq!(
+        fakes.kube.requests(),
+        [kube("GET", SECRET), event(), event(), status]
+    );
 }
