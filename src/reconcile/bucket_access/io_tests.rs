@@ -18,7 +18,7 @@ use crate::aws::tags::Owner;
 use crate::reconcile::testing::{
     Fake, Fakes, Reply, events_path, iam_keys, iam_user, ready_in, user_arn,
 };
-use crate::reconcile::{Context, Error, Requeue, owner};
+use crate::reconcile::{Context, Error, Requeue};
 
 const ACCESS: &str = "/apis/s3.operator.dev/v1alpha1/namespaces/ns/bucketaccesses/a";
 const SECRET: &str = "/api/v1/namespaces/ns/secrets/a";
