@@ -287,12 +287,10 @@ async fn unhanded_key(
     e: Error,
 ) -> Error {
     let refused = matches!(e, Error::Kube(kube::Error::Api(_)));
-    let Some(key) = learned.key.as_ref() else {
+    let created = plan.steps.contains(&Step::CreateKey);
+    let (Some(key), true, true) = (learned.key.as_ref(), refused, created) else {
         return e;
     };
-    if !refused || !plan.steps.contains(&Step::CreateKey) {
-        return e;
-    }
     let name = &plan.name;
     match ctx.aws.delete_access_key(name, &key.id).await {
         Ok(()) => {
