@@ -183,6 +183,19 @@ impl Reply {
         )
     }
 
+    /// An IAM (query protocol) answer to `action` whose result element holds `result`: `""`
+    /// for the writes that answer nothing.
+    pub fn iam(action: &str, result: &str) -> Reply {
+        Reply::xml(
+            200,
+            format!(
+                "<{action}Response xmlns=\"https://iam.amazonaws.com/doc/2010-05-08/\">\
+                 <{action}Result>{result}</{action}Result>\
+                 <ResponseMetadata><RequestId>r</RequestId></ResponseMetadata></{action}Response>"
+            ),
+        )
+    }
+
     /// GetBucketTagging's answer.
     pub fn s3_tags(tags: &BTreeMap<String, String>) -> Reply {
         let tags: String = (tags.iter())
@@ -276,6 +289,11 @@ impl Fake {
         seen.into_iter().filter(|s| s.chosen_by(pattern)).collect()
     }
 
+    /// The bodies of the requests that chose `pattern`, as JSON (a Kubernetes request's).
+    pub fn bodies(&self, pattern: &str) -> Vec<serde_json::Value> {
+        self.matching(pattern).iter().map(Seen::json).collect()
+    }
+
     async fn answer<B>(&self, request: Request<B>) -> Response<Body>
     where
         B: http_body::Body<Data = Bytes> + Send + 'static,
@@ -315,6 +333,51 @@ impl Fake {
             None => self.unscripted.clone(),
         }
     }
+}
+
+/// The Ready condition a status write carried: its status, reason and message.
+pub fn ready_in(status_patch: &serde_json::Value) -> (String, String, String) {
+    let c = &status_patch["status"]["conditions"][0];
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    (text("status"), text("reason"), text("message"))
+}
+
+/// IAM's `<User>` element (GetUser's and CreateUser's results), under the operator's path.
+pub fn iam_user(name: &str, boundary: Option<&str>, tags: &BTreeMap<String, String>) -> String {
+    let boundary = boundary.map_or(String::new(), |arn| {
+        format!(
+            "<PermissionsBoundary><PermissionsBoundaryType>Policy</PermissionsBoundaryType>\
+             <PermissionsBoundaryArn>{arn}</PermissionsBoundaryArn></PermissionsBoundary>"
+        )
+    });
+    let tags: String = (tags.iter())
+        .map(|(k, v)| format!("<member><Key>{k}</Key><Value>{v}</Value></member>"))
+        .collect();
+    format!(
+        "<User><Path>/s3-operator/c/</Path><UserName>{name}</UserName><UserId>AIDA{name}</UserId>\
+         <Arn>{}</Arn><CreateDate>2026-01-01T00:00:00Z</CreateDate>{boundary}<Tags>{tags}</Tags>\
+         </User>",
+        user_arn(name)
+    )
+}
+
+/// The ARN of the user `name` in [`iam_user`].
+pub fn user_arn(name: &str) -> String {
+    format!("arn:aws:iam::123456789012:user/s3-operator/c/{name}")
+}
+
+/// ListAccessKeys' result: the user's keys (id, active), created a minute apart in this order.
+pub fn iam_keys(user: &str, keys: &[(&str, bool)]) -> String {
+    let members: String = (keys.iter().enumerate())
+        .map(|(i, (id, active))| {
+            let status = if *active { "Active" } else { "Inactive" };
+            format!(
+                "<member><UserName>{user}</UserName><AccessKeyId>{id}</AccessKeyId>\
+                 <Status>{status}</Status><CreateDate>2026-01-01T00:0{i}:00Z</CreateDate></member>"
+            )
+        })
+        .collect();
+    format!("<AccessKeyMetadata>{members}</AccessKeyMetadata><IsTruncated>false</IsTruncated>")
 }
 
 /// A fake Kubernetes API server and a fake AWS endpoint, and a [`Context`] over both.

@@ -5,6 +5,8 @@
 //! identity, reading only), plans with a pure function ([`plan::plan`], keys in [`keys`]; a
 //! grant that may not stand, [`plan::withdrawal`]) and applies only the difference.
 
+#[cfg(test)]
+mod io_tests;
 pub mod keys;
 mod observe;
 pub mod plan;
@@ -88,7 +90,10 @@ async fn pass(
     let outcome = plan.outcome(access, &learned, endpoint, observed.now);
     let current = observed.secret.as_ref();
     let name = &plan.secret_name;
-    let written = write_secret(access, ctx, name, current, &outcome, events).await?;
+    let written = match write_secret(access, ctx, name, current, &outcome, events).await {
+        Ok(written) => written,
+        Err(e) => return Err(unhanded_key(ctx, &plan, &learned, events, e).await),
+    };
     versions.secret.extend(written);
     let current = access.status.as_ref();
     // The pass's event goes out with its status rather than after it (one round trip, not
@@ -269,6 +274,33 @@ fn revoking_failed(why: &Blocked, e: crate::aws::Error) -> Error {
     Blocked::new(failed.reason, msg).into()
 }
 
+/// The API server refused the Secret write (`e`): no Secret names the key this pass created,
+/// so it goes now rather than stay usable, unhanded, while the pass is refused (a Secret someone
+/// else created in between refuses every later pass). A write whose answer was lost may have
+/// landed: its key stays, for the next pass's plan to keep or delete.
+async fn unhanded_key(
+    ctx: &Context,
+    plan: &Plan,
+    learned: &Learned,
+    events: &mut PassEvents,
+    e: Error,
+) -> Error {
+    let refused = matches!(e, Error::Kube(kube::Error::Api(_)));
+    let created = plan.changes.contains(&Change::CreateKey);
+    let (Some(key), true, true) = (learned.key.as_ref(), refused, created) else {
+        return e;
+    };
+    let name = &plan.name;
+    match ctx.aws.delete_access_key(name, &key.id).await {
+        Ok(()) => {
+            let note = format!("Deleted access key {} of IAM user {name}", key.id);
+            events.add(false, "KeyDeleted", note);
+        }
+        Err(failed) => tracing::warn!(error = %failed, "could not delete an unhanded access key"),
+    }
+    e
+}
+
 /// The next pass: at the resync period, or sooner when a rotation or grace period is due.
 fn next_pass(ctx: &Context, wake_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Requeue {
     let Some(t) = wake_at else {
@@ -368,14 +400,14 @@ async fn write_secret(
     }
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
     let api = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
+    // One read as absent is created, not taken over: a Secret someone else created in between
+    // conflicts (409) instead. Ours is forced back into shape.
+    let params = match current {
+        Some(_) => PatchParams::apply(MANAGER).force(),
+        None => PatchParams::apply(MANAGER),
+    };
     ctx.metrics.kube_write("Secret", "apply");
-    let written = api
-        .patch(
-            name,
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&secret),
-        )
-        .await?;
+    let written = api.patch(name, &params, &Patch::Apply(&secret)).await?;
     if is_served(access) {
         match current {
             None => drift_or_update(events, true, "secret", format!("Recreated Secret {name}")),
