@@ -7,6 +7,7 @@
 //! - alerts come from `config/prometheus/rules.yaml`, the dashboard from `grafana/`;
 //! - the CSV is its hand-written base plus the manager Deployment, the samples and the RBAC rules;
 //! - the version is Cargo.toml's, written into the chart, config/manager and the Dockerfile;
+//! - BENCHMARKS.md is rendered from BENCHMARKS.json.
 //!
 //! `cargo xtask generate` writes the files; `cargo xtask check` and `cargo test` fail on drift,
 //! and on a chart Deployment that differs from config/manager's (which the chart's templates
@@ -17,6 +18,7 @@ use std::process::ExitCode;
 
 use serde_yaml::{Mapping, Value};
 
+mod benchmarks;
 mod bundle;
 mod chart;
 mod version;
@@ -133,6 +135,7 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
     out.push(dashboard_file(root)?);
     out.extend(bundle::generate(root, &prometheus_rule)?);
     out.extend(version::files(root)?);
+    out.push(benchmarks::file(root)?);
     Ok(out)
 }
 
@@ -677,6 +680,7 @@ mod tests {
             "config/scorecard/config.yaml",
             "config/prometheus/monitor.yaml",
             "config/manager/metrics_service.yaml",
+            "BENCHMARKS.json",
         ] {
             let p = tmp.join(src);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
