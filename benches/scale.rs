@@ -180,14 +180,19 @@ fn main() {
         "fairness": fairness.unwrap_or_else(|| previous["fairness"].clone()),
         "peer_reference": previous["peer_reference"],
     });
-    let md = report::render(&doc).expect("a report of this run");
-    println!("{md}");
-    if args.iter().any(|a| a == "--write") {
+    let write = args.iter().any(|a| a == "--write");
+    // The figures are saved before anything else can fail.
+    if write {
         let text = serde_json::to_string_pretty(&doc).expect("JSON");
         std::fs::write(&json_path, text + "\n").expect("write BENCHMARKS.json");
+        eprintln!("wrote {}", json_path.display());
+    }
+    let md = report::render(&doc).expect("a report of this run");
+    println!("{md}");
+    if write {
         let md_path = support::repo().join("BENCHMARKS.md");
         std::fs::write(&md_path, md).expect("write BENCHMARKS.md");
-        eprintln!("wrote {} and {}", json_path.display(), md_path.display());
+        eprintln!("wrote {}", md_path.display());
     }
 }
 

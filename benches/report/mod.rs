@@ -239,6 +239,9 @@ fn targets(doc: &Value) -> Result<String> {
 /// The Buckets-only rows next to the quoted peer reference.
 fn peer_section(doc: &Value) -> Result<String> {
     let peer = &doc["peer_reference"];
+    if peer.is_null() {
+        return Ok(String::new());
+    }
     let mut out = format!(
         "\n## Buckets only, next to the peer reference\n\n{}\n\n\
          | N | tool | all Ready (s) | ratio to floor | AWS calls per bucket (converge / full resync) \
