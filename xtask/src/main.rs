@@ -5,16 +5,23 @@
 //! - RBAC rules come from `config/rbac/role.yaml`, `config/rbac/leader_election_role.yaml`,
 //!   `config/rbac/metrics_auth_role.yaml` and `config/rbac/metrics_reader_role.yaml`;
 //! - alerts come from `config/prometheus/rules.yaml`, the dashboard from `grafana/`;
-//! - the CSV is its hand-written base plus the manager Deployment, the samples and the RBAC rules.
+//! - the CSV is its hand-written base plus the manager Deployment, the samples and the RBAC rules;
+//! - the version is Cargo.toml's, written into the chart, config/manager and the Dockerfile;
+//! - BENCHMARKS.md is rendered from BENCHMARKS.json.
 //!
-//! `cargo xtask generate` writes the files; `cargo xtask check` and `cargo test` fail on drift.
+//! `cargo xtask generate` writes the files; `cargo xtask check` and `cargo test` fail on drift,
+//! and on a chart Deployment that differs from config/manager's (which the chart's templates
+//! take as values, so it is checked rather than generated).
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use serde_yaml::{Mapping, Value};
 
+mod benchmarks;
 mod bundle;
+mod chart;
+mod version;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -37,6 +44,12 @@ pub enum Error {
     Shape { path: String, what: String },
     #[error("stale generated files (run `cargo xtask generate`): {}", .0.join(", "))]
     Drift(Vec<String>),
+    #[error(
+        "the chart's Deployment with default values differs from config/manager/manager.yaml \
+         (change both together):\n{}",
+        .0.join("\n")
+    )]
+    Chart(Vec<String>),
 }
 
 pub const MANAGER_ROLE: &str = "config/rbac/role.yaml";
@@ -121,6 +134,8 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
     out.extend(alerts);
     out.push(dashboard_file(root)?);
     out.extend(bundle::generate(root, &prometheus_rule)?);
+    out.extend(version::files(root)?);
+    out.push(benchmarks::file(root)?);
     Ok(out)
 }
 
@@ -254,15 +269,23 @@ fn write(root: &Path) -> Result<(), Error> {
     Ok(())
 }
 
+fn check(root: &Path) -> Result<(), Error> {
+    let stale = drift(root)?;
+    if !stale.is_empty() {
+        return Err(Error::Drift(stale));
+    }
+    let chart = chart::differences(root)?;
+    if !chart.is_empty() {
+        return Err(Error::Chart(chart));
+    }
+    Ok(())
+}
+
 fn main() -> ExitCode {
     let root = repo();
     let result = match std::env::args().nth(1).as_deref() {
         Some("generate") => write(&root),
-        Some("check") => match drift(&root) {
-            Ok(stale) if stale.is_empty() => Ok(()),
-            Ok(stale) => Err(Error::Drift(stale)),
-            Err(e) => Err(e),
-        },
+        Some("check") => check(&root),
         _ => {
             eprintln!("usage: cargo xtask generate|check");
             return ExitCode::from(2);
@@ -496,6 +519,7 @@ mod tests {
             "config/scorecard/config.yaml",
             "config/prometheus/monitor.yaml",
             "config/manager/metrics_service.yaml",
+            "BENCHMARKS.json",
         ] {
             let p = tmp.join(src);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();

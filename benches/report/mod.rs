@@ -1,0 +1,475 @@
+//! BENCHMARKS.md, rendered from BENCHMARKS.json and nothing else: the benchmark's `--write`
+//! renders it after writing the JSON, and `cargo xtask check` renders it again and fails when
+//! the committed file differs. Shared by path between the benchmark and the xtask, so it needs
+//! only serde_json.
+//!
+//! A row or section carries `measured: {commit, date}`; it is *quoted* when that is not the
+//! `run` that wrote the file (the benchmark keeps what it did not re-measure).
+
+use std::fmt::Write as _;
+
+use serde_json::Value;
+
+pub type Result<T> = std::result::Result<T, String>;
+
+fn num(v: &Value, key: &str) -> Result<f64> {
+    v[key]
+        .as_f64()
+        .ok_or_else(|| format!("BENCHMARKS.json: `{key}` is not a number"))
+}
+
+fn text<'a>(v: &'a Value, key: &str) -> Result<&'a str> {
+    v[key]
+        .as_str()
+        .ok_or_else(|| format!("BENCHMARKS.json: `{key}` is not a string"))
+}
+
+/// The sum of a `{name: count}` map's counts.
+fn total(v: &Value, key: &str) -> f64 {
+    v[key]
+        .as_object()
+        .map_or(0.0, |m| m.values().filter_map(Value::as_f64).sum())
+}
+
+/// "measured by this run" or "quoted: measured <date> at `<commit>`".
+pub fn provenance(doc: &Value, item: &Value) -> Result<String> {
+    let m = &item["measured"];
+    let (commit, date) = (text(m, "commit")?, text(m, "date")?);
+    let run = &doc["run"];
+    Ok(
+        if run["commit"].as_str() == Some(commit) && run["date"].as_str() == Some(date) {
+            "measured by this run".into()
+        } else {
+            format!("quoted: measured {date} at `{commit}`")
+        },
+    )
+}
+
+/// The median (the lower middle run for an even count, so always a real run) and the spread.
+pub fn median(runs: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut sorted = runs.to_vec();
+    sorted.sort_by(f64::total_cmp);
+    let mid = *sorted.get((sorted.len().max(1) - 1) / 2)?;
+    Some((mid, sorted[0], sorted[sorted.len() - 1]))
+}
+
+/// A row's ratio: the median of its runs with their range, or its one run.
+fn ratio(row: &Value) -> Result<String> {
+    let runs: Vec<f64> = row["ratio_runs"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_f64).collect())
+        .unwrap_or_default();
+    Ok(match median(&runs) {
+        Some((mid, lo, hi)) if runs.len() > 1 => {
+            format!("{mid:.2}x ({lo:.2}–{hi:.2}, {} runs)", runs.len())
+        }
+        _ => format!("{:.2}x (1 run)", num(row, "ratio")?),
+    })
+}
+
+/// How one cell of the pairs table reads a row.
+enum Cell {
+    Num(&'static str, usize),
+    /// Two numbers, "a / b".
+    Two(&'static str, &'static str, usize),
+    /// The sum of a map's counts.
+    Sum(&'static str),
+    Count(&'static str),
+    Ratio,
+    Provenance,
+}
+
+/// The pairs table, one line each.
+const PAIR_LINES: &[(&str, Cell)] = &[
+    ("Measured", Cell::Provenance),
+    ("Floor: direct AWS calls (s)", Cell::Num("floor_s", 1)),
+    (
+        "Operator: apply to all Ready (s)",
+        Cell::Num("converge_s", 1),
+    ),
+    (
+        "Ratio operator / floor, median (min–max) (target ≤ 1.1, at 5,000 ≤ 1.3)",
+        Cell::Ratio,
+    ),
+    ("Applying the objects alone (s)", Cell::Num("apply_s", 1)),
+    ("AWS calls per pair, operator", Cell::Sum("operator_calls")),
+    ("AWS calls per pair, floor", Cell::Sum("floor_calls")),
+    (
+        "AWS errors and throttles, operator / floor",
+        Cell::Two("aws_failures", "floor_failures", 0),
+    ),
+    (
+        "Reconcile errors (retries)",
+        Cell::Num("reconcile_errors", 0),
+    ),
+    ("API writes per pair", Cell::Sum("kube_writes")),
+    ("Resync: AWS writes", Cell::Num("resync_aws_writes", 0)),
+    ("Resync: API writes", Cell::Num("resync_kube_writes", 0)),
+    (
+        "Resync: S3 reads per pair (≤ 4)",
+        Cell::Num("resync_s3_reads_per_pair", 2),
+    ),
+    (
+        "Resync: IAM reads per BucketAccess",
+        Cell::Num("resync_iam_reads_per_access", 2),
+    ),
+    ("Resync of every object (s)", Cell::Num("resync_s", 1)),
+    ("Peak RSS (MiB)", Cell::Num("rss_peak_mib", 1)),
+    (
+        "Settled RSS after resync (MiB)",
+        Cell::Num("rss_settled_mib", 1),
+    ),
+    (
+        "of which heap and stacks (MiB)",
+        Cell::Num("rss_anon_settled_mib", 1),
+    ),
+    ("CPU while converging (s)", Cell::Num("cpu_converge_s", 1)),
+    ("CPU for startup + resync (s)", Cell::Num("cpu_resync_s", 1)),
+    (
+        "Startup: caches synced (s)",
+        Cell::Num("caches_synced_s", 2),
+    ),
+    (
+        "Startup: first reconcile (s)",
+        Cell::Num("first_reconcile_s", 2),
+    ),
+    (
+        "Single Bucket create→Ready p50 / p99 (s)",
+        Cell::Two("latency_p50_s", "latency_p99_s", 3),
+    ),
+    (
+        "… minus its AWS time p50 / p99 (s)",
+        Cell::Two("latency_minus_aws_p50_s", "latency_minus_aws_p99_s", 3),
+    ),
+    ("Audit problems", Cell::Count("audit_problems")),
+];
+
+impl Cell {
+    fn read(&self, doc: &Value, row: &Value) -> Result<String> {
+        Ok(match *self {
+            // Counts of writes may come out as -0 from a difference of counters.
+            Cell::Num(key, p) => format!("{:.p$}", num(row, key)?.abs()),
+            Cell::Two(a, b, p) => format!("{:.p$} / {:.p$}", num(row, a)?, num(row, b)?),
+            Cell::Sum(key) => format!("{:.2}", total(row, key)),
+            Cell::Count(key) => row[key].as_array().map_or(0, Vec::len).to_string(),
+            Cell::Ratio => format!("**{}**", ratio(row)?),
+            Cell::Provenance => provenance(doc, row)?,
+        })
+    }
+}
+
+fn rows_of<'a>(doc: &'a Value, workload: &'a str) -> impl Iterator<Item = &'a Value> {
+    doc["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(move |r| r["workload"] == workload)
+}
+
+/// The summary table of the pair rows, one column per N.
+fn pairs_table(doc: &Value) -> Result<String> {
+    let rows: Vec<&Value> = rows_of(doc, "Pairs").collect();
+    let mut out = String::from("| |");
+    for r in &rows {
+        let _ = write!(out, " N = {} |", num(r, "n")?);
+    }
+    out += &format!("\n|---|{}\n", "---|".repeat(rows.len()));
+    for (label, cell) in PAIR_LINES {
+        out += &format!("| {label} |");
+        for r in &rows {
+            let _ = write!(out, " {} |", cell.read(doc, r)?);
+        }
+        out.push('\n');
+    }
+    Ok(out)
+}
+
+/// "met" or "missed, target ..." for a figure against its target.
+fn verdict(met: bool, target: &str) -> String {
+    if met {
+        "met".into()
+    } else {
+        format!("missed, target {target}")
+    }
+}
+
+fn targets(doc: &Value) -> Result<String> {
+    let mut out = String::from("\n## Targets\n\n");
+    for r in rows_of(doc, "Pairs") {
+        let n = num(r, "n")?;
+        let (target, rss_max) = if n <= 1000.0 {
+            (1.1, 40.0)
+        } else {
+            (1.3, 100.0)
+        };
+        let ratio_mid = num(r, "ratio")?;
+        let rss = num(r, "rss_peak_mib")?;
+        let synced = num(r, "caches_synced_s")?;
+        let (aws, kube) = (
+            num(r, "resync_aws_writes")?.abs(),
+            num(r, "resync_kube_writes")?.abs(),
+        );
+        let (s3, iam) = (
+            num(r, "resync_s3_reads_per_pair")?,
+            num(r, "resync_iam_reads_per_access")?,
+        );
+        let problems = r["audit_problems"].as_array().map_or(0, Vec::len);
+        let _ = writeln!(
+            out,
+            "- N = {n} ({provenance}): ratio {ratio} ({}); peak RSS {rss:.1} MiB ({}); caches synced \
+             at start {synced:.2} s ({}); resync writes AWS {aws} / API {kube} ({}); resync S3 reads \
+             per pair {s3:.2} and IAM reads per BucketAccess {iam:.2} ({}); audit {}.",
+            verdict(ratio_mid <= target, &format!("{target}x")),
+            verdict(rss < rss_max, &format!("under {rss_max} MiB")),
+            verdict(synced < 3.0, "under 3 s"),
+            verdict(aws + kube == 0.0, "0"),
+            verdict(s3 <= 3.0 && iam <= 3.0, "at most 3 per object"),
+            if problems == 0 {
+                "clean".to_string()
+            } else {
+                format!("{problems} problems")
+            },
+            provenance = provenance(doc, r)?,
+            ratio = ratio(r)?,
+        );
+    }
+    Ok(out)
+}
+
+/// The Buckets-only rows next to the quoted peer reference.
+fn peer_section(doc: &Value) -> Result<String> {
+    let peer = &doc["peer_reference"];
+    if peer.is_null() {
+        return Ok(String::new());
+    }
+    let mut out = format!(
+        "\n## Buckets only, next to the peer reference\n\n{}\n\n\
+         | N | tool | all Ready (s) | ratio to floor | AWS calls per bucket (converge / full resync) \
+         | API writes per bucket | peak RSS (MiB) | CPU converging (s) |\n|---|---|---|---|---|---|---|---|\n",
+        text(peer, "note")?.trim_end()
+    );
+    for r in rows_of(doc, "Buckets") {
+        let resync =
+            num(r, "resync_s3_reads_per_pair")? + num(r, "resync_aws_writes")?.abs() / num(r, "n")?;
+        let _ = writeln!(
+            out,
+            "| {} | this operator, {} | {:.1} | {} | {:.2} / {resync:.2} | {:.2} | {:.1} | {:.1} |",
+            num(r, "n")?,
+            provenance(doc, r)?,
+            num(r, "converge_s")?,
+            ratio(r)?,
+            total(r, "operator_calls"),
+            total(r, "kube_writes"),
+            num(r, "rss_peak_mib")?,
+            num(r, "cpu_converge_s")?,
+        );
+    }
+    let source = format!("quoted: {}", text(peer, "source")?);
+    for cells in peer["rows"].as_array().into_iter().flatten() {
+        let cells: Vec<&str> = cells
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        let [n, tool, rest @ ..] = cells.as_slice() else {
+            return Err("BENCHMARKS.json: a peer_reference row has fewer than 2 cells".into());
+        };
+        let _ = writeln!(out, "| {n} | {tool}, {source} | {} |", rest.join(" | "));
+    }
+    Ok(out)
+}
+
+/// Per-operation calls per object, operator next to floor, and the API writes.
+fn calls_tables(doc: &Value) -> Result<String> {
+    let mut out = String::from("\n## Calls per object while converging\n");
+    for r in doc["rows"].as_array().into_iter().flatten() {
+        let unit = if r["workload"] == "Buckets" {
+            "bucket"
+        } else {
+            "pair"
+        };
+        let _ = write!(
+            out,
+            "\nN = {} {unit}s ({}):\n\n| operation | operator | floor |\n|---|---|---|\n",
+            num(r, "n")?,
+            provenance(doc, r)?
+        );
+        let mut ops: Vec<&String> = ["operator_calls", "floor_calls"]
+            .iter()
+            .filter_map(|k| r[*k].as_object())
+            .flat_map(|m| m.keys())
+            .collect();
+        ops.sort();
+        ops.dedup();
+        for op in ops {
+            let count = |k: &str| r[k][op.as_str()].as_f64().unwrap_or(0.0);
+            let _ = writeln!(
+                out,
+                "| {op} | {:.2} | {:.2} |",
+                count("operator_calls"),
+                count("floor_calls")
+            );
+        }
+        let _ = write!(out, "\n| API write | per {unit} |\n|---|---|\n");
+        for (k, v) in r["kube_writes"].as_object().into_iter().flatten() {
+            let _ = writeln!(out, "| {k} | {:.2} |", v.as_f64().unwrap_or(0.0));
+        }
+    }
+    Ok(out)
+}
+
+/// Growth over the second half of the churn run at most this is reported flat.
+const CHURN_FLAT_MIB: f64 = 1.0;
+
+fn churn(doc: &Value) -> Result<String> {
+    let c = &doc["churn"];
+    if c.is_null() {
+        return Ok(String::new());
+    }
+    let mut out = format!("\n## Memory under churn\n\n({})\n\n", provenance(doc, c)?);
+    let samples = c["samples"].as_array().cloned().unwrap_or_default();
+    let (Some(first), Some(last)) = (samples.first(), samples.last()) else {
+        return Ok(out + "The churn run finished no cycle.\n");
+    };
+    let rss = |s: &Value| num(s, "rss_mib");
+    // The second half: past the start-up and the first fill of every cache and pool.
+    let half = &samples[samples.len() / 2..];
+    let half_rss = half.iter().map(rss).collect::<Result<Vec<f64>>>()?;
+    let low = half_rss.iter().copied().fold(f64::MAX, f64::min);
+    let high = half_rss.iter().copied().fold(0.0, f64::max);
+    let growth = rss(last)? - half_rss[0];
+    let batch = num(c, "batch")?;
+    let _ = write!(
+        out,
+        "`--churn {secs},{batch}`: {batch} pairs created, made Ready, deleted and waited out, over \
+         and over: {cycles} cycles, {pairs} pairs in {took:.0} s, one operator process. RSS after \
+         the first cycle {start:.1} MiB. Over the second half (from {from:.0} s) RSS stays between \
+         {low:.1} and {high:.1} MiB and ends {growth:+.1} MiB from where that half began. Flat, \
+         within {CHURN_FLAT_MIB} MiB: {verdict}.\n\n\
+         | cycle | after (s) | RSS (MiB) | of which heap and stacks (MiB) |\n|---|---|---|---|\n",
+        secs = num(c, "seconds")?,
+        cycles = samples.len(),
+        pairs = samples.len() as f64 * batch,
+        took = num(last, "elapsed_s")?,
+        start = rss(first)?,
+        from = num(&half[0], "elapsed_s")?,
+        verdict = if growth <= CHURN_FLAT_MIB {
+            "met"
+        } else {
+            "missed"
+        },
+    );
+    let step = samples.len().div_ceil(12).max(1);
+    for (i, s) in samples.iter().enumerate() {
+        if i % step == 0 || i + 1 == samples.len() {
+            let _ = writeln!(
+                out,
+                "| {} | {:.0} | {:.1} | {:.1} |",
+                num(s, "cycle")?,
+                num(s, "elapsed_s")?,
+                rss(s)?,
+                num(s, "anon_mib")?
+            );
+        }
+    }
+    Ok(out)
+}
+
+fn fairness(doc: &Value) -> Result<String> {
+    let f = &doc["fairness"];
+    if f.is_null() {
+        return Ok(String::new());
+    }
+    let (idle, worst) = (num(f, "idle_ready_s")?, num(f, "flooded_ready_max_s")?);
+    let flood = num(f, "flood")?;
+    Ok(format!(
+        "\n## One namespace flooding, another waiting\n\n({provenance})\n\n\
+         `--fairness {flood}`: a cluster-wide operator with its defaults (10 reconciles at once per \
+         kind, served in turns by namespace; {rate} AWS writes per second and {burst} at once per \
+         namespace). One namespace applies {flood} Buckets, 32 at a time; another applies a single \
+         Bucket {samples} times while the flood converges (the first while it is still being \
+         applied, then every 2 s), after {samples} samples on the idle operator.\n\n\
+         | single Bucket, time to Ready | seconds |\n|---|---|\n\
+         | idle operator, median | {idle:.3} |\n\
+         | during the flood, median | {p50:.3} |\n\
+         | during the flood, worst | {worst:.3} |\n\
+         | the flood's own convergence ({flood} Buckets) | {conv:.1} |\n\n\
+         The flood's passes deferred by its write budget: {deferred:.0}. Target: the worst single \
+         Bucket within 2 s of the idle operator's time: {verdict}.\n",
+        provenance = provenance(doc, f)?,
+        rate = num(f, "write_rate")?,
+        burst = num(f, "write_burst")?,
+        samples = num(f, "samples")?,
+        p50 = num(f, "flooded_ready_p50_s")?,
+        conv = num(f, "flood_converge_s")?,
+        deferred = num(f, "budget_deferrals")?,
+        verdict = if worst <= idle + 2.0 { "met" } else { "missed" },
+    ))
+}
+
+fn header(doc: &Value) -> Result<String> {
+    let run = &doc["run"];
+    let concurrency = doc["rows"][0]["concurrency"].as_u64().unwrap_or(0);
+    Ok(format!(
+        "# Benchmarks\n\n\
+         Rendered from BENCHMARKS.json (the same figures, for tools) by the benchmark's `--write` \
+         and by `cargo xtask generate`; `cargo xtask check` fails when this file differs from that \
+         rendering, so do not edit it by hand. The benchmark is `benches/scale.rs`.\n\n\
+         The run that last wrote BENCHMARKS.json: {date}, commit `{commit}`, \
+         `cargo bench --bench scale -- {args}`. Machine: {machine}; kube-apiserver, etcd and moto \
+         run on the same cores as the operator.\n\n\
+         **Quoted** marks figures that run did not measure. `--write` keeps every row and section \
+         it does not re-measure from the previous BENCHMARKS.json, marked with the date and commit \
+         of the run that measured them (`-dirty`: with uncommitted changes on that commit); the \
+         peer reference is quoted from the source it names. Quoted figures describe the code as it \
+         was then.\n\n\
+         **Ratios** operator / floor are the median of `--runs` runs at the same N (3 by default), \
+         with the lowest and highest in brackets, since one run varies by about ±15% on this \
+         machine; the other figures of that N come from the median run. A ratio measured before \
+         `--runs` existed is one run and says so.\n\n\
+         Each run starts from an empty control plane and emulator. The floor makes the same AWS \
+         calls directly (the operator's own AWS client code, credentials and policy, \
+         {concurrency} at a time per kind) with no Kubernetes in the way; the operator runs with \
+         `--max-concurrent-reconciles {concurrency}`.\n\n",
+        date = text(run, "date")?,
+        commit = text(run, "commit")?,
+        args = text(run, "args")?,
+        machine = text(run, "machine")?,
+    ))
+}
+
+/// Why each API write per object is there: the design the benchmark's writes are checked against.
+const WRITES: &str = "
+## The API writes a new object costs, and why each is needed
+
+| write | Bucket | BucketAccess | why |
+|---|---|---|---|
+| finalizer (`patch`) | 1 | 1 | without it a deleted object would leave its bucket, IAM user and keys behind in AWS |
+| status (`patch_status`) | 1 | 1 | Ready, the bucket's name and ARN, the key id and rotation times: what users and the BucketAccess read |
+| event (`publish`) | 1 | 1 | what was created in AWS (`Created`), for `kubectl describe` and audit |
+| Secret (`apply`) | | 1 | the credentials the workload mounts |
+
+A pair therefore costs 7 writes and a Bucket alone 3. A BucketAccess created before its Bucket
+has reported anything writes nothing and waits for the Bucket's first status write, which wakes
+it, instead of writing a `BucketNotReady` status the Bucket's pass would overturn within the
+second; it still reports `BucketNotReady` when the Bucket has reported that it is not Ready. The
+steady state writes nothing (the resync rows above).
+
+Writes cost round trips inside a reconcile's slot, which the floor does not pay. A pass sends
+its finalizer patch together with its first reads (the finalizer must precede AWS writes, not
+reads), a BucketAccess reads its Secret in the same round trip, and the event goes out with the
+status: a new Bucket waits for two round trips to the API server, a new BucketAccess for three.
+";
+
+/// BENCHMARKS.md for the document of BENCHMARKS.json.
+pub fn render(doc: &Value) -> Result<String> {
+    Ok(header(doc)?
+        + &pairs_table(doc)?
+        + &targets(doc)?
+        + &peer_section(doc)?
+        + WRITES
+        + &calls_tables(doc)?
+        + &churn(doc)?
+        + &fairness(doc)?)
+}
