@@ -102,6 +102,8 @@ pub struct Context {
     pub budgets: Arc<crate::aws::budget::Budgets>,
     /// What every pass records into (the same registry `aws` records into).
     pub metrics: Arc<Metrics>,
+    /// The BucketClasses, BucketAccessClasses and namespaces, read live.
+    pub classes: crate::reconcile::class::Classes,
 }
 
 /// Wakes the BucketAccesses granted on an S3 bucket name, in every watched scope: a Bucket that
@@ -149,6 +151,7 @@ impl Context {
             grants: Default::default(),
             budgets: Arc::new(crate::aws::budget::Budgets::unlimited()),
             metrics,
+            classes: Default::default(),
         }
     }
 

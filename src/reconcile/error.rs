@@ -39,6 +39,9 @@ pub enum Error {
     Kube(#[from] kube::Error),
     #[error("object has no namespace")]
     NoNamespace,
+    /// The namespace's labels choose the class, and the watch has not shown the namespace yet.
+    #[error("namespace {0} not seen yet: its labels choose the class")]
+    UnknownNamespace(String),
     /// The pass stops until someone acts; the reconciler turns this into the Ready condition, so
     /// it never reaches the controller.
     #[error(transparent)]

@@ -215,5 +215,7 @@ fn context(
             config.reconcile.namespace_aws_write_burst,
         )),
         metrics,
+        // Filled in when the class watches are wired; until then no class applies.
+        classes: Default::default(),
     }
 }

@@ -5,13 +5,81 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector;
-use kube::core::{Selector, SelectorExt};
+use kube::core::{PartialObjectMeta, Selector, SelectorExt};
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 
 use crate::api::condition::Reason;
 use crate::api::{BucketAccessClass, BucketClass, DEFAULT_CLASS_ANNOTATION};
-use crate::reconcile::Blocked;
+use crate::reconcile::{Blocked, Error};
+
+/// The classes and namespaces as the operator's watches see them (read live: a change to a
+/// class or to a namespace's labels reaches the next pass). Without stores (classes off, or a
+/// unit test that sets none) no class applies, as when none exists.
+#[derive(Clone, Default)]
+pub struct Classes {
+    stores: Option<Stores>,
+}
+
+#[derive(Clone)]
+struct Stores {
+    buckets: Store<BucketClass>,
+    accesses: Store<BucketAccessClass>,
+    namespaces: Store<PartialObjectMeta<Namespace>>,
+}
+
+impl Classes {
+    pub fn new(
+        buckets: Store<BucketClass>,
+        accesses: Store<BucketAccessClass>,
+        namespaces: Store<PartialObjectMeta<Namespace>>,
+    ) -> Self {
+        Classes {
+            stores: Some(Stores {
+                buckets,
+                accesses,
+                namespaces,
+            }),
+        }
+    }
+
+    /// The BucketClass a Bucket in `ns` naming `named` is under (see [`resolve`]).
+    pub fn bucket_class(
+        &self,
+        ns: &str,
+        named: Option<&str>,
+    ) -> Result<Option<Arc<BucketClass>>, Error> {
+        let Some(s) = &self.stores else {
+            return Ok(None);
+        };
+        Ok(resolve(named, ns, &s.labels(ns)?, &s.buckets.state())?)
+    }
+
+    /// The BucketAccessClass a BucketAccess in `ns` naming `named` is under.
+    pub fn access_class(
+        &self,
+        ns: &str,
+        named: Option<&str>,
+    ) -> Result<Option<Arc<BucketAccessClass>>, Error> {
+        let Some(s) = &self.stores else {
+            return Ok(None);
+        };
+        Ok(resolve(named, ns, &s.labels(ns)?, &s.accesses.state())?)
+    }
+}
+
+impl Stores {
+    /// The labels of namespace `ns`. One the watch has not shown yet is an error (retried),
+    /// never "no labels": that could skip the class a selector gives it.
+    fn labels(&self, ns: &str) -> Result<BTreeMap<String, String>, Error> {
+        self.namespaces
+            .get(&ObjectRef::new(ns))
+            .map(|n| n.labels().clone())
+            .ok_or_else(|| Error::UnknownNamespace(ns.to_string()))
+    }
+}
 
 /// What both class kinds share for resolution.
 pub trait Class: Resource<DynamicType = ()> {
