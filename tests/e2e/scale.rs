@@ -861,38 +861,6 @@ async fn ready_count_of(api: &Api<Bucket>) -> usize {
         .count()
 }
 
-impl Fairness {
-    /// The section of BENCHMARKS.md.
-    pub fn report(&self) -> String {
-        let met = self.flooded_ready_max_s <= self.idle_ready_s + 2.0;
-        format!(
-            "\n## One namespace flooding, another waiting\n\n\
-             `--fairness {flood}`: a cluster-wide operator with its defaults (10 reconciles at once \
-             per kind, served in turns by namespace; {rate} AWS writes per second and {burst} at \
-             once per namespace). One namespace applies {flood} Buckets, 32 at a time; another \
-             applies a single Bucket {samples} times while the flood converges (the first while it \
-             is still being applied, then every 2 s), after {samples} samples on the idle operator.\n\n\
-             | single Bucket, time to Ready | seconds |\n|---|---|\n\
-             | idle operator, median | {idle:.3} |\n\
-             | during the flood, median | {p50:.3} |\n\
-             | during the flood, worst | {max:.3} |\n\
-             | the flood's own convergence ({flood} Buckets) | {conv:.1} |\n\n\
-             The flood's passes deferred by its write budget: {def:.0}. Target: the worst single \
-             Bucket within 2 s of the idle operator's time: {verdict}.\n",
-            flood = self.flood,
-            rate = self.write_rate,
-            burst = self.write_burst,
-            samples = self.samples,
-            idle = self.idle_ready_s,
-            p50 = self.flooded_ready_p50_s,
-            max = self.flooded_ready_max_s,
-            conv = self.flood_converge_s,
-            def = self.budget_deferrals,
-            verdict = if met { "met" } else { "missed" },
-        )
-    }
-}
-
 /// The summary table, one column per run.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
