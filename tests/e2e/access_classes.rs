@@ -91,9 +91,11 @@ async fn identity_exists(api: &Api<BucketAccess>, ns: &str, name: &str) -> bool 
         || iam.get_role().role_name(&iam_name).send().await.is_ok()
 }
 
-async fn operator_for(ns: &str) -> Operator {
+/// The operator for `ns`, with a rotation floor of `min_rotation` (`--min-rotation-interval`).
+async fn operator_for(ns: &str, min_rotation: &str) -> Operator {
     Operator::start(OperatorOpts {
         namespaces: vec![ns.to_string()],
+        env: vec![("MIN_ROTATION_INTERVAL".into(), min_rotation.into())],
         ..Default::default()
     })
     .await
@@ -113,7 +115,7 @@ async fn a_default_class_fills_in_the_rotation_and_is_shown_in_status() {
     let other = json!({"matchLabels": {GROUP: format!("not-{group}")}});
     let spec = json!({"namespaceSelector": other, "allowedPermissions": ["ReadOnly"]});
     create_class(&client, &elsewhere, true, spec).await;
-    let _op = operator_for(&ns).await;
+    let _op = operator_for(&ns, "10s").await;
     ready_bucket(&client, &ns).await;
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     create_access(&accesses, "rw", json!({"permission": "ReadWrite"})).await;
@@ -200,13 +202,13 @@ async fn each_class_limit_is_refused_with_its_message_and_nothing_is_created() {
         "allowedCredentialTypes": ["AccessKey"], "allowedPermissions": ["ReadOnly", "WriteOnly"],
         "requirePrefix": true, "rotation": {"minimum": "2h", "maximum": "48h"}});
     create_class(&client, &strict, false, spec).await;
-    // The operator's --min-rotation-interval (1h) stays the floor under a class's default.
+    // The operator's --min-rotation-interval (1h here) stays the floor under a class's default.
     let floor = format!("e2e-{group}-floor");
     let rotation = json!({"default": {"interval": "30m", "gracePeriod": "1m"}});
     let spec = json!({"namespaceSelector": selecting(&group), "rotation": rotation});
     create_class(&client, &floor, false, spec).await;
     class_rules_are_checked_at_apply_time(&client, &group).await;
-    let _op = operator_for(&ns).await;
+    let _op = operator_for(&ns, "1h").await;
     ready_bucket(&client, &ns).await;
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let mut cases = breaking(&strict);
@@ -280,7 +282,7 @@ async fn a_namespace_outside_a_class_selector_may_not_use_it() {
     let prod_group = format!("prod-{group}");
     let spec = json!({"namespaceSelector": selecting(&prod_group)});
     create_class(&client, &prod, false, spec).await;
-    let _op = operator_for(&ns).await;
+    let _op = operator_for(&ns, "10s").await;
     ready_bucket(&client, &ns).await;
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let spec = json!({"className": prod, "permission": "ReadOnly"});
@@ -354,7 +356,7 @@ async fn tightening_a_class_reports_the_violation_and_keeps_the_credentials_work
         json!({"namespaceSelector": selecting(&group)}),
     )
     .await;
-    let _op = operator_for(&ns).await;
+    let _op = operator_for(&ns, "10s").await;
     let data = ready_bucket(&client, &ns).await;
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
