@@ -20,8 +20,10 @@ use crate::support::*;
 const T: Duration = Duration::from_secs(60);
 const GROUP: &str = "e2e.s3.operator.dev/class-group";
 
-/// A new namespace labelled with a group of its own; returns it and the group.
+/// A new namespace labelled with a group of its own; returns it and the group. (The CRDs are
+/// installed first: classes are made before the operator starts.)
 async fn grouped_namespace(client: &kube::Client, tag: &str) -> (String, String) {
+    install_crds().await;
     let ns = namespace(client, tag).await;
     let group = random(8);
     label(client, &ns, &group).await;
@@ -104,7 +106,6 @@ async fn operator_for(ns: &str, min_rotation: &str) -> Operator {
 #[tokio::test]
 async fn a_default_class_fills_in_the_rotation_and_is_shown_in_status() {
     let client = admin().await;
-    install_crds().await;
     let (ns, group) = grouped_namespace(&client, "bkac-default").await;
     let ours = format!("e2e-{group}-default");
     let rotation = json!({"default": {"interval": "720h", "gracePeriod": "1h"}});
@@ -195,7 +196,6 @@ fn breaking(class: &str) -> Vec<(&'static str, Value, String)> {
 #[tokio::test]
 async fn each_class_limit_is_refused_with_its_message_and_nothing_is_created() {
     let client = admin().await;
-    install_crds().await;
     let (ns, group) = grouped_namespace(&client, "bkac-limits").await;
     let strict = format!("e2e-{group}-strict");
     let spec = json!({"namespaceSelector": selecting(&group),
@@ -276,7 +276,6 @@ async fn class_rules_are_checked_at_apply_time(client: &kube::Client, group: &st
 #[tokio::test]
 async fn a_namespace_outside_a_class_selector_may_not_use_it() {
     let client = admin().await;
-    install_crds().await;
     let (ns, group) = grouped_namespace(&client, "bkac-selector").await;
     let prod = format!("e2e-{group}-prod");
     let prod_group = format!("prod-{group}");
@@ -311,28 +310,65 @@ async fn a_namespace_outside_a_class_selector_may_not_use_it() {
     delete_classes(&client, &[&prod]).await;
 }
 
-/// The live access's credentials: key id, and an S3 client with them.
-async fn credentials(secrets: &Api<Secret>) -> (String, aws_sdk_s3::Client) {
+/// What a live access `rw` was granted, to compare after its class changed.
+struct Granted {
+    key: String,
+    s3: aws_sdk_s3::Client,
+    user: String,
+    policy: Option<String>,
+}
+
+/// The live access's credentials (key id, and an S3 client with them), IAM user and policy.
+async fn granted(accesses: &Api<BucketAccess>, secrets: &Api<Secret>) -> Granted {
     let d = secret_data(&secrets.get("rw").await.unwrap());
     let s3 = s3_with(&d["AWS_ACCESS_KEY_ID"], &d["AWS_SECRET_ACCESS_KEY"]);
-    (d["AWS_ACCESS_KEY_ID"].clone(), s3)
+    let st = accesses.get("rw").await.unwrap().status.unwrap();
+    let user = st.user_arn.unwrap().rsplit('/').next().unwrap().to_string();
+    let policy = admin_iam()
+        .get_user_policy()
+        .user_name(&user)
+        .policy_name("s3-operator-access")
+        .send()
+        .await;
+    Granted {
+        key: d["AWS_ACCESS_KEY_ID"].clone(),
+        s3,
+        policy: policy.ok().map(|p| p.policy_document),
+        user,
+    }
+}
+
+/// Nothing of `before` was taken back: the same Secret, key (active), policy, and the key
+/// still writes to `bucket`.
+async fn still_granted(
+    before: &Granted,
+    accesses: &Api<BucketAccess>,
+    secrets: &Api<Secret>,
+    bucket: &str,
+) {
+    let now = granted(accesses, secrets).await;
+    assert_eq!((&now.key, &now.policy), (&before.key, &before.policy));
+    let keys = admin_iam()
+        .list_access_keys()
+        .user_name(&before.user)
+        .send();
+    let keys = keys.await.unwrap().access_key_metadata;
+    let active = Some(aws_sdk_iam::types::StatusType::Active);
+    let keys: Vec<_> = keys
+        .into_iter()
+        .map(|k| (k.access_key_id, k.status))
+        .collect();
+    assert_eq!(keys, [(Some(before.key.clone()), active)]);
+    assert!(
+        writes(&before.s3, bucket, "after.txt").await,
+        "the key still works"
+    );
 }
 
 async fn writes(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> bool {
     let body = b"data".to_vec().into();
     let put = s3.put_object().bucket(bucket).key(key).body(body);
     put.send().await.is_ok()
-}
-
-/// The access policy of IAM user `user`, as IAM holds it.
-async fn policy_of(user: &str) -> Option<String> {
-    let got = admin_iam()
-        .get_user_policy()
-        .user_name(user)
-        .policy_name("s3-operator-access")
-        .send()
-        .await;
-    got.ok().map(|p| p.policy_document)
 }
 
 async fn set_permissions(client: &kube::Client, class: &str, allowed: Value) {
@@ -346,34 +382,18 @@ async fn set_permissions(client: &kube::Client, class: &str, allowed: Value) {
 #[tokio::test]
 async fn tightening_a_class_reports_the_violation_and_keeps_the_credentials_working() {
     let client = admin().await;
-    install_crds().await;
     let (ns, group) = grouped_namespace(&client, "bkac-tighten").await;
     let team = format!("e2e-{group}-team");
-    create_class(
-        &client,
-        &team,
-        true,
-        json!({"namespaceSelector": selecting(&group)}),
-    )
-    .await;
+    let spec = json!({"namespaceSelector": selecting(&group)});
+    create_class(&client, &team, true, spec).await;
     let _op = operator_for(&ns, "10s").await;
     let data = ready_bucket(&client, &ns).await;
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
     create_access(&accesses, "rw", json!({"permission": "ReadWrite"})).await;
     wait_reason(&accesses, "rw", "Available", T).await;
-    let (key, s3) = credentials(&secrets).await;
-    assert!(writes(&s3, &data, "before.txt").await);
-    let arn = accesses
-        .get("rw")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .user_arn
-        .unwrap();
-    let user = arn.rsplit('/').next().unwrap().to_string();
-    let policy = policy_of(&user).await.expect("an access policy");
+    let before = granted(&accesses, &secrets).await;
+    assert!(before.policy.is_some() && writes(&before.s3, &data, "before.txt").await);
 
     set_permissions(&client, &team, json!(["ReadOnly"])).await;
     let got = wait_reason(&accesses, "rw", "ClassViolation", T).await;
@@ -381,59 +401,30 @@ async fn tightening_a_class_reports_the_violation_and_keeps_the_credentials_work
         "spec.permission ReadWrite breaks BucketAccessClass {team}: allowedPermissions is [ReadOnly]"
     );
     assert_eq!(got, want);
-    // Nothing granted is taken back: the same key, policy and Secret, and they still write.
-    assert_eq!(credentials(&secrets).await.0, key);
-    assert_eq!(policy_of(&user).await.as_ref(), Some(&policy));
-    let keys = admin_iam()
-        .list_access_keys()
-        .user_name(&user)
-        .send()
-        .await
-        .unwrap();
-    let keys: Vec<_> = keys
-        .access_key_metadata
-        .iter()
-        .map(|k| (k.access_key_id.clone(), k.status.clone()))
-        .collect();
-    assert_eq!(
-        keys,
-        [(
-            Some(key.clone()),
-            Some(aws_sdk_iam::types::StatusType::Active)
-        )]
-    );
-    assert!(writes(&s3, &data, "after.txt").await, "the key still works");
+    still_granted(&before, &accesses, &secrets, &data).await;
     let st = accesses.get("rw").await.unwrap().status.unwrap();
-    assert_eq!(
-        (st.class_name.as_deref(), st.access_key_id.as_deref()),
-        (Some(team.as_str()), Some(key.as_str()))
-    );
+    assert_eq!(st.class_name.as_ref(), Some(&team));
 
     // Loosened again, it is Available with the same key; tightened, it can still be deleted.
     set_permissions(&client, &team, Value::Null).await;
     wait_reason(&accesses, "rw", "Available", T).await;
-    assert_eq!(credentials(&secrets).await.0, key, "no new key");
+    assert_eq!(
+        granted(&accesses, &secrets).await.key,
+        before.key,
+        "no new key"
+    );
     set_permissions(&client, &team, json!(["ReadOnly"])).await;
     wait_reason(&accesses, "rw", "ClassViolation", T).await;
     accesses
         .delete("rw", &DeleteParams::default())
         .await
         .unwrap();
-    wait_for("BucketAccess rw gone", T, || async {
-        accesses
-            .get_opt("rw")
-            .await
-            .unwrap()
-            .is_none()
-            .then_some(())
-    })
-    .await;
-    let gone = admin_iam()
-        .get_user()
-        .user_name(&user)
-        .send()
-        .await
-        .is_err();
-    assert!(gone, "its IAM user is deleted");
+    let deleted = || async {
+        let left = accesses.get_opt("rw").await.unwrap();
+        left.is_none().then_some(())
+    };
+    wait_for("BucketAccess rw gone", T, deleted).await;
+    let user = admin_iam().get_user().user_name(&before.user).send().await;
+    assert!(user.is_err(), "its IAM user is deleted");
     delete_classes(&client, &[&team]).await;
 }

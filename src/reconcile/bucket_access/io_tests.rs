@@ -535,11 +535,18 @@ async fn a_bucket_gone_withdraws_the_grant() {
     );
 }
 
-#[tokio::test]
-async fn a_bucket_of_another_owner_withdraws_the_grant() {
-    let fakes = Fakes::start().await;
+/// What a pass reads of a grant in place, sorted: the bucket's tags, the user, its policy and
+/// its keys.
+fn grant_reads() -> Vec<String> {
+    let iam_reads = ["GetUser", "GetUserPolicy", "ListAccessKeys"].map(iam);
+    [vec![TAGS.to_string()], iam_reads.to_vec()].concat()
+}
+
+/// An access whose user holds its policy and key AK1 (AK0 inactive) on a bucket whose tags now
+/// name another owner; returns the status write's request.
+fn granted_on_a_bucket_of_another(fakes: &Fakes) -> String {
     fakes.accept_events("ns");
-    granted(&fakes, &user_tags(), &[("AK0", false), ("AK1", true)]);
+    granted(fakes, &user_tags(), &[("AK0", false), ("AK1", true)]);
     fakes
         .aws
         .on(TAGS, Reply::s3_tags(&tags("other", "b", "uid-1")));
@@ -548,17 +555,18 @@ async fn a_bucket_of_another_owner_withdraws_the_grant() {
         .kube
         .on(&kube("GET", SECRET), Reply::kube_error(404, "NotFound"))
         .on(&status, Reply::json(200, access("5", true)));
+    status
+}
+
+#[tokio::test]
+async fn a_bucket_of_another_owner_withdraws_the_grant() {
+    let fakes = Fakes::start().await;
+    let status = granted_on_a_bucket_of_another(&fakes);
     let out = pass(&fakes, &access("4", true)).await;
     assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
-    let reads = [
-        TAGS.to_string(),
-        iam("GetUser"),
-        iam("GetUserPolicy"),
-        iam("ListAccessKeys"),
-    ];
     let mut all = fakes.aws.requests();
     all[..4].sort();
-    assert_eq!(all[..4], reads);
+    assert_eq!(all[..4], grant_reads());
     assert_withdrawn(&fakes, "BucketNotOwned");
     assert_eq!(
         fakes.kube.requests(),
@@ -608,15 +616,9 @@ async fn a_class_violation_on_a_live_access_reports_and_writes_nothing_to_aws() 
     let ctx = under(&fakes, &[bucket()], classes(&[READ_ONLY], true));
     let out = reconcile(Arc::new(access("4", true)), ctx).await;
     assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
-    let reads = [
-        TAGS.to_string(),
-        iam("GetUser"),
-        iam("GetUserPolicy"),
-        iam("ListAccessKeys"),
-    ];
     let mut all = fakes.aws.requests();
     all.sort();
-    assert_eq!(all, reads, "reads only");
+    assert_eq!(all, grant_reads(), "reads only");
     assert_eq!(
         fakes.kube.requests(),
         [kube("GET", SECRET), event(), status.clone()]
@@ -637,16 +639,7 @@ async fn a_class_violation_on_a_live_access_reports_and_writes_nothing_to_aws() 
 #[tokio::test]
 async fn a_class_violation_does_not_stop_a_withdrawal() {
     let fakes = Fakes::start().await;
-    fakes.accept_events("ns");
-    granted(&fakes, &user_tags(), &[("AK0", false), ("AK1", true)]);
-    fakes
-        .aws
-        .on(TAGS, Reply::s3_tags(&tags("other", "b", "uid-1")));
-    let status = format!("PATCH {ACCESS}/status");
-    fakes
-        .kube
-        .on(&kube("GET", SECRET), Reply::kube_error(404, "NotFound"))
-        .on(&status, Reply::json(200, access("5", true)));
+    granted_on_a_bucket_of_another(&fakes);
     let unseen = under(&fakes, &[bucket()], classes(&[READ_ONLY], false));
     let out = reconcile(Arc::new(access("4", true)), unseen).await;
     assert!(matches!(out, Err(Error::UnknownNamespace(_))), "{out:?}");

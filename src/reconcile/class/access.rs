@@ -280,7 +280,11 @@ mod tests {
         let role = access(json!({"permission": "ReadOnly",
             "credentials": {"type": "ServiceAccountRole", "serviceAccountName": "app"}}));
         assert!(admit(&role, &Ok(Some(Arc::new(class(bounds)))), FLOOR).is_ok());
-        assert_eq!(human(Duration::from_secs(5400)), "1h 30m", "as people write it");
+        assert_eq!(
+            human(Duration::from_secs(5400)),
+            "1h 30m",
+            "as people write it"
+        );
         // Only a minimum: no rotation at all is allowed.
         let min = json!({"rotation": {"minimum": "1h"}});
         let c: InForce = Ok(Some(Arc::new(class(min))));
