@@ -105,7 +105,8 @@ pub struct Credentials {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub service_account_name: Option<String>,
-    /// Access-key rotation (`AccessKey` only). No rotation when omitted.
+    /// Access-key rotation (`AccessKey` only). When omitted, the class's `rotation.default`
+    /// if it has one, else no rotation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotation: Option<Rotation>,
 }

@@ -187,8 +187,15 @@ pub struct BucketAccessClassSpec {
 /// Rotation a class gives and allows (access keys only).
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "!has(self.default) || !has(self.minimum) || duration(self.default.interval) >= duration(self.minimum)"
+).message("spec.rotation.default.interval must not be shorter than spec.rotation.minimum").field_path(".default"))]
+#[x_kube(validation = Rule::new(
+    "!has(self.default) || !has(self.maximum) || duration(self.default.interval) <= duration(self.maximum)"
+).message("spec.rotation.default.interval must not be longer than spec.rotation.maximum").field_path(".default"))]
 pub struct RotationBounds {
-    /// Rotation of an `AccessKey` access that sets none.
+    /// Rotation of an `AccessKey` access that sets none (it must keep within `minimum` and
+    /// `maximum`, and at least the operator's `--min-rotation-interval`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<Rotation>,
     /// The shortest interval an access may ask for (the operator's `--min-rotation-interval`

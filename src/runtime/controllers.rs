@@ -16,6 +16,7 @@ use tokio::sync::watch;
 use tracing::{Instrument, Span};
 
 use super::backoff::Backoff;
+use super::class_watches::{ClassKind, Wake, wakes, woken};
 use super::fair::Gate;
 use super::lifecycle::wait_true;
 use super::watches::{Gated, Watched, Watches, events, trigger};
@@ -35,6 +36,7 @@ pub(super) async fn run(
     config: &Config,
     ctx: Arc<Context>,
     scopes: Vec<Watches>,
+    classes: &tokio::sync::broadcast::Sender<Wake>,
     shutdown: watch::Receiver<bool>,
 ) {
     let concurrency = config.max_concurrent_reconciles;
@@ -52,7 +54,7 @@ pub(super) async fn run(
     let access_stores = scopes.iter().map(|w| w.accesses.clone()).collect();
     let runs: Vec<_> = scopes
         .into_iter()
-        .flat_map(|w| start_scope(w, &queues, concurrency, &ctx, &shutdown))
+        .flat_map(|w| start_scope(w, &queues, concurrency, &ctx, classes, &shutdown))
         .collect();
     tokio::spawn(report_managed_objects(
         bucket_stores,
@@ -76,6 +78,7 @@ fn start_scope(
     queues: &Queues,
     concurrency: u16,
     ctx: &Arc<Context>,
+    classes: &tokio::sync::broadcast::Sender<Wake>,
     shutdown: &watch::Receiver<bool>,
 ) -> [BoxFuture<'static, ()>; 2] {
     let (bucket_queue, access_queue) = (&queues.buckets, &queues.accesses);
@@ -94,7 +97,13 @@ fn start_scope(
         .watches_shared_stream(
             events(w.bucket_events_for_logging),
             move |b: Arc<Bucket>| queue.added(linked.related(&store, &b)),
-        );
+        )
+        .reconcile_on(woken_by_classes(
+            classes,
+            &w.buckets,
+            ClassKind::Bucket,
+            bucket_queue,
+        ));
     let (store, queue) = (w.accesses.clone(), access_queue.clone());
     let owners = access_queue.clone();
     let secrets = events(w.secret_events).inspect(move |s| owners.add_owner_of(s.as_ref()));
@@ -104,7 +113,13 @@ fn start_scope(
             events(w.bucket_events_for_accesses),
             move |b: Arc<Bucket>| queue.added(accesses_of(&store, &b)),
         )
-        .reconcile_on(granted_on(&w.accesses, ctx, access_queue));
+        .reconcile_on(granted_on(&w.accesses, ctx, access_queue))
+        .reconcile_on(woken_by_classes(
+            classes,
+            &w.accesses,
+            ClassKind::Access,
+            access_queue,
+        ));
     let gate = || closed_on_shutdown(Gate::new(concurrency), shutdown);
     let bucket_turns = (bucket_queue.clone(), gate(), w.buckets);
     let access_turns = (access_queue.clone(), gate(), w.accesses);
@@ -157,6 +172,19 @@ fn accesses_of(store: &Store<BucketAccess>, b: &Bucket) -> Vec<ObjectRef<BucketA
         .filter(|a| name == Some(a.spec.bucket_ref.name.as_str()) && a.metadata.namespace == *ns)
         .map(|a| ObjectRef::from_obj(a.as_ref()))
         .collect()
+}
+
+/// The objects of `store` a change of a class or of a namespace's labels may put under another
+/// class (or under a changed one).
+fn woken_by_classes<K: Watched>(
+    classes: &tokio::sync::broadcast::Sender<Wake>,
+    store: &Store<K>,
+    mine: ClassKind,
+    queue: &Queue,
+) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
+    let (store, queue) = (store.clone(), queue.clone());
+    wakes(classes.subscribe())
+        .flat_map(move |w| futures::stream::iter(queue.added(woken(&store, &w, mine))))
 }
 
 /// The BucketAccesses whose Bucket names an S3 bucket a Bucket pass woke (`Grants`): across

@@ -3,11 +3,13 @@
 //!
 //! - `config`: what `run` is configured with
 //! - `watches`: the shared watches and their caches
+//! - `class_watches`: the classes and namespaces, cluster-wide, and what their changes wake
 //! - `controllers`: controller wiring, worker slots, spans, metrics and error policy
 //! - `backoff`: each object's backoff after a failed reconcile
 //! - `lifecycle`: signals, heartbeat and probe state
 
 mod backoff;
+mod class_watches;
 pub mod client;
 mod config;
 mod controllers;
@@ -30,6 +32,7 @@ use crate::fence::Fence;
 use crate::metrics::Metrics;
 use crate::reconcile::events::Events;
 use crate::reconcile::{self, Context};
+use class_watches::ClassWatches;
 pub use config::Config;
 pub use controllers::RECONCILE_TIMEOUT;
 pub use lifecycle::Health;
@@ -83,7 +86,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // Watches start now, on leader and standby alike: a new leader starts with warm caches, and
     // /readyz turns ready on every replica once they have listed.
     let (leading_tx, leading) = watch::channel(config.leader_election.is_none());
-    let watches = start_watches(&config, &client, health, &leading);
+    let (watches, classes) = start_watches(&config, &client, health, &leading);
 
     // Leader election: standbys wait here; the leader goes on to reconcile.
     let (release_tx, release) = watch::channel(false);
@@ -91,11 +94,13 @@ pub async fn run(config: Config) -> Result<(), Error> {
     until_shutdown(&shutdown, wait_true(leading.clone())).await;
     // A BucketAccess reconciled before the Bucket cache is full would find no Bucket and flip
     // to BucketNotFound for a moment: a needless status write and event on every restart.
+    // A pass before the classes have listed would apply no class, or the wrong default one.
     until_shutdown(&shutdown, caches_synced(&watches)).await;
+    until_shutdown(&shutdown, classes.synced()).await;
 
     if !*shutdown.borrow() {
-        let ctx = Arc::new(context(&config, &client, aws, &watches, metrics));
-        controllers::run(&config, ctx, watches, shutdown.clone()).await;
+        let ctx = Arc::new(context(&config, &client, aws, &watches, &classes, metrics));
+        controllers::run(&config, ctx, watches, &classes.wakes, shutdown.clone()).await;
     }
     // Controllers have drained; now hand the lease over so a standby takes over at once.
     let _ = release_tx.send(true);
@@ -169,26 +174,28 @@ async fn until_shutdown(shutdown: &watch::Receiver<bool>, f: impl Future<Output 
     }
 }
 
-/// The watches of every scope: one namespace each, or the whole cluster.
+/// The watches of every scope (one namespace each, or the whole cluster), and the class
+/// watches, cluster-wide in every mode.
 fn start_watches(
     config: &Config,
     client: &kube::Client,
     health: Arc<Health>,
     leading: &watch::Receiver<bool>,
-) -> Vec<Watches> {
+) -> (Vec<Watches>, ClassWatches) {
     let scopes: Vec<Option<String>> = if config.watch_namespaces.is_empty() {
         vec![None]
     } else {
         config.watch_namespaces.iter().cloned().map(Some).collect()
     };
     let sync = Arc::new(CacheSync {
-        pending: AtomicUsize::new(3 * scopes.len()),
+        pending: AtomicUsize::new(3 * scopes.len() + 3),
         health,
     });
-    scopes
+    let watches = scopes
         .iter()
         .map(|ns| Watches::start(client, ns.as_deref(), &sync, leading))
-        .collect()
+        .collect();
+    (watches, ClassWatches::start(client, &sync))
 }
 
 /// What every reconcile shares: clients, settings, the event publisher, the warm Bucket caches
@@ -198,6 +205,7 @@ fn context(
     client: &kube::Client,
     aws: Aws,
     watches: &[Watches],
+    classes: &ClassWatches,
     metrics: Arc<Metrics>,
 ) -> Context {
     let instance = config.leader_election.as_ref().map(|l| l.identity.clone());
@@ -215,7 +223,6 @@ fn context(
             config.reconcile.namespace_aws_write_burst,
         )),
         metrics,
-        // Filled in when the class watches are wired; until then no class applies.
-        classes: Default::default(),
+        classes: classes.classes(),
     }
 }

@@ -48,7 +48,7 @@ pub(super) struct CacheSync {
 
 impl CacheSync {
     /// One more watch has listed its objects.
-    fn listed(&self) {
+    pub(super) fn listed(&self) {
         if self.pending.fetch_sub(1, Ordering::SeqCst) == 1 {
             self.health.ready.store(true, Ordering::SeqCst);
             tracing::info!("caches synced");

@@ -3,6 +3,7 @@
 //! starts a private environment (`hack/env.sh`) for the run.
 
 mod access;
+mod access_classes;
 mod audit;
 mod bucket;
 mod bucket_logging;

@@ -5,8 +5,8 @@ use std::path::Path;
 use serde_yaml::Value;
 
 use crate::{
-    Error, Generated, LEADER_ROLE, LEADER_ROLE_BINDING, MANAGER_ROLE, METRICS_AUTH_ROLE,
-    METRICS_READER_ROLE, map, read, read_yaml, rules, shape, to_yaml,
+    CLASS_READER_ROLE, Error, Generated, LEADER_ROLE, LEADER_ROLE_BINDING, MANAGER_ROLE,
+    METRICS_AUTH_ROLE, METRICS_READER_ROLE, map, read, read_yaml, rules, shape, to_yaml,
 };
 
 const PACKAGE: &str = "s3-operator";
@@ -198,8 +198,9 @@ fn install_strategy(root: &Path, deployment: &Value, account: Value) -> Result<V
                 // OLM grants `permissions` in the operator's namespace and copies them into
                 // every target namespace, or lifts them into a ClusterRole for AllNamespaces:
                 // right for the manager rules, wrong for Leases, which therefore come as bundle
-                // objects (rbac_objects). TokenReviews and SubjectAccessReviews are
-                // cluster-scoped, so the metrics authentication rules are `clusterPermissions`.
+                // objects (rbac_objects). TokenReviews, SubjectAccessReviews, the classes and
+                // namespaces are cluster-scoped, so the metrics authentication rules and the
+                // class reader's are `clusterPermissions` (in every install mode).
                 (
                     "permissions",
                     Value::Sequence(vec![map([
@@ -209,10 +210,16 @@ fn install_strategy(root: &Path, deployment: &Value, account: Value) -> Result<V
                 ),
                 (
                     "clusterPermissions",
-                    Value::Sequence(vec![map([
-                        ("serviceAccountName", account),
-                        ("rules", rules(root, METRICS_AUTH_ROLE)?),
-                    ])]),
+                    Value::Sequence(vec![
+                        map([
+                            ("serviceAccountName", account.clone()),
+                            ("rules", rules(root, METRICS_AUTH_ROLE)?),
+                        ]),
+                        map([
+                            ("serviceAccountName", account),
+                            ("rules", rules(root, CLASS_READER_ROLE)?),
+                        ]),
+                    ]),
                 ),
             ]),
         ),

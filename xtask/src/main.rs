@@ -3,7 +3,8 @@
 //!
 //! - CRDs come from the Rust types (`s3_operator::api`);
 //! - RBAC rules come from `config/rbac/role.yaml`, `config/rbac/leader_election_role.yaml`,
-//!   `config/rbac/metrics_auth_role.yaml` and `config/rbac/metrics_reader_role.yaml`;
+//!   `config/rbac/metrics_auth_role.yaml`, `config/rbac/metrics_reader_role.yaml` and
+//!   `config/rbac/class_reader_role.yaml`;
 //! - alerts come from `config/prometheus/rules.yaml`, the dashboard from `grafana/`;
 //! - the CSV is its hand-written base plus the manager Deployment, the samples and the RBAC rules;
 //! - the version is Cargo.toml's, written into the chart, config/manager and the Dockerfile;
@@ -57,6 +58,7 @@ pub const LEADER_ROLE: &str = "config/rbac/leader_election_role.yaml";
 pub const LEADER_ROLE_BINDING: &str = "config/rbac/leader_election_role_binding.yaml";
 pub const METRICS_AUTH_ROLE: &str = "config/rbac/metrics_auth_role.yaml";
 pub const METRICS_READER_ROLE: &str = "config/rbac/metrics_reader_role.yaml";
+pub const CLASS_READER_ROLE: &str = "config/rbac/class_reader_role.yaml";
 
 /// One generated file: its path relative to the repository root and its full text.
 pub struct Generated {
@@ -179,6 +181,7 @@ fn rbac_files(root: &Path) -> Result<Vec<Generated>, Error> {
         ("leaderElection", leader),
         ("metricsAuth", rules(root, METRICS_AUTH_ROLE)?),
         ("metricsReader", rules(root, METRICS_READER_ROLE)?),
+        ("classReader", rules(root, CLASS_READER_ROLE)?),
     ]);
     Ok(vec![
         to_yaml(
@@ -394,6 +397,14 @@ mod tests {
             spec["clusterPermissions"][0]["serviceAccountName"],
             "s3-operator"
         );
+        assert_eq!(
+            spec["clusterPermissions"][1]["rules"],
+            rules(&root, CLASS_READER_ROLE).unwrap()
+        );
+        assert_eq!(
+            spec["clusterPermissions"][1]["serviceAccountName"],
+            "s3-operator"
+        );
         let env = &spec["deployments"][0]["spec"]["template"]["spec"]["containers"][0]["env"];
         let watch = env
             .as_sequence()
@@ -473,7 +484,12 @@ mod tests {
     #[test]
     fn rbac_grants_each_verb_by_name() {
         let root = repo();
-        for src in [MANAGER_ROLE, LEADER_ROLE, METRICS_AUTH_ROLE] {
+        for src in [
+            MANAGER_ROLE,
+            LEADER_ROLE,
+            METRICS_AUTH_ROLE,
+            CLASS_READER_ROLE,
+        ] {
             for rule in rules(&root, src).unwrap().as_sequence().unwrap() {
                 assert!(rule.get("resourceNames").is_none(), "{src}: {rule:?}");
                 for k in ["apiGroups", "resources", "verbs"] {
@@ -512,6 +528,7 @@ mod tests {
             "config/rbac/leader_election_role_binding.yaml",
             "config/rbac/metrics_auth_role.yaml",
             "config/rbac/metrics_reader_role.yaml",
+            "config/rbac/class_reader_role.yaml",
             "config/prometheus/rules.yaml",
             "grafana/s3-operator.json",
             "config/manager/manager.yaml",

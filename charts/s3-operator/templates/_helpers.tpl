@@ -85,7 +85,7 @@ Name of the leader-election Lease.
 
 {{/*
 The operator's RBAC rules, from files/rbac.yaml (generated from config/rbac, the single source).
-Returns the map {manager, leaderElection, metricsAuth, metricsReader: [rules]} as YAML; callers
+Returns the map {manager, leaderElection, metricsAuth, metricsReader, classReader: [rules]} as YAML; callers
 use fromYaml.
 */}}
 {{- define "s3-operator.rbacRules" -}}
@@ -97,8 +97,8 @@ use fromYaml.
 {{- if hasKey $rules "Error" }}
 {{- fail (printf "s3-operator: files/rbac.yaml is not valid YAML: %s" $rules.Error) }}
 {{- end }}
-{{- if or (not $rules.manager) (not $rules.leaderElection) (not $rules.metricsAuth) (not $rules.metricsReader) }}
-{{- fail "s3-operator: files/rbac.yaml must hold the rule lists `manager`, `leaderElection`, `metricsAuth` and `metricsReader`" }}
+{{- if or (not $rules.manager) (not $rules.leaderElection) (not $rules.metricsAuth) (not $rules.metricsReader) (not $rules.classReader) }}
+{{- fail "s3-operator: files/rbac.yaml must hold the rule lists `manager`, `leaderElection`, `metricsAuth`, `metricsReader` and `classReader`" }}
 {{- end }}
 {{- toYaml $rules }}
 {{- end }}

@@ -6,15 +6,19 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::api::core::v1::Namespace;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
+use kube::runtime::{reflector, watcher};
 use serde_json::json;
 
 use super::keys::ANN_KEY_ID;
 use super::reconcile;
 use crate::api::condition::{self, Reason};
-use crate::api::{Bucket, BucketAccess, FINALIZER};
+use crate::api::{Bucket, BucketAccess, BucketAccessClass, BucketClass, FINALIZER};
 use crate::aws::naming;
 use crate::aws::tags::Owner;
+use crate::reconcile::class::Classes;
 use crate::reconcile::testing::{
     Fake, Fakes, Reply, events_path, iam_keys, iam_user, ready_in, user_arn,
 };
@@ -104,12 +108,18 @@ fn user_tags() -> BTreeMap<String, String> {
 
 /// A real context over both fakes whose Bucket cache holds `buckets`.
 fn context(fakes: &Fakes, buckets: &[Bucket]) -> Arc<Context> {
-    let (store, mut writer) = kube::runtime::reflector::store::<Bucket>();
+    under(fakes, buckets, Classes::default())
+}
+
+/// The same, with `classes`.
+fn under(fakes: &Fakes, buckets: &[Bucket], classes: Classes) -> Arc<Context> {
+    let (store, mut writer) = reflector::store::<Bucket>();
     for b in buckets {
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(b.clone()));
+        writer.apply_watcher_event(&watcher::Event::Apply(b.clone()));
     }
     Arc::new(Context {
         buckets: vec![store],
+        classes,
         ..fakes.context()
     })
 }
@@ -525,11 +535,18 @@ async fn a_bucket_gone_withdraws_the_grant() {
     );
 }
 
-#[tokio::test]
-async fn a_bucket_of_another_owner_withdraws_the_grant() {
-    let fakes = Fakes::start().await;
+/// What a pass reads of a grant in place, sorted: the bucket's tags, the user, its policy and
+/// its keys.
+fn grant_reads() -> Vec<String> {
+    let iam_reads = ["GetUser", "GetUserPolicy", "ListAccessKeys"].map(iam);
+    [vec![TAGS.to_string()], iam_reads.to_vec()].concat()
+}
+
+/// An access whose user holds its policy and key AK1 (AK0 inactive) on a bucket whose tags now
+/// name another owner; returns the status write's request.
+fn granted_on_a_bucket_of_another(fakes: &Fakes) -> String {
     fakes.accept_events("ns");
-    granted(&fakes, &user_tags(), &[("AK0", false), ("AK1", true)]);
+    granted(fakes, &user_tags(), &[("AK0", false), ("AK1", true)]);
     fakes
         .aws
         .on(TAGS, Reply::s3_tags(&tags("other", "b", "uid-1")));
@@ -538,20 +555,97 @@ async fn a_bucket_of_another_owner_withdraws_the_grant() {
         .kube
         .on(&kube("GET", SECRET), Reply::kube_error(404, "NotFound"))
         .on(&status, Reply::json(200, access("5", true)));
+    status
+}
+
+#[tokio::test]
+async fn a_bucket_of_another_owner_withdraws_the_grant() {
+    let fakes = Fakes::start().await;
+    let status = granted_on_a_bucket_of_another(&fakes);
     let out = pass(&fakes, &access("4", true)).await;
     assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
-    let reads = [
-        TAGS.to_string(),
-        iam("GetUser"),
-        iam("GetUserPolicy"),
-        iam("ListAccessKeys"),
-    ];
     let mut all = fakes.aws.requests();
     all[..4].sort();
-    assert_eq!(all[..4], reads);
+    assert_eq!(all[..4], grant_reads());
     assert_withdrawn(&fakes, "BucketNotOwned");
     assert_eq!(
         fakes.kube.requests(),
         [kube("GET", SECRET), event(), event(), status]
     );
+}
+
+/// The classes' stores with `classes` and, unless `ns_seen` is false, namespace `ns` unlabelled.
+fn classes(classes: &[&str], ns_seen: bool) -> Classes {
+    let (buckets, _) = reflector::store::<BucketClass>();
+    let (accesses, mut writer) = reflector::store::<BucketAccessClass>();
+    for c in classes {
+        let c = serde_json::from_str::<BucketAccessClass>(c).expect("a BucketAccessClass");
+        writer.apply_watcher_event(&watcher::Event::Apply(c));
+    }
+    let (namespaces, mut writer) = reflector::store::<PartialObjectMeta<Namespace>>();
+    if ns_seen {
+        let ns = ObjectMeta {
+            name: Some("ns".into()),
+            ..Default::default()
+        };
+        writer.apply_watcher_event(&watcher::Event::Apply(ns.into_request_partial()));
+    }
+    Classes::new(buckets, accesses, namespaces)
+}
+
+/// The namespace's default class allows only reads.
+const READ_ONLY: &str = r#"{"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccessClass",
+    "metadata": {"name": "sandbox", "resourceVersion": "3",
+        "annotations": {"s3.operator.dev/is-default-class": "true"}},
+    "spec": {"allowedPermissions": ["ReadOnly"]}}"#;
+
+/// A read-write access with its user, policy and key in place, under a class that now allows
+/// only reads: the pass reads, reports the violation under the class, and writes nothing to
+/// AWS or to the Secret (what was granted stays; its key does not rotate).
+#[tokio::test]
+async fn a_class_violation_on_a_live_access_reports_and_writes_nothing_to_aws() {
+    let fakes = Fakes::start().await;
+    fakes.accept_events("ns");
+    granted(&fakes, &user_tags(), &[("AK1", true)]);
+    fakes.aws.on(TAGS, Reply::s3_tags(&bucket_tags()));
+    let status = format!("PATCH {ACCESS}/status");
+    fakes
+        .kube
+        .on(&kube("GET", SECRET), Reply::kube_error(404, "NotFound"))
+        .on(&status, Reply::json(200, access("5", true)));
+    let ctx = under(&fakes, &[bucket()], classes(&[READ_ONLY], true));
+    let out = reconcile(Arc::new(access("4", true)), ctx).await;
+    assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
+    let mut all = fakes.aws.requests();
+    all.sort();
+    assert_eq!(all, grant_reads(), "reads only");
+    assert_eq!(
+        fakes.kube.requests(),
+        [kube("GET", SECRET), event(), status.clone()]
+    );
+    let body = &fakes.kube.bodies(&status)[0];
+    assert_eq!(body["status"]["className"], "sandbox");
+    let (ready, message) = ready(body);
+    assert_eq!(ready, pair("False", "ClassViolation"));
+    assert_eq!(
+        message,
+        "spec.permission ReadWrite breaks BucketAccessClass sandbox: allowedPermissions is [ReadOnly]"
+    );
+    assert_eq!(fakes.kube.bodies(&event())[0]["reason"], "ClassViolation");
+}
+
+/// A class violation never shields a grant whose bucket changed hands: it is withdrawn. And a
+/// namespace the watch has not shown yet is retried before anything is read.
+#[tokio::test]
+async fn a_class_violation_does_not_stop_a_withdrawal() {
+    let fakes = Fakes::start().await;
+    granted_on_a_bucket_of_another(&fakes);
+    let unseen = under(&fakes, &[bucket()], classes(&[READ_ONLY], false));
+    let out = reconcile(Arc::new(access("4", true)), unseen).await;
+    assert!(matches!(out, Err(Error::UnknownNamespace(_))), "{out:?}");
+    assert!(fakes.aws.requests().is_empty() && fakes.kube.requests().is_empty());
+    let ctx = under(&fakes, &[bucket()], classes(&[READ_ONLY], true));
+    let out = reconcile(Arc::new(access("4", true)), ctx).await;
+    assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
+    assert_withdrawn(&fakes, "BucketNotOwned");
 }

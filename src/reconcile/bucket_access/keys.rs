@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 
+use crate::api::BucketAccess;
 use crate::aws::iam::AccessKey;
 use crate::aws::naming::sha256_hex;
 
@@ -33,6 +34,23 @@ pub struct SecretCreds {
 pub struct RotationPolicy {
     pub interval: Option<Duration>,
     pub grace: Duration,
+}
+
+impl RotationPolicy {
+    /// The rotation `access` asks for (its class's default already filled in); none when
+    /// omitted.
+    pub fn of(access: &BucketAccess) -> RotationPolicy {
+        match &access.spec.credentials.rotation {
+            Some(r) => RotationPolicy {
+                interval: Some(r.interval.into()),
+                grace: r.grace_period.into(),
+            },
+            None => RotationPolicy {
+                interval: None,
+                grace: Duration::ZERO,
+            },
+        }
+    }
 }
 
 /// Which keys to delete and whether to create one; computed purely from observed state.

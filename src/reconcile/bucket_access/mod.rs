@@ -30,6 +30,7 @@ use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType};
 use crate::aws::iam::Identity;
 use crate::aws::naming;
 use crate::aws::tags::{Owner, Ownership};
+use crate::reconcile::class::access as class;
 use observe::{Observation, observe};
 use plan::{ActiveKey, Change, Kind, Learned, Plan, Revoke, Withdrawal};
 
@@ -54,14 +55,16 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<R
     if access.metadata.deletion_timestamp.is_some() {
         return cleanup(&access, &ctx).await;
     }
+    let class = class::in_force(&ctx.classes, &access)?;
     let mut events = PassEvents::default();
-    let result = pass(&access, &ctx, &mut events).await;
+    let result = pass(&access, &ctx, &class, &mut events).await;
     // What was changed is reported even when a later step of the pass failed.
     events.publish(&ctx, access.as_ref()).await;
+    let class = class::name(&class);
     match result {
-        Err(Error::Blocked(why)) => blocked(&access, &ctx, &why).await,
+        Err(Error::Blocked(why)) => blocked(&access, &ctx, &why, class).await,
         Err(Error::Aws(e)) => match refusal(&e, None, "") {
-            Some(why) => blocked(&access, &ctx, &why).await,
+            Some(why) => blocked(&access, &ctx, &why, class).await,
             None => Err(Error::Aws(e)),
         },
         other => other,
@@ -69,12 +72,16 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<R
 }
 
 /// Observes, plans and applies; a `Blocked` error stops the pass and is reported by the caller.
+/// The class is checked once the grant is confirmed and before the plan: a violation writes
+/// nothing to AWS (what is in place stays, keys do not rotate), while a grant whose bucket
+/// changed hands is still withdrawn whatever the class says.
 async fn pass(
     access: &BucketAccess,
     ctx: &Context,
+    class: &class::InForce,
     events: &mut PassEvents,
 ) -> Result<Requeue, Error> {
-    let (observed, mut versions) = match observe(access, ctx).await? {
+    let (observed, mut versions) = match observe(access, ctx, class::version(class)).await? {
         Observation::Settled(wait) => return Ok(Requeue::Resync(wait)),
         Observation::Withdraw(why, found) => {
             let owner = owner(access, &ctx.settings.cluster_name);
@@ -83,11 +90,13 @@ async fn pass(
         }
         Observation::Seen(observed, versions) => (*observed, versions),
     };
+    let access = &*class::admit(access, class, ctx.settings.min_rotation_interval)?;
     let plan = plan::plan(access, &ctx.settings, &observed)?;
     let learned = apply(access, ctx, &plan, events).await?;
     versions.access.extend(learned.version.clone());
     let endpoint = ctx.aws.endpoint_url.as_deref();
-    let outcome = plan.outcome(access, &learned, endpoint, observed.now);
+    let mut outcome = plan.outcome(access, &learned, endpoint, observed.now);
+    outcome.status.class_name = class::name(class);
     let current = observed.secret.as_ref();
     let name = &plan.secret_name;
     let written = match write_secret(access, ctx, name, current, &outcome, events).await {
@@ -417,9 +426,15 @@ async fn write_secret(
     Ok(written.resource_version())
 }
 
-/// Reports why the access is not Ready and waits for a change (or the periodic resync).
-async fn blocked(access: &BucketAccess, ctx: &Context, why: &Blocked) -> Result<Requeue, Error> {
-    let status = blocked_status(access, why, jiff::Timestamp::now());
+/// Reports why the access is not Ready, under the class in force (`class_name`), and waits for
+/// a change (or the periodic resync).
+async fn blocked(
+    access: &BucketAccess,
+    ctx: &Context,
+    why: &Blocked,
+    class_name: Option<String>,
+) -> Result<Requeue, Error> {
+    let status = blocked_status(access, why, class_name, jiff::Timestamp::now());
     report_blocked(ctx, access, access.status.as_ref(), &status, why).await
 }
 
@@ -427,10 +442,12 @@ async fn blocked(access: &BucketAccess, ctx: &Context, why: &Blocked) -> Result<
 fn blocked_status(
     access: &BucketAccess,
     why: &Blocked,
+    class_name: Option<String>,
     now: jiff::Timestamp,
 ) -> BucketAccessStatus {
     let previous = access.status.clone().unwrap_or_default();
     BucketAccessStatus {
+        class_name,
         conditions: vec![condition::ready(
             &previous.conditions,
             false,
@@ -456,12 +473,9 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Requeue, Error>
             return Err(e.into());
         };
         let msg = format!("deleting the BucketAccess is waiting: {}", refused.message);
-        blocked(
-            access,
-            ctx,
-            &Blocked::new(Reason::DeletionBlocked, msg.clone()),
-        )
-        .await?;
+        let why = Blocked::new(Reason::DeletionBlocked, msg.clone());
+        let class_name = access.status.as_ref().and_then(|s| s.class_name.clone());
+        blocked(access, ctx, &why, class_name).await?;
         return Err(Error::DeletionBlocked(msg));
     }
     remove_finalizer(ctx, access).await?;

@@ -117,18 +117,20 @@ pub(super) struct Versions {
     pub(super) access: Vec<String>,
     bucket: Vec<String>,
     pub(super) secret: Vec<String>,
+    /// The class in force: an edited class is no echo.
+    class: Vec<String>,
 }
 
 impl Versions {
     fn current(&self) -> Vec<String> {
-        [&self.access, &self.bucket, &self.secret]
+        [&self.access, &self.bucket, &self.secret, &self.class]
             .iter()
             .map(|v| v.last().cloned().unwrap_or_default())
             .collect()
     }
 
     pub(super) fn into_inputs(self) -> Vec<Vec<String>> {
-        vec![self.access, self.bucket, self.secret]
+        vec![self.access, self.bucket, self.secret, self.class]
     }
 }
 
@@ -156,7 +158,12 @@ pub(super) enum Observation {
 /// Reads what the plan decides from: the Bucket (cache), the Secret, the bucket's ownership
 /// tags and the IAM identity. It writes nothing: a grant whose bucket is gone or no longer
 /// owned is found here and withdrawn by the pass.
-pub(super) async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Observation, Error> {
+/// `class`: the version of the class in force (see [`crate::reconcile::class::access::version`]).
+pub(super) async fn observe(
+    access: &BucketAccess,
+    ctx: &Context,
+    class: String,
+) -> Result<Observation, Error> {
     let start = access.resource_version().unwrap_or_default();
     let key = object_key(access);
     // A cache that has not seen this operator's last write (under load, another input's event
@@ -192,6 +199,7 @@ pub(super) async fn observe(access: &BucketAccess, ctx: &Context) -> Result<Obse
                 .unwrap_or_default(),
         ],
         secret: secret_versions(secret.as_ref()),
+        class: vec![class],
     };
     // The echo of this operator's own writes costs no AWS reads (see `Settled`); roles are
     // cheap to re-read and keep no such record. Without its finalizer the access is no echo.
@@ -405,9 +413,10 @@ mod tests {
     }
 
     /// The echo of a pass's own writes is skipped, but a Secret deleted or edited since is not
-    /// its echo: the full pass runs and restores it at once, not at the next resync.
+    /// its echo: the full pass runs and restores it at once, not at the next resync. Nor is an
+    /// edit of the class in force (or another class coming into force): it is checked at once.
     #[test]
-    fn a_secret_deleted_or_edited_after_a_pass_runs_the_full_pass() {
+    fn a_secret_or_class_changed_after_a_pass_runs_the_full_pass() {
         let settled = crate::reconcile::Settled::default();
         let secret = |version: &str| {
             let mut s = Secret::default();
@@ -420,27 +429,32 @@ mod tests {
             access: vec![v("1"), v("2"), v("3")],
             bucket: vec![v("5")],
             secret: secret_versions(None),
+            class: vec![v("sandbox@4")],
         };
         first.secret.push(v("7"));
         settled.record("k".into(), first.into_inputs(), Duration::from_secs(600));
-        let now = |s: Option<&Secret>| {
+        let now = |s: Option<&Secret>, class: &str| {
             Versions {
                 access: vec![v("3")],
                 bucket: vec![v("5")],
                 secret: secret_versions(s),
+                class: vec![v(class)],
             }
             .current()
         };
+        let seven = Some(&secret("7"));
         assert!(
-            settled.remaining("k", &now(Some(&secret("7")))).is_some(),
+            settled.remaining("k", &now(seven, "sandbox@4")).is_some(),
             "the echo of its own write"
         );
-        assert_eq!(settled.remaining("k", &now(None)), None, "deleted since");
-        assert_eq!(
-            settled.remaining("k", &now(Some(&secret("9")))),
-            None,
-            "edited since"
-        );
+        let deleted = now(None, "sandbox@4");
+        assert_eq!(settled.remaining("k", &deleted), None, "deleted since");
+        let edited = now(Some(&secret("9")), "sandbox@4");
+        assert_eq!(settled.remaining("k", &edited), None, "edited since");
+        for class in ["sandbox@8", "prod@2", ""] {
+            let changed = now(seven, class);
+            assert_eq!(settled.remaining("k", &changed), None, "class {class:?}");
+        }
     }
 
     /// An edit that makes the Bucket's spec invalid neither moves the grant's bucket nor lets the

@@ -2,7 +2,6 @@
 //! writes to make, the Secret's contents and the status that result.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -176,19 +175,6 @@ impl std::fmt::Debug for Outcome {
     }
 }
 
-pub fn rotation_policy(access: &BucketAccess) -> RotationPolicy {
-    match &access.spec.credentials.rotation {
-        Some(r) => RotationPolicy {
-            interval: Some(r.interval.into()),
-            grace: r.grace_period.into(),
-        },
-        None => RotationPolicy {
-            interval: None,
-            grace: Duration::ZERO,
-        },
-    }
-}
-
 /// The pure heart of the BucketAccess reconciler: which writes turn `observed` into what
 /// `access` asks for, or why none may be made.
 pub fn plan(
@@ -218,7 +204,7 @@ pub fn plan(
         wake_at: None,
         secret_name: secret_name(access),
         bucket: facts.clone(),
-        rotation: rotation_policy(access),
+        rotation: RotationPolicy::of(access),
     };
     if let Some(interval) = plan.rotation.interval
         && interval < settings.min_rotation_interval
@@ -505,6 +491,8 @@ impl Plan {
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use k8s_openapi::ByteString;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
     use serde_json::json;

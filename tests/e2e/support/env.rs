@@ -200,7 +200,12 @@ pub(crate) static CRDS: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const
 /// Applies the committed CRDs (config/crd/bases) once per test binary.
 pub async fn install_crds() {
     CRDS.get_or_init(|| async {
-        for kind in ["buckets", "bucketaccesses"] {
+        for kind in [
+            "buckets",
+            "bucketaccesses",
+            "bucketclasses",
+            "bucketaccessclasses",
+        ] {
             apply_crds(&repo().join(format!("config/crd/bases/s3.operator.dev_{kind}.yaml"))).await;
         }
     })

@@ -10,6 +10,14 @@ pub fn manager_rules() -> Vec<PolicyRule> {
     role.rules.expect("rules")
 }
 
+/// Listing and watching classes and namespaces, granted cluster-wide in every scope.
+pub fn class_reader_rules() -> Vec<PolicyRule> {
+    let text = std::fs::read_to_string(repo().join("config/rbac/class_reader_role.yaml"))
+        .expect("class_reader_role.yaml");
+    let role: ClusterRole = serde_yaml::from_str(&text).expect("ClusterRole");
+    role.rules.expect("rules")
+}
+
 pub fn leader_rules() -> Vec<PolicyRule> {
     let text = std::fs::read_to_string(repo().join("config/rbac/leader_election_role.yaml"))
         .expect("leader role");

@@ -99,22 +99,24 @@ impl Identity {
             .collect();
         grants.push((operator_ns.as_str(), leader_rules()));
         let token = service_account(&client, &operator_ns, SA, &grants).await;
+        // Classes and namespaces are read cluster-wide in every scope; every namespace also
+        // gets the manager's rules in that ClusterRole, as the cluster-wide packages grant them.
+        let mut rules = class_reader_rules();
         if namespaces.is_empty() {
-            // Every namespace: the manager's rules in a ClusterRole, as the cluster-wide
-            // packages grant them.
-            let role = format!("e2e-s3-operator-{}", random(6));
-            let cluster_role: k8s_openapi::api::rbac::v1::ClusterRole =
-                serde_json::from_value(serde_json::json!({
-                    "metadata": {"name": role},
-                    "rules": manager_rules(),
-                }))
-                .expect("a ClusterRole");
-            Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone())
-                .create(&PostParams::default(), &cluster_role)
-                .await
-                .expect("create ClusterRole");
-            bind_cluster_role(&client, None, &role, &operator_ns, "s3-operator").await;
+            rules.extend(manager_rules());
         }
+        let role = format!("e2e-s3-operator-{}", random(6));
+        let cluster_role: k8s_openapi::api::rbac::v1::ClusterRole =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": role},
+                "rules": rules,
+            }))
+            .expect("a ClusterRole");
+        Api::<k8s_openapi::api::rbac::v1::ClusterRole>::all(client.clone())
+            .create(&PostParams::default(), &cluster_role)
+            .await
+            .expect("create ClusterRole");
+        bind_cluster_role(&client, None, &role, &operator_ns, "s3-operator").await;
         Identity {
             _pass: pass,
             ..Identity::with_token(cluster, operator_ns, SA, &token, policy).await

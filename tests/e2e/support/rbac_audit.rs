@@ -100,8 +100,8 @@ pub fn compare(granted: &BTreeSet<Call>, used: &BTreeSet<Call>) -> Result<(), St
     ))
 }
 
-/// Every rule config/rbac grants the operator: the manager's, leader election's and the
-/// authenticated metrics endpoint's.
+/// Every rule config/rbac grants the operator: the manager's, leader election's, the
+/// authenticated metrics endpoint's and the class reader's.
 pub fn config_rbac_rules() -> Vec<PolicyRule> {
     let text = std::fs::read_to_string(repo().join("config/rbac/metrics_auth_role.yaml"))
         .expect("metrics_auth_role.yaml");
@@ -110,6 +110,7 @@ pub fn config_rbac_rules() -> Vec<PolicyRule> {
         manager_rules(),
         leader_rules(),
         metrics.rules.expect("rules"),
+        class_reader_rules(),
     ]
     .concat()
 }
