@@ -73,13 +73,15 @@ pub struct BucketSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versioning: Option<Versioning>,
 
-    /// Default server-side encryption. Defaults to SSE-S3 (AES256).
-    #[serde(default)]
-    pub encryption: Encryption,
+    /// Default server-side encryption. When omitted: the BucketClass's default, else SSE-S3
+    /// (AES256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
 
-    /// The bucket's public access block. All four flags default to true (no public access).
-    #[serde(default)]
-    pub public_access_block: PublicAccessBlock,
+    /// The bucket's public access block. When omitted: the BucketClass's default, else all
+    /// four flags true (no public access).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_access_block: Option<PublicAccessBlock>,
 
     /// S3 Object Ownership: who owns objects written to the bucket and whether ACLs apply.
     /// `BucketOwnerEnforced` (ACLs disabled, the bucket owner owns every object),

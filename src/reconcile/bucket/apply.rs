@@ -12,9 +12,10 @@ use crate::api::{Bucket, BucketStatus};
 use crate::aws::naming;
 use crate::aws::tags::Ownership;
 use crate::reconcile::{
-    Blocked, Context, Error, Requeue, ensure_finalizer, object_key, owner, report_blocked, served,
-    update_status,
+    Blocked, Context, Error, Requeue, class, ensure_finalizer, object_key, owner, report_blocked,
+    served, update_status,
 };
+use kube::ResourceExt;
 
 /// One pass over a Bucket that is not being deleted. `start`: the object's resourceVersion the
 /// pass began from.
@@ -23,10 +24,19 @@ pub(super) async fn apply(
     ctx: &Context,
     start: String,
     links: &logging::Links,
+    class: String,
 ) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
-    let mut d = match desired(bucket, settings, region, &owner) {
+    // A class violation changes nothing in AWS: reported before anything is read or written.
+    let classed = match under_class(bucket, ctx, &owner).await? {
+        Ok(b) => b,
+        Err(why) => {
+            let at = address(bucket, settings, region, &owner).ok();
+            return blocked(bucket, ctx, at.as_ref(), &why).await;
+        }
+    };
+    let mut d = match desired(&classed, settings, region, &owner) {
         Ok(d) => d,
         Err(why) => {
             // An invalid spec still names a bucket that grants may reach: if it is gone or held
@@ -64,19 +74,63 @@ pub(super) async fn apply(
     };
     let adopting =
         matches!(&observed, Found::Present(c) if owner.judge(&c.tags) != Ownership::Ours);
-    converge(bucket, ctx, &d, &changes, adopting, versions, links).await
+    let inputs = vec![versions, vec![links.fingerprint()], vec![class]];
+    converge(bucket, ctx, &d, &changes, adopting, inputs).await
+}
+
+/// `bucket` as its class makes it: the class's defaults, then the operator's, filled in and
+/// the constraints checked. `Ok(Err)`: the violation to report. What the class's security
+/// constraints removed is gone from the result, and an event says so.
+async fn under_class(
+    bucket: &Bucket,
+    ctx: &Context,
+    owner: &crate::aws::tags::Owner,
+) -> Result<Result<Bucket, Blocked>, Error> {
+    let ns = bucket.namespace().unwrap_or_default();
+    let class = match ctx
+        .classes
+        .bucket_class(&ns, bucket.spec.class_name.as_deref())
+    {
+        Ok(c) => c,
+        Err(Error::Blocked(why)) => return Ok(Err(why)),
+        Err(e) => return Err(e),
+    };
+    let mut classed = bucket.clone();
+    let defaults = class.as_ref().map(|c| &c.spec.defaults);
+    classed.spec = class::bucket::with_defaults(&bucket.spec, defaults);
+    let Some(class) = class else {
+        return Ok(Ok(classed));
+    };
+    let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
+    let Ok(at) = address(bucket, settings, region, owner) else {
+        // Refused on its own by `desired`, with its own message.
+        return Ok(Ok(classed));
+    };
+    match class::bucket::enforce(&mut classed.spec, &class, &at.region, settings) {
+        Err(why) => Ok(Err(why)),
+        Ok(removed) if removed.is_empty() => Ok(Ok(classed)),
+        Ok(removed) => {
+            let note = format!(
+                "BucketClass {} no longer allows {}: removed from the bucket",
+                class.name_any(),
+                removed.join("; ")
+            );
+            ctx.event(bucket, true, "ClassEnforced", note).await;
+            Ok(Ok(classed))
+        }
+    }
 }
 
 /// Makes the planned writes, then reports the bucket Ready and settles the pass until its
-/// inputs change. `versions`: the object's resourceVersions this pass has seen or written so far.
+/// inputs change. `inputs`: the versions of each input this pass has seen or written so far,
+/// the object's resourceVersions first.
 async fn converge(
     bucket: &Bucket,
     ctx: &Context,
     d: &Desired,
     changes: &[Change],
     adopting: bool,
-    mut versions: Vec<String>,
-    links: &logging::Links,
+    mut inputs: Vec<Vec<String>>,
 ) -> Result<Requeue, Error> {
     // Changes to an object whose spec we already served are drift: someone changed AWS.
     let served = bucket.status.as_ref().is_some_and(|s| {
@@ -117,13 +171,9 @@ async fn converge(
         report(bucket, ctx, d, &applied, served, adopting),
         update_status(ctx, bucket, bucket.status.as_ref(), &status),
     );
-    versions.extend(written?);
+    inputs[0].extend(written?);
     let next = ctx.resync_after();
-    ctx.settled.record(
-        object_key(bucket),
-        vec![versions, vec![links.fingerprint()]],
-        next,
-    );
+    ctx.settled.record(object_key(bucket), inputs, next);
     Ok(Requeue::Resync(next))
 }
 
@@ -247,8 +297,13 @@ pub(super) fn status_for(
         jiff::Timestamp::now(),
     );
     let d_region = d.map(|d| d.region.clone());
+    let ns = bucket.metadata.namespace.as_deref().unwrap_or_default();
+    let class = ctx
+        .classes
+        .bucket_class(ns, bucket.spec.class_name.as_deref());
     BucketStatus {
-        class_name: None,
+        // The class in force; none while the one named cannot be used.
+        class_name: class.ok().flatten().map(|c| c.name_any()),
         conditions: vec![cond],
         observed_generation: generation,
         // Only a bucket we hold is reported as ours.

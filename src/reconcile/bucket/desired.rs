@@ -128,8 +128,9 @@ pub fn desired(
         name,
         region,
         tags: with_ownership(&spec.tags, owner),
-        public_access_block: spec.public_access_block,
-        encryption: spec.encryption.clone(),
+        // The operator's defaults, where no class pass has filled them in.
+        public_access_block: spec.public_access_block.unwrap_or_default(),
+        encryption: spec.encryption.clone().unwrap_or_default(),
         versioning: spec.versioning,
         lifecycle_rules: spec.lifecycle_rules.clone(),
         cors: spec.cors.clone(),

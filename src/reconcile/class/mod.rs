@@ -2,6 +2,8 @@
 //! pure function of the classes and the namespace's labels. What a class then fills in and
 //! forbids is per kind, next to this file.
 
+pub mod bucket;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
