@@ -49,8 +49,9 @@ pub struct BucketClassSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BucketDefaults {
-    /// Region of new buckets. Not applied yet: a Bucket without spec.region is in the
-    /// operator's region (an existing bucket's region must never follow a class change).
+    /// Region of new Buckets that name none. Recorded on the Bucket (annotation
+    /// `s3.operator.dev/region`) before its bucket is created, so a later change to the class
+    /// never moves an existing bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-z]{2}(-[a-z]+)+-[0-9]+$"))]
     pub region: Option<String>,

@@ -5,6 +5,7 @@
 mod access;
 mod audit;
 mod bucket;
+mod bucket_classes;
 mod bucket_logging;
 mod bucket_notifications;
 mod bucket_protection;

@@ -5,7 +5,8 @@ use std::time::Duration;
 
 use super::observe::{self, confirm_held, observe};
 use super::{
-    Address, Change, Desired, Found, Plan, address, desired, logging, plan, protection, refusal,
+    Address, Change, Desired, Found, Plan, REGION_ANNOTATION, address, desired, logging, plan,
+    protection, refusal,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketStatus};
@@ -16,6 +17,8 @@ use crate::reconcile::{
     served, update_status,
 };
 use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
 
 /// One pass over a Bucket that is not being deleted. `start`: the object's resourceVersion the
 /// pass began from.
@@ -30,7 +33,8 @@ pub(super) async fn apply(
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
     // A class violation changes nothing in AWS: reported before anything is read or written.
     let classed = match under_class(bucket, ctx, &owner).await? {
-        Ok(b) => b,
+        Ok((_, Some(class_region))) => return record_region(bucket, ctx, &class_region).await,
+        Ok((b, None)) => b,
         Err(why) => {
             let at = address(bucket, settings, region, &owner).ok();
             return blocked(bucket, ctx, at.as_ref(), &why).await;
@@ -79,13 +83,14 @@ pub(super) async fn apply(
 }
 
 /// `bucket` as its class makes it: the class's defaults, then the operator's, filled in and
-/// the constraints checked. `Ok(Err)`: the violation to report. What the class's security
-/// constraints removed is gone from the result, and an event says so.
+/// the constraints checked; and the region the class gives it, if that is still to be recorded.
+/// `Ok(Err)`: the violation to report. What the class's security constraints removed is gone
+/// from the result, and an event says so.
 async fn under_class(
     bucket: &Bucket,
     ctx: &Context,
     owner: &crate::aws::tags::Owner,
-) -> Result<Result<Bucket, Blocked>, Error> {
+) -> Result<Result<(Bucket, Option<String>), Blocked>, Error> {
     let ns = bucket.namespace().unwrap_or_default();
     let class = match ctx
         .classes
@@ -99,16 +104,23 @@ async fn under_class(
     let defaults = class.as_ref().map(|c| &c.spec.defaults);
     classed.spec = class::bucket::with_defaults(&bucket.spec, defaults);
     let Some(class) = class else {
-        return Ok(Ok(classed));
+        return Ok(Ok((classed, None)));
     };
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
-    let Ok(at) = address(bucket, settings, region, owner) else {
+    let class_region = class::bucket::creation_region(bucket, &class, region);
+    if let Some(r) = &class_region {
+        classed
+            .annotations_mut()
+            .insert(REGION_ANNOTATION.into(), r.clone());
+    }
+    let Ok(at) = address(&classed, settings, region, owner) else {
         // Refused on its own by `desired`, with its own message.
-        return Ok(Ok(classed));
+        return Ok(Ok((classed, None)));
     };
     match class::bucket::enforce(&mut classed.spec, &class, &at.region, settings) {
         Err(why) => Ok(Err(why)),
-        Ok(removed) if removed.is_empty() => Ok(Ok(classed)),
+        Ok(_) if class_region.is_some() => Ok(Ok((classed, class_region))),
+        Ok(removed) if removed.is_empty() => Ok(Ok((classed, None))),
         Ok(removed) => {
             let note = format!(
                 "BucketClass {} no longer allows {}: removed from the bucket",
@@ -116,9 +128,28 @@ async fn under_class(
                 removed.join("; ")
             );
             ctx.event(bucket, true, "ClassEnforced", note).await;
-            Ok(Ok(classed))
+            Ok(Ok((classed, None)))
         }
     }
+}
+
+/// Records the region the class gives a new Bucket before anything is created for it; the
+/// pass runs again on the change.
+async fn record_region(bucket: &Bucket, ctx: &Context, region: &str) -> Result<Requeue, Error> {
+    let ns = bucket.namespace().ok_or(Error::NoNamespace)?;
+    let api = Api::<Bucket>::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({"metadata": {
+        "annotations": {REGION_ANNOTATION: region},
+        "resourceVersion": bucket.resource_version(),
+    }});
+    ctx.metrics.kube_write("Bucket", "patch");
+    api.patch(
+        &bucket.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await?;
+    Ok(Requeue::After(Duration::from_secs(1)))
 }
 
 /// Makes the planned writes, then reports the bucket Ready and settles the pass until its

@@ -61,6 +61,11 @@ impl Desired {
     }
 }
 
+/// The region a BucketClass gave a Bucket without `spec.region`, recorded on the object before
+/// anything is created for it (`spec.region` cannot be added once set): the bucket stays there
+/// whatever later becomes of the class.
+pub const REGION_ANNOTATION: &str = crate::domain_key!("region");
+
 /// Which S3 bucket a Bucket names: its name and region.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Address {
@@ -68,8 +73,9 @@ pub struct Address {
     pub region: String,
 }
 
-/// The S3 bucket a Bucket names, from its spec's name and region (immutable) and its UID only:
-/// never from status (whoever can write status must not point a grant or a deletion at another
+/// The S3 bucket a Bucket names, from its spec's name and region (immutable; else the region
+/// its class gave it when it was created, [`REGION_ANNOTATION`]) and its UID only: never from
+/// status (whoever can write status must not point a grant or a deletion at another
 /// bucket), and whatever else the spec says, so deletion and the grants' ownership checks work
 /// for a spec that an edit has made invalid. `Err`: a name outside the operator's bucket-name
 /// prefix, which it can neither have created nor adopted.
@@ -91,9 +97,18 @@ pub fn address(
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
+    let recorded = || {
+        bucket
+            .metadata
+            .annotations
+            .as_ref()?
+            .get(REGION_ANNOTATION)
+            .cloned()
+    };
     let region = spec
         .region
         .clone()
+        .or_else(recorded)
         .unwrap_or_else(|| default_region.to_string());
     Ok(Address { name, region })
 }

@@ -26,7 +26,7 @@ use super::{Blocked, Context, Error, Requeue, object_key};
 use crate::api::Bucket;
 use crate::api::condition::Reason;
 
-pub use desired::{Address, Desired, address, desired};
+pub use desired::{Address, Desired, REGION_ANNOTATION, address, desired};
 pub use plan::{BucketState, Change, Found, Plan, plan};
 
 /// What else an AccessDenied on a bucket may mean.

@@ -8,17 +8,17 @@ use kube::ResourceExt;
 
 use crate::api::condition::Reason;
 use crate::api::{
-    BucketClass, BucketConstraints, BucketDefaults, BucketSpec, DeletionPolicy, Encryption,
+    Bucket, BucketClass, BucketConstraints, BucketDefaults, BucketSpec, DeletionPolicy, Encryption,
     EncryptionAlgorithm, PolicyEffect, PublicAccessBlock, RetentionMode, TransferAcceleration,
     Versioning,
 };
 use crate::aws::policy;
 use crate::reconcile::bucket::notifications::allows;
-use crate::reconcile::{Blocked, Settings, deletion_policy};
+use crate::reconcile::{Blocked, Settings, deletion_policy, has_finalizer};
 
 /// `spec` with the class's defaults in every field it leaves unset (tags: merged, the spec's
 /// keys win), then the operator's own defaults for encryption (SSE-S3) and the public access
-/// block (all four flags on). The region is not defaulted here: see `bucket::address`.
+/// block (all four flags on). The region is not defaulted here: see [`creation_region`].
 pub fn with_defaults(spec: &BucketSpec, defaults: Option<&BucketDefaults>) -> BucketSpec {
     let mut s = spec.clone();
     if let Some(d) = defaults {
@@ -217,6 +217,28 @@ fn remove_targets(spec: &mut BucketSpec, c: &BucketConstraints, s: &Settings) ->
         });
     }
     removed
+}
+
+/// The region `class` gives a Bucket that names none: only before the operator has done
+/// anything for it (no finalizer, no region recorded yet), so an existing bucket never follows
+/// a class's new default region. `None`: nothing to record (the operator's region applies).
+pub fn creation_region(
+    bucket: &Bucket,
+    class: &BucketClass,
+    operator_region: &str,
+) -> Option<String> {
+    let recorded = bucket
+        .annotations()
+        .contains_key(crate::reconcile::bucket::REGION_ANNOTATION);
+    if bucket.spec.region.is_some() || recorded || has_finalizer(bucket) {
+        return None;
+    }
+    class
+        .spec
+        .defaults
+        .region
+        .clone()
+        .filter(|r| r != operator_region)
 }
 
 /// The deletion policy a Bucket's cleanup follows: its own, else its class's default, else the
@@ -518,6 +540,38 @@ mod tests {
         let n = spec.notifications.unwrap();
         assert_eq!(n.queues.len(), 1);
         assert!(n.event_bridge, "EventBridge needs no allow-listing");
+    }
+
+    #[test]
+    fn a_class_region_is_given_only_to_a_bucket_not_yet_begun() {
+        let mut class = class(BucketConstraints::default());
+        class.spec.defaults.region = Some("eu-west-1".into());
+        let new = Bucket::new("b", BucketSpec::default());
+        assert_eq!(
+            creation_region(&new, &class, "us-east-1"),
+            Some("eu-west-1".into())
+        );
+        assert_eq!(
+            creation_region(&new, &class, "eu-west-1"),
+            None,
+            "the operator's own"
+        );
+        let mut begun = new.clone();
+        begun.finalizers_mut().push(crate::api::FINALIZER.into());
+        assert_eq!(
+            creation_region(&begun, &class, "us-east-1"),
+            None,
+            "an existing bucket stays"
+        );
+        let mut named = new.clone();
+        named.spec.region = Some("us-west-2".into());
+        assert_eq!(creation_region(&named, &class, "us-east-1"), None);
+        let mut recorded = new;
+        recorded.annotations_mut().insert(
+            crate::reconcile::bucket::REGION_ANNOTATION.into(),
+            "ap-south-1".into(),
+        );
+        assert_eq!(creation_region(&recorded, &class, "us-east-1"), None);
     }
 
     #[test]

@@ -1,0 +1,306 @@
+//! BucketClasses end to end: a default class fills in what a Bucket leaves unset, each
+//! constraint is refused with its message, a namespace outside a class's selector may not use
+//! it, and tightening a class on a live Bucket reports a violation without touching AWS, while
+//! a principal it no longer allows (narrower than the operator's flag) goes at once.
+//! Every class here selects only its test's namespaces (labelled with a random value), so tests
+//! running beside them see no class.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use s3_operator::api::{Bucket, BucketClass};
+use serde_json::json;
+
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+const LABEL: &str = "e2e-class";
+
+/// A namespace labelled `e2e-class=<value>`.
+async fn labelled_namespace(client: &kube::Client, tag: &str, value: &str) -> String {
+    let ns = namespace(client, tag).await;
+    let patch = json!({"metadata": {"labels": {LABEL: value}}});
+    Api::<Namespace>::all(client.clone())
+        .patch(&ns, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .expect("label namespace");
+    ns
+}
+
+/// Creates BucketClass `name` for the namespaces labelled `value`; returns its name.
+async fn class(
+    client: &kube::Client,
+    value: &str,
+    default: bool,
+    spec: serde_json::Value,
+) -> String {
+    let name = format!("e2e-{}", random(6));
+    let mut spec = spec;
+    spec["namespaceSelector"] = json!({"matchLabels": {LABEL: value}});
+    let mut obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketClass",
+        "metadata": {"name": name}, "spec": spec});
+    if default {
+        obj["metadata"]["annotations"] = json!({"s3.operator.dev/is-default-class": "true"});
+    }
+    let class: BucketClass = serde_json::from_value(obj).expect("a BucketClass");
+    Api::<BucketClass>::all(client.clone())
+        .create(&PostParams::default(), &class)
+        .await
+        .expect("create BucketClass");
+    name
+}
+
+async fn delete_class(client: &kube::Client, name: &str) {
+    let _ = Api::<BucketClass>::all(client.clone())
+        .delete(name, &DeleteParams::default())
+        .await;
+}
+
+/// The namespace's default class fills in versioning and tags (the Bucket's own tag wins); S3
+/// holds them, and status and `kubectl get` name the class.
+#[tokio::test]
+async fn a_default_class_fills_in_what_the_bucket_leaves_unset() {
+    let client = admin().await;
+    let value = random(6);
+    let ns = labelled_namespace(&client, "cdef", &value).await;
+    let defaults = json!({"defaults": {"versioning": "Enabled",
+        "tags": {"cost": "shared", "team": "platform"}}});
+    let name = class(&client, &value, true, defaults).await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "2s",
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let spec = json!({"tags": {"team": "media"}, "deletionPolicy": "Delete"});
+    api.create(&PostParams::default(), &bucket("b", spec))
+        .await
+        .unwrap();
+    let s3_name = wait_ready(&api, "b").await;
+    let tags = bucket_tags(&s3_name).await;
+    assert_eq!(
+        tags.get("cost").map(String::as_str),
+        Some("shared"),
+        "{tags:?}"
+    );
+    assert_eq!(
+        tags.get("team").map(String::as_str),
+        Some("media"),
+        "{tags:?}"
+    );
+    let versioning = admin_s3()
+        .get_bucket_versioning()
+        .bucket(&s3_name)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(versioning.status().map(|s| s.as_str()), Some("Enabled"));
+    let st = api.get("b").await.unwrap().status.unwrap();
+    assert_eq!(st.class_name.as_deref(), Some(name.as_str()));
+    let table = tool(
+        "kubectl",
+        &["get", "buckets.s3.operator.dev", "b", "-n", &ns],
+        None,
+    );
+    assert!(
+        table.lines().next().unwrap_or_default().contains("CLASS"),
+        "{table}"
+    );
+    assert!(table.contains(&name), "{table}");
+    op.terminate().await;
+    delete_class(&client, &name).await;
+}
+
+/// Each constraint refused with the field, the class and the rule, nothing created in S3; and a
+/// namespace the class's selector leaves out may not name it.
+#[tokio::test]
+async fn each_constraint_is_refused_with_its_message() {
+    let client = admin().await;
+    let value = random(6);
+    let ns = labelled_namespace(&client, "ccon", &value).await;
+    let outside = namespace(&client, "cout").await;
+    let constraints = json!({"constraints": {
+        "allowedRegions": ["us-east-1"], "requiredEncryption": "aws:kms",
+        "allowedKmsKeys": ["k1"], "requireVersioning": true,
+        "allowedDeletionPolicies": ["Retain"], "allowForceDelete": false,
+        "allowAdoptExisting": false, "allowTransferAcceleration": false}});
+    let name = class(&client, &value, false, constraints).await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone(), outside.clone()],
+        resync: "2s",
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let rule = |r: &str| format!("breaks BucketClass {name}: constraints.{r}");
+    let cases = [
+        (
+            json!({"region": "eu-west-1"}),
+            "spec.region eu-west-1",
+            rule("allowedRegions is [us-east-1]"),
+        ),
+        (
+            json!({"encryption": {"algorithm": "AES256"}}),
+            "spec.encryption.algorithm AES256",
+            rule("requiredEncryption is aws:kms"),
+        ),
+        (
+            json!({"encryption": {"algorithm": "aws:kms", "kmsKeyId": "k2"}}),
+            "spec.encryption.kmsKeyId k2",
+            rule("allowedKmsKeys is [k1]"),
+        ),
+        (
+            json!({"versioning": "Suspended"}),
+            "spec.versioning Suspended",
+            rule("requireVersioning is true"),
+        ),
+        (
+            json!({"deletionPolicy": "Delete"}),
+            "spec.deletionPolicy Delete",
+            rule("allowedDeletionPolicies is [Retain]"),
+        ),
+        (
+            json!({"forceDelete": true}),
+            "spec.forceDelete true",
+            rule("allowForceDelete is false"),
+        ),
+        (
+            json!({"adoptExisting": true}),
+            "spec.adoptExisting true",
+            rule("allowAdoptExisting is false"),
+        ),
+        (
+            json!({"transferAcceleration": "Enabled"}),
+            "spec.transferAcceleration Enabled",
+            rule("allowTransferAcceleration is false"),
+        ),
+    ];
+    let compliant = json!({"className": name, "encryption": {"algorithm": "aws:kms", "kmsKeyId": "k1"},
+        "versioning": "Enabled"});
+    let mut s3_names = vec![];
+    for (i, (breaks, field, rule)) in cases.iter().enumerate() {
+        let mut spec = compliant.clone();
+        let s3_name = format!("{}cc-{i}-{}", prefix(&op.cluster), random(6));
+        spec["bucketName"] = json!(s3_name);
+        for (k, v) in breaks.as_object().unwrap() {
+            spec[k] = v.clone();
+        }
+        api.create(&PostParams::default(), &bucket(&format!("b{i}"), spec))
+            .await
+            .unwrap();
+        s3_names.push((format!("b{i}"), s3_name, format!("{field} {rule}")));
+    }
+    for (obj, s3_name, want) in &s3_names {
+        let msg = wait_reason(&api, obj, "ClassViolation", T).await;
+        assert_eq!(&msg, want);
+        assert!(
+            !bucket_exists(s3_name).await,
+            "{s3_name} created despite {msg}"
+        );
+    }
+    // The compliant spec passes the same class.
+    api.create(&PostParams::default(), &bucket("ok", compliant.clone()))
+        .await
+        .unwrap();
+    wait_ready(&api, "ok").await;
+
+    let elsewhere = Api::<Bucket>::namespaced(client.clone(), &outside);
+    elsewhere
+        .create(&PostParams::default(), &bucket("b", compliant))
+        .await
+        .unwrap();
+    let msg = wait_reason(&elsewhere, "b", "ClassViolation", T).await;
+    assert!(
+        msg.contains(&format!(
+            "BucketClass {name} may not be used in namespace {outside}"
+        )),
+        "{msg}"
+    );
+    op.terminate().await;
+    delete_class(&client, &name).await;
+}
+
+/// The operator allows two partners; the class narrows that to one: the other's statement is
+/// removed from the live bucket's policy at once, with an event. Then the class requires
+/// versioning: the Bucket reports the violation and nothing in AWS is written.
+#[tokio::test]
+async fn tightening_a_class_removes_principals_at_once_and_reports_the_rest() {
+    let client = admin().await;
+    let value = random(6);
+    let ns = labelled_namespace(&client, "ctight", &value).await;
+    let (p1, p2) = (
+        "arn:aws:iam::999999999999:role/one",
+        "arn:aws:iam::888888888888:role/two",
+    );
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "2s",
+        extra_args: vec!["--allowed-policy-principals".into(), format!("{p1},{p2}")],
+        ..Default::default()
+    })
+    .await;
+    let name = class(
+        &client,
+        &value,
+        true,
+        json!({"constraints": {"allowedPolicyPrincipals": [p1, p2]}}),
+    )
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let s3_name = format!("{}ct-{}", prefix(&op.cluster), random(6));
+    let arn = format!("arn:aws:s3:::{s3_name}/*");
+    let grant = |sid: &str, p: &str| {
+        json!({"sid": sid, "effect": "Allow", "principal": {"aws": [p]},
+        "action": ["s3:GetObject"], "resource": [arn]})
+    };
+    let spec = json!({"bucketName": s3_name, "policy": [grant("One", p1), grant("Two", p2)]});
+    api.create(&PostParams::default(), &bucket("b", spec))
+        .await
+        .unwrap();
+    wait_ready(&api, "b").await;
+    let principals = || async {
+        let doc = bucket_policy(&s3_name).await.unwrap_or_default();
+        doc["Statement"].to_string()
+    };
+    assert!(principals().await.contains("888888888888"));
+
+    let classes = Api::<BucketClass>::all(client.clone());
+    let narrow = json!({"spec": {"constraints": {"allowedPolicyPrincipals": [p1]}}});
+    classes
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&narrow))
+        .await
+        .unwrap();
+    wait_for("the second partner's statement removed", T, || async {
+        let p = principals().await;
+        (!p.contains("888888888888") && p.contains("999999999999")).then_some(())
+    })
+    .await;
+    wait_event(&ns, "ClassEnforced", &["888888888888", &name]).await;
+    wait_ready(&api, "b").await;
+
+    op.wait_settled(Duration::from_secs(3)).await;
+    let writes = op.aws_writes().await;
+    let strict = json!({"spec": {"constraints": {"requireVersioning": true}}});
+    classes
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&strict))
+        .await
+        .unwrap();
+    let msg = wait_reason(&api, "b", "ClassViolation", T).await;
+    assert!(
+        msg.contains("spec.versioning (unset)") && msg.contains("requireVersioning"),
+        "{msg}"
+    );
+    assert_eq!(
+        op.aws_writes().await,
+        writes,
+        "a violation writes nothing to AWS"
+    );
+    assert!(
+        principals().await.contains("999999999999"),
+        "the policy stays as it was"
+    );
+    op.terminate().await;
+    delete_class(&client, &name).await;
+}
