@@ -57,19 +57,20 @@ async fn delete_class(client: &kube::Client, name: &str) {
         .await;
 }
 
-/// The namespace's default class fills in versioning and tags (the Bucket's own tag wins); S3
-/// holds them, and status and `kubectl get` name the class.
+/// The namespace's default class fills in region, versioning and tags (the Bucket's own tag
+/// wins); S3 holds them, and status and `kubectl get` name the class. A later default region
+/// leaves the existing bucket where it is.
 #[tokio::test]
 async fn a_default_class_fills_in_what_the_bucket_leaves_unset() {
     let client = admin().await;
     let value = random(6);
     let ns = labelled_namespace(&client, "cdef", &value).await;
-    let defaults = json!({"defaults": {"versioning": "Enabled",
+    let defaults = json!({"defaults": {"versioning": "Enabled", "region": "eu-west-1",
         "tags": {"cost": "shared", "team": "platform"}}});
     let name = class(&client, &value, true, defaults).await;
     let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
-        resync: "2s",
+        resync: "10m",
         ..Default::default()
     })
     .await;
@@ -109,6 +110,31 @@ async fn a_default_class_fills_in_what_the_bucket_leaves_unset() {
         "{table}"
     );
     assert!(table.contains(&name), "{table}");
+    assert_eq!(
+        st.region.as_deref(),
+        Some("eu-west-1"),
+        "the class's region"
+    );
+
+    // The class moves on (no resync in this test: the change itself wakes the Bucket): its
+    // new tag reaches the bucket, its new region does not.
+    let moved = json!({"spec": {"defaults": {"region": "us-west-2", "tags": {"cost": "moved"}}}});
+    Api::<BucketClass>::all(client.clone())
+        .patch(&name, &PatchParams::default(), &Patch::Merge(&moved))
+        .await
+        .unwrap();
+    wait_for("the class's new tag", T, || async {
+        let tags = bucket_tags(&s3_name).await;
+        (tags.get("cost").map(String::as_str) == Some("moved")).then_some(())
+    })
+    .await;
+    let st = api.get("b").await.unwrap().status.unwrap();
+    assert_eq!(
+        st.region.as_deref(),
+        Some("eu-west-1"),
+        "the bucket stays where it is"
+    );
+    wait_ready(&api, "b").await;
     op.terminate().await;
     delete_class(&client, &name).await;
 }
@@ -236,7 +262,7 @@ async fn tightening_a_class_removes_principals_at_once_and_reports_the_rest() {
     );
     let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
-        resync: "2s",
+        resync: "10m",
         extra_args: vec!["--allowed-policy-principals".into(), format!("{p1},{p2}")],
         ..Default::default()
     })
