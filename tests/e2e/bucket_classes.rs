@@ -68,6 +68,7 @@ async fn a_default_class_fills_in_what_the_bucket_leaves_unset() {
     let defaults = json!({"defaults": {"versioning": "Enabled", "region": "eu-west-1",
         "tags": {"cost": "shared", "team": "platform"}}});
     let name = class(&client, &value, true, defaults).await;
+    // No resync: a class change itself must wake the Bucket.
     let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
         resync: "10m",
@@ -80,63 +81,125 @@ async fn a_default_class_fills_in_what_the_bucket_leaves_unset() {
         .await
         .unwrap();
     let s3_name = wait_ready(&api, "b").await;
-    let tags = bucket_tags(&s3_name).await;
+    the_class_shows_in_s3_status_and_kubectl(&api, &ns, &name, &s3_name).await;
+    a_new_default_region_leaves_the_bucket_where_it_is(&client, &api, &name, &s3_name).await;
+    op.terminate().await;
+    delete_class(&client, &name).await;
+}
+
+async fn the_class_shows_in_s3_status_and_kubectl(
+    api: &Api<Bucket>,
+    ns: &str,
+    class: &str,
+    s3_name: &str,
+) {
+    let tags = bucket_tags(s3_name).await;
+    let tag = |k: &str| tags.get(k).cloned();
+    assert_eq!(tag("cost").as_deref(), Some("shared"), "{tags:?}");
     assert_eq!(
-        tags.get("cost").map(String::as_str),
-        Some("shared"),
-        "{tags:?}"
-    );
-    assert_eq!(
-        tags.get("team").map(String::as_str),
+        tag("team").as_deref(),
         Some("media"),
-        "{tags:?}"
+        "the Bucket's own tag wins"
     );
     let versioning = admin_s3()
         .get_bucket_versioning()
-        .bucket(&s3_name)
+        .bucket(s3_name)
         .send()
         .await
         .unwrap();
     assert_eq!(versioning.status().map(|s| s.as_str()), Some("Enabled"));
     let st = api.get("b").await.unwrap().status.unwrap();
-    assert_eq!(st.class_name.as_deref(), Some(name.as_str()));
-    let table = tool(
-        "kubectl",
-        &["get", "buckets.s3.operator.dev", "b", "-n", &ns],
-        None,
-    );
-    assert!(
-        table.lines().next().unwrap_or_default().contains("CLASS"),
-        "{table}"
-    );
-    assert!(table.contains(&name), "{table}");
+    assert_eq!(st.class_name.as_deref(), Some(class));
     assert_eq!(
         st.region.as_deref(),
         Some("eu-west-1"),
         "the class's region"
     );
+    let table = tool(
+        "kubectl",
+        &["get", "buckets.s3.operator.dev", "b", "-n", ns],
+        None,
+    );
+    let header = table.lines().next().unwrap_or_default();
+    assert!(header.contains("CLASS") && table.contains(class), "{table}");
+}
 
-    // The class moves on (no resync in this test: the change itself wakes the Bucket): its
-    // new tag reaches the bucket, its new region does not.
+/// The class moves on: its new tag reaches the bucket, its new region does not.
+async fn a_new_default_region_leaves_the_bucket_where_it_is(
+    client: &kube::Client,
+    api: &Api<Bucket>,
+    class: &str,
+    s3_name: &str,
+) {
     let moved = json!({"spec": {"defaults": {"region": "us-west-2", "tags": {"cost": "moved"}}}});
     Api::<BucketClass>::all(client.clone())
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&moved))
+        .patch(class, &PatchParams::default(), &Patch::Merge(&moved))
         .await
         .unwrap();
     wait_for("the class's new tag", T, || async {
-        let tags = bucket_tags(&s3_name).await;
+        let tags = bucket_tags(s3_name).await;
         (tags.get("cost").map(String::as_str) == Some("moved")).then_some(())
     })
     .await;
+    wait_ready(api, "b").await;
     let st = api.get("b").await.unwrap().status.unwrap();
     assert_eq!(
         st.region.as_deref(),
         Some("eu-west-1"),
         "the bucket stays where it is"
     );
-    wait_ready(&api, "b").await;
-    op.terminate().await;
-    delete_class(&client, &name).await;
+}
+
+/// A spec that breaks one constraint of the class, the field and the rule named.
+fn violations(class: &str) -> Vec<(serde_json::Value, String)> {
+    let case = |breaks, field: &str, rule: &str| {
+        (
+            breaks,
+            format!("{field} breaks BucketClass {class}: constraints.{rule}"),
+        )
+    };
+    vec![
+        case(
+            json!({"region": "eu-west-1"}),
+            "spec.region eu-west-1",
+            "allowedRegions is [us-east-1]",
+        ),
+        case(
+            json!({"encryption": {"algorithm": "AES256"}}),
+            "spec.encryption.algorithm AES256",
+            "requiredEncryption is aws:kms",
+        ),
+        case(
+            json!({"encryption": {"algorithm": "aws:kms", "kmsKeyId": "k2"}}),
+            "spec.encryption.kmsKeyId k2",
+            "allowedKmsKeys is [k1]",
+        ),
+        case(
+            json!({"versioning": "Suspended"}),
+            "spec.versioning Suspended",
+            "requireVersioning is true",
+        ),
+        case(
+            json!({"deletionPolicy": "Delete"}),
+            "spec.deletionPolicy Delete",
+            "allowedDeletionPolicies is [Retain]",
+        ),
+        case(
+            json!({"forceDelete": true}),
+            "spec.forceDelete true",
+            "allowForceDelete is false",
+        ),
+        case(
+            json!({"adoptExisting": true}),
+            "spec.adoptExisting true",
+            "allowAdoptExisting is false",
+        ),
+        case(
+            json!({"transferAcceleration": "Enabled"}),
+            "spec.transferAcceleration Enabled",
+            "allowTransferAcceleration is false",
+        ),
+    ]
 }
 
 /// Each constraint refused with the field, the class and the rule, nothing created in S3; and a
@@ -155,70 +218,27 @@ async fn each_constraint_is_refused_with_its_message() {
     let name = class(&client, &value, false, constraints).await;
     let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone(), outside.clone()],
-        resync: "2s",
         ..Default::default()
     })
     .await;
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let rule = |r: &str| format!("breaks BucketClass {name}: constraints.{r}");
-    let cases = [
-        (
-            json!({"region": "eu-west-1"}),
-            "spec.region eu-west-1",
-            rule("allowedRegions is [us-east-1]"),
-        ),
-        (
-            json!({"encryption": {"algorithm": "AES256"}}),
-            "spec.encryption.algorithm AES256",
-            rule("requiredEncryption is aws:kms"),
-        ),
-        (
-            json!({"encryption": {"algorithm": "aws:kms", "kmsKeyId": "k2"}}),
-            "spec.encryption.kmsKeyId k2",
-            rule("allowedKmsKeys is [k1]"),
-        ),
-        (
-            json!({"versioning": "Suspended"}),
-            "spec.versioning Suspended",
-            rule("requireVersioning is true"),
-        ),
-        (
-            json!({"deletionPolicy": "Delete"}),
-            "spec.deletionPolicy Delete",
-            rule("allowedDeletionPolicies is [Retain]"),
-        ),
-        (
-            json!({"forceDelete": true}),
-            "spec.forceDelete true",
-            rule("allowForceDelete is false"),
-        ),
-        (
-            json!({"adoptExisting": true}),
-            "spec.adoptExisting true",
-            rule("allowAdoptExisting is false"),
-        ),
-        (
-            json!({"transferAcceleration": "Enabled"}),
-            "spec.transferAcceleration Enabled",
-            rule("allowTransferAcceleration is false"),
-        ),
-    ];
-    let compliant = json!({"className": name, "encryption": {"algorithm": "aws:kms", "kmsKeyId": "k1"},
-        "versioning": "Enabled"});
-    let mut s3_names = vec![];
-    for (i, (breaks, field, rule)) in cases.iter().enumerate() {
+    let compliant = json!({"className": name, "versioning": "Enabled",
+        "encryption": {"algorithm": "aws:kms", "kmsKeyId": "k1"}});
+    let mut created = vec![];
+    for (i, (breaks, want)) in violations(&name).into_iter().enumerate() {
         let mut spec = compliant.clone();
         let s3_name = format!("{}cc-{i}-{}", prefix(&op.cluster), random(6));
         spec["bucketName"] = json!(s3_name);
         for (k, v) in breaks.as_object().unwrap() {
             spec[k] = v.clone();
         }
-        api.create(&PostParams::default(), &bucket(&format!("b{i}"), spec))
+        let obj = format!("b{i}");
+        api.create(&PostParams::default(), &bucket(&obj, spec))
             .await
             .unwrap();
-        s3_names.push((format!("b{i}"), s3_name, format!("{field} {rule}")));
+        created.push((obj, s3_name, want));
     }
-    for (obj, s3_name, want) in &s3_names {
+    for (obj, s3_name, want) in &created {
         let msg = wait_reason(&api, obj, "ClassViolation", T).await;
         assert_eq!(&msg, want);
         assert!(
@@ -226,54 +246,45 @@ async fn each_constraint_is_refused_with_its_message() {
             "{s3_name} created despite {msg}"
         );
     }
-    // The compliant spec passes the same class.
+    // The compliant spec passes the same class; in a namespace outside its selector it may not
+    // name it.
     api.create(&PostParams::default(), &bucket("ok", compliant.clone()))
         .await
         .unwrap();
     wait_ready(&api, "ok").await;
-
     let elsewhere = Api::<Bucket>::namespaced(client.clone(), &outside);
     elsewhere
         .create(&PostParams::default(), &bucket("b", compliant))
         .await
         .unwrap();
     let msg = wait_reason(&elsewhere, "b", "ClassViolation", T).await;
-    assert!(
-        msg.contains(&format!(
-            "BucketClass {name} may not be used in namespace {outside}"
-        )),
-        "{msg}"
-    );
+    let want = format!("BucketClass {name} may not be used in namespace {outside}");
+    assert!(msg.contains(&want), "{msg}");
     op.terminate().await;
     delete_class(&client, &name).await;
 }
 
+const P1: &str = "arn:aws:iam::999999999999:role/one";
+const P2: &str = "arn:aws:iam::888888888888:role/two";
+
 /// The operator allows two partners; the class narrows that to one: the other's statement is
 /// removed from the live bucket's policy at once, with an event. Then the class requires
-/// versioning: the Bucket reports the violation and nothing in AWS is written.
+/// versioning and adds a tag: the Bucket reports the violation and nothing in AWS is written.
 #[tokio::test]
 async fn tightening_a_class_removes_principals_at_once_and_reports_the_rest() {
     let client = admin().await;
     let value = random(6);
     let ns = labelled_namespace(&client, "ctight", &value).await;
-    let (p1, p2) = (
-        "arn:aws:iam::999999999999:role/one",
-        "arn:aws:iam::888888888888:role/two",
-    );
+    // No resync: the class changes themselves wake the Bucket, and it settles between them.
     let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
         resync: "10m",
-        extra_args: vec!["--allowed-policy-principals".into(), format!("{p1},{p2}")],
+        extra_args: vec!["--allowed-policy-principals".into(), format!("{P1},{P2}")],
         ..Default::default()
     })
     .await;
-    let name = class(
-        &client,
-        &value,
-        true,
-        json!({"constraints": {"allowedPolicyPrincipals": [p1, p2]}}),
-    )
-    .await;
+    let both = json!({"constraints": {"allowedPolicyPrincipals": [P1, P2]}});
+    let name = class(&client, &value, true, both).await;
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
     let s3_name = format!("{}ct-{}", prefix(&op.cluster), random(6));
     let arn = format!("arn:aws:s3:::{s3_name}/*");
@@ -281,52 +292,83 @@ async fn tightening_a_class_removes_principals_at_once_and_reports_the_rest() {
         json!({"sid": sid, "effect": "Allow", "principal": {"aws": [p]},
         "action": ["s3:GetObject"], "resource": [arn]})
     };
-    let spec = json!({"bucketName": s3_name, "policy": [grant("One", p1), grant("Two", p2)]});
+    let spec = json!({"bucketName": s3_name, "policy": [grant("One", P1), grant("Two", P2)]});
     api.create(&PostParams::default(), &bucket("b", spec))
         .await
         .unwrap();
     wait_ready(&api, "b").await;
-    let principals = || async {
-        let doc = bucket_policy(&s3_name).await.unwrap_or_default();
-        doc["Statement"].to_string()
-    };
-    assert!(principals().await.contains("888888888888"));
+    assert!(statements(&s3_name).await.contains("888888888888"));
+    a_narrower_principal_list_removes_the_statement(&client, &ns, &name, &s3_name).await;
+    wait_ready(&api, "b").await;
+    a_violation_writes_nothing(&op, &client, &api, &name, &s3_name).await;
+    op.terminate().await;
+    delete_class(&client, &name).await;
+}
 
-    let classes = Api::<BucketClass>::all(client.clone());
-    let narrow = json!({"spec": {"constraints": {"allowedPolicyPrincipals": [p1]}}});
-    classes
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&narrow))
+async fn statements(s3_name: &str) -> String {
+    let doc = bucket_policy(s3_name).await.unwrap_or_default();
+    doc["Statement"].to_string()
+}
+
+async fn patch_class(client: &kube::Client, name: &str, spec: serde_json::Value) {
+    Api::<BucketClass>::all(client.clone())
+        .patch(
+            name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": spec})),
+        )
         .await
         .unwrap();
+}
+
+/// A class list narrower than the operator's flag: the other partner's statement goes at once.
+async fn a_narrower_principal_list_removes_the_statement(
+    client: &kube::Client,
+    ns: &str,
+    class: &str,
+    s3_name: &str,
+) {
+    patch_class(
+        client,
+        class,
+        json!({"constraints": {"allowedPolicyPrincipals": [P1]}}),
+    )
+    .await;
     wait_for("the second partner's statement removed", T, || async {
-        let p = principals().await;
+        let p = statements(s3_name).await;
         (!p.contains("888888888888") && p.contains("999999999999")).then_some(())
     })
     .await;
-    wait_event(&ns, "ClassEnforced", &["888888888888", &name]).await;
-    wait_ready(&api, "b").await;
+    wait_event(ns, "ClassEnforced", &["888888888888", class]).await;
+}
 
+/// A tag the class now adds would be a write; the violation beside it stops every write.
+async fn a_violation_writes_nothing(
+    op: &Operator,
+    client: &kube::Client,
+    api: &Api<Bucket>,
+    class: &str,
+    s3_name: &str,
+) {
     op.wait_settled(Duration::from_secs(3)).await;
     let writes = op.aws_writes().await;
-    let strict = json!({"spec": {"constraints": {"requireVersioning": true}}});
-    classes
-        .patch(&name, &PatchParams::default(), &Patch::Merge(&strict))
-        .await
-        .unwrap();
-    let msg = wait_reason(&api, "b", "ClassViolation", T).await;
+    let strict = json!({"defaults": {"tags": {"added": "later"}},
+        "constraints": {"requireVersioning": true}});
+    patch_class(client, class, strict).await;
+    let msg = wait_reason(api, "b", "ClassViolation", T).await;
     assert!(
         msg.contains("spec.versioning (unset)") && msg.contains("requireVersioning"),
         "{msg}"
     );
+    op.wait_settled(Duration::from_secs(3)).await;
     assert_eq!(
         op.aws_writes().await,
         writes,
         "a violation writes nothing to AWS"
     );
+    assert!(!bucket_tags(s3_name).await.contains_key("added"));
     assert!(
-        principals().await.contains("999999999999"),
-        "the policy stays as it was"
+        statements(s3_name).await.contains("999999999999"),
+        "the policy stays"
     );
-    op.terminate().await;
-    delete_class(&client, &name).await;
 }

@@ -321,8 +321,14 @@ mod tests {
     }
 
     /// Each constraint refused with the field, the class and the rule.
-    #[test]
-    fn each_constraint_is_a_violation_naming_field_class_and_rule() {
+    type Case = (
+        BucketConstraints,
+        Box<dyn Fn(&mut BucketSpec)>,
+        &'static str,
+    );
+
+    /// Each constraint, a change to a defaulted spec that breaks it, and the message.
+    fn violations() -> Vec<Case> {
         let c = BucketConstraints::default;
         let locked = Some(ObjectLock {
             default_retention: Some(DefaultRetention {
@@ -331,12 +337,7 @@ mod tests {
                 years: None,
             }),
         });
-        type Case = (
-            BucketConstraints,
-            Box<dyn Fn(&mut BucketSpec)>,
-            &'static str,
-        );
-        let cases: Vec<Case> = vec![
+        vec![
             (
                 BucketConstraints {
                     allowed_regions: vec!["eu-west-1".into()],
@@ -425,8 +426,12 @@ mod tests {
                 Box::new(|s| s.transfer_acceleration = Some(TransferAcceleration::Enabled)),
                 "spec.transferAcceleration Enabled breaks BucketClass prod: constraints.allowTransferAcceleration is false",
             ),
-        ];
-        for (constraints, change, want) in cases {
+        ]
+    }
+
+    #[test]
+    fn each_constraint_is_a_violation_naming_field_class_and_rule() {
+        for (constraints, change, want) in violations() {
             let class = class(constraints);
             let mut spec = with_defaults(&BucketSpec::default(), None);
             change(&mut spec);
@@ -441,7 +446,7 @@ mod tests {
         // The deletion policy the operator would give counts too.
         let class = self::class(BucketConstraints {
             allowed_deletion_policies: vec![DeletionPolicy::Delete],
-            ..c()
+            ..Default::default()
         });
         let mut spec = with_defaults(&BucketSpec::default(), None);
         let err = enforce(&mut spec, &class, "us-east-1", &settings()).unwrap_err();
