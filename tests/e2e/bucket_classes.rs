@@ -1,7 +1,8 @@
 //! BucketClasses end to end: a default class fills in what a Bucket leaves unset, each
 //! constraint is refused with its message, a namespace outside a class's selector may not use
 //! it, and tightening a class on a live Bucket reports a violation without touching AWS, while
-//! a principal it no longer allows (narrower than the operator's flag) goes at once.
+//! a principal it no longer allows (narrower than the operator's flag) goes at once; a
+//! namespace's new label brings its Buckets under the class it selects.
 //! Every class here selects only its test's namespaces (labelled with a random value), so tests
 //! running beside them see no class.
 
@@ -20,12 +21,16 @@ const LABEL: &str = "e2e-class";
 /// A namespace labelled `e2e-class=<value>`.
 async fn labelled_namespace(client: &kube::Client, tag: &str, value: &str) -> String {
     let ns = namespace(client, tag).await;
+    label(client, &ns, value).await;
+    ns
+}
+
+async fn label(client: &kube::Client, ns: &str, value: &str) {
     let patch = json!({"metadata": {"labels": {LABEL: value}}});
     Api::<Namespace>::all(client.clone())
-        .patch(&ns, &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(ns, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .expect("label namespace");
-    ns
 }
 
 /// Creates BucketClass `name` for the namespaces labelled `value`; returns its name.
@@ -371,4 +376,44 @@ async fn a_violation_writes_nothing(
         statements(s3_name).await.contains("999999999999"),
         "the policy stays"
     );
+}
+
+/// A namespace labelled after its Bucket exists brings the Bucket under the default class the
+/// label selects, without a resync.
+#[tokio::test]
+async fn labelling_a_namespace_brings_its_buckets_under_its_class() {
+    let client = admin().await;
+    let value = random(6);
+    let ns = namespace(&client, "clab").await;
+    let defaults = json!({"defaults": {"tags": {"cost": "labelled"}}});
+    let name = class(&client, &value, true, defaults).await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "10m",
+        ..Default::default()
+    })
+    .await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let spec = json!({"deletionPolicy": "Delete"});
+    api.create(&PostParams::default(), &bucket("b", spec))
+        .await
+        .unwrap();
+    let s3_name = wait_ready(&api, "b").await;
+    let st = api.get("b").await.unwrap().status.unwrap();
+    assert_eq!(st.class_name, None, "no class selects the namespace yet");
+    assert!(!bucket_tags(&s3_name).await.contains_key("cost"));
+
+    label(&client, &ns, &value).await;
+    wait_for("the class's tag", T, || async {
+        let tags = bucket_tags(&s3_name).await;
+        (tags.get("cost").map(String::as_str) == Some("labelled")).then_some(())
+    })
+    .await;
+    wait_for("status.className", T, || async {
+        let st = api.get("b").await.ok()?.status?;
+        (st.class_name.as_deref() == Some(name.as_str())).then_some(())
+    })
+    .await;
+    op.terminate().await;
+    delete_class(&client, &name).await;
 }
