@@ -32,15 +32,14 @@ pub(super) async fn apply(
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
     // A class violation changes nothing in AWS: reported before anything is read or written.
-    let classed = match under_class(bucket, ctx, &owner).await? {
-        Ok((_, Some(class_region))) => return record_region(bucket, ctx, &class_region).await,
-        Ok((b, None)) => b,
-        Err(why) => {
-            let at = address(bucket, settings, region, &owner).ok();
-            return blocked(bucket, ctx, at.as_ref(), &why).await;
-        }
+    let classed = match under_class(bucket, ctx, &owner)? {
+        Ok(Classed {
+            region: Some(r), ..
+        }) => return record_region(bucket, ctx, &r).await,
+        Ok(c) => c,
+        Err(why) => return class_blocked(bucket, ctx, &owner, &why).await,
     };
-    let mut d = match desired(&classed, settings, region, &owner) {
+    let mut d = match desired(&classed.bucket, settings, region, &owner) {
         Ok(d) => d,
         Err(why) => {
             // An invalid spec still names a bucket that grants may reach: if it is gone or held
@@ -76,21 +75,49 @@ pub(super) async fn apply(
         Plan::Blocked(why) => return blocked(bucket, ctx, Some(&at), &why).await,
         Plan::Apply(changes) => changes,
     };
-    let adopting =
-        matches!(&observed, Found::Present(c) if owner.judge(&c.tags) != Ownership::Ours);
+    let pass = Pass {
+        adopting: matches!(&observed, Found::Present(c) if owner.judge(&c.tags) != Ownership::Ours),
+        enforced: classed.enforced,
+    };
     let inputs = vec![versions, vec![links.fingerprint()], vec![class]];
-    converge(bucket, ctx, &d, &changes, adopting, inputs).await
+    converge(bucket, ctx, &d, &changes, pass, inputs).await
 }
 
-/// `bucket` as its class makes it: the class's defaults, then the operator's, filled in and
-/// the constraints checked; and the region the class gives it, if that is still to be recorded.
-/// `Ok(Err)`: the violation to report. What the class's security constraints removed is gone
-/// from the result, and an event says so.
-async fn under_class(
+/// `bucket` as its class makes it, and what else the class asks of this pass.
+struct Classed {
+    bucket: Bucket,
+    /// The region the class gives this new Bucket, still to be recorded.
+    region: Option<String>,
+    /// What the class's security constraints removed from the spec, said for an event.
+    enforced: Option<String>,
+}
+
+/// What a pass's report needs to know besides its writes.
+struct Pass {
+    /// The bucket is being taken over.
+    adopting: bool,
+    /// What the class removed (said in an event once that reaches AWS).
+    enforced: Option<String>,
+}
+
+async fn class_blocked(
     bucket: &Bucket,
     ctx: &Context,
     owner: &crate::aws::tags::Owner,
-) -> Result<Result<(Bucket, Option<String>), Blocked>, Error> {
+    why: &Blocked,
+) -> Result<Requeue, Error> {
+    let at = address(bucket, &ctx.settings, &ctx.aws.region, owner).ok();
+    blocked(bucket, ctx, at.as_ref(), why).await
+}
+
+/// `bucket` as its class makes it: the class's defaults, then the operator's, filled in and
+/// the constraints checked (what the security constraints remove is gone from the result).
+/// `Ok(Err)`: the violation to report.
+fn under_class(
+    bucket: &Bucket,
+    ctx: &Context,
+    owner: &crate::aws::tags::Owner,
+) -> Result<Result<Classed, Blocked>, Error> {
     let ns = bucket.namespace().unwrap_or_default();
     let class = match ctx
         .classes
@@ -103,8 +130,15 @@ async fn under_class(
     let mut classed = bucket.clone();
     let defaults = class.as_ref().map(|c| &c.spec.defaults);
     classed.spec = class::bucket::with_defaults(&bucket.spec, defaults);
+    let done = |bucket, region, enforced| {
+        Ok(Ok(Classed {
+            bucket,
+            region,
+            enforced,
+        }))
+    };
     let Some(class) = class else {
-        return Ok(Ok((classed, None)));
+        return done(classed, None, None);
     };
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
     let class_region = class::bucket::creation_region(bucket, &class, region);
@@ -115,20 +149,17 @@ async fn under_class(
     }
     let Ok(at) = address(&classed, settings, region, owner) else {
         // Refused on its own by `desired`, with its own message.
-        return Ok(Ok((classed, None)));
+        return done(classed, None, None);
     };
     match class::bucket::enforce(&mut classed.spec, &class, &at.region, settings) {
         Err(why) => Ok(Err(why)),
-        Ok(_) if class_region.is_some() => Ok(Ok((classed, class_region))),
-        Ok(removed) if removed.is_empty() => Ok(Ok((classed, None))),
         Ok(removed) => {
-            let note = format!(
-                "BucketClass {} no longer allows {}: removed from the bucket",
-                class.name_any(),
-                removed.join("; ")
-            );
-            ctx.event(bucket, true, "ClassEnforced", note).await;
-            Ok(Ok((classed, None)))
+            let note = (!removed.is_empty()).then(|| {
+                let name = class.name_any();
+                let what = removed.join("; ");
+                format!("BucketClass {name} does not allow {what}: removed from the bucket")
+            });
+            done(classed, class_region, note)
         }
     }
 }
@@ -160,9 +191,10 @@ async fn converge(
     ctx: &Context,
     d: &Desired,
     changes: &[Change],
-    adopting: bool,
+    pass: Pass,
     mut inputs: Vec<Vec<String>>,
 ) -> Result<Requeue, Error> {
+    let adopting = pass.adopting;
     // Changes to an object whose spec we already served are drift: someone changed AWS.
     let served = bucket.status.as_ref().is_some_and(|s| {
         served(
@@ -198,14 +230,26 @@ async fn converge(
     );
     // The event and the status go out together: a new bucket's pass waits for one round trip
     // to the API server, not two.
-    let (_, written) = tokio::join!(
+    let (_, _, written) = tokio::join!(
         report(bucket, ctx, d, &applied, served, adopting),
+        report_enforced(bucket, ctx, pass.enforced, &applied),
         update_status(ctx, bucket, bucket.status.as_ref(), &status),
     );
     inputs[0].extend(written?);
     let next = ctx.resync_after();
     ctx.settled.record(object_key(bucket), inputs, next);
     Ok(Requeue::Resync(next))
+}
+
+/// What the class's security constraints removed, said in an event when it reaches AWS (the
+/// bucket created without it, or its policy or notifications rewritten), not on every pass.
+async fn report_enforced(bucket: &Bucket, ctx: &Context, note: Option<String>, applied: &[Change]) {
+    let reached = applied
+        .iter()
+        .any(|c| matches!(c, Change::Create | Change::Policy | Change::Notifications));
+    if let Some(note) = note.filter(|_| reached) {
+        ctx.event(bucket, true, "ClassEnforced", note).await;
+    }
 }
 
 /// One event for what a pass changed: created, adopted, updated, or drift corrected (changes
