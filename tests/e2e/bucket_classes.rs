@@ -56,6 +56,18 @@ async fn class(
     name
 }
 
+/// An operator for `ns` without a resync in a test's time: only watch events (a class's or a
+/// namespace's change among them) wake its Buckets, and it settles between them.
+async fn without_resync(ns: &str, extra_args: Vec<String>) -> Operator {
+    Operator::start(OperatorOpts {
+        namespaces: vec![ns.to_string()],
+        resync: "10m",
+        extra_args,
+        ..Default::default()
+    })
+    .await
+}
+
 async fn delete_class(client: &kube::Client, name: &str) {
     let _ = Api::<BucketClass>::all(client.clone())
         .delete(name, &DeleteParams::default())
@@ -73,13 +85,7 @@ async fn a_default_class_fills_in_what_the_bucket_leaves_unset() {
     let defaults = json!({"defaults": {"versioning": "Enabled", "region": "eu-west-1",
         "tags": {"cost": "shared", "team": "platform"}}});
     let name = class(&client, &value, true, defaults).await;
-    // No resync: a class change itself must wake the Bucket.
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        resync: "10m",
-        ..Default::default()
-    })
-    .await;
+    let op = without_resync(&ns, vec![]).await;
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
     let spec = json!({"tags": {"team": "media"}, "deletionPolicy": "Delete"});
     api.create(&PostParams::default(), &bucket("b", spec))
@@ -280,14 +286,8 @@ async fn tightening_a_class_removes_principals_at_once_and_reports_the_rest() {
     let client = admin().await;
     let value = random(6);
     let ns = labelled_namespace(&client, "ctight", &value).await;
-    // No resync: the class changes themselves wake the Bucket, and it settles between them.
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        resync: "10m",
-        extra_args: vec!["--allowed-policy-principals".into(), format!("{P1},{P2}")],
-        ..Default::default()
-    })
-    .await;
+    let allowed = vec!["--allowed-policy-principals".into(), format!("{P1},{P2}")];
+    let op = without_resync(&ns, allowed).await;
     let both = json!({"constraints": {"allowedPolicyPrincipals": [P1, P2]}});
     let name = class(&client, &value, true, both).await;
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
@@ -387,12 +387,7 @@ async fn labelling_a_namespace_brings_its_buckets_under_its_class() {
     let ns = namespace(&client, "clab").await;
     let defaults = json!({"defaults": {"tags": {"cost": "labelled"}}});
     let name = class(&client, &value, true, defaults).await;
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        resync: "10m",
-        ..Default::default()
-    })
-    .await;
+    let op = without_resync(&ns, vec![]).await;
     let api = Api::<Bucket>::namespaced(client.clone(), &ns);
     let spec = json!({"deletionPolicy": "Delete"});
     api.create(&PostParams::default(), &bucket("b", spec))
