@@ -63,7 +63,9 @@ pub struct BucketSpec {
     #[x_kube(validation = Rule::new("!(self.endsWith('-s3alias') || self.endsWith('--ol-s3') || self.endsWith('.mrap') || self.endsWith('--x-s3') || self.endsWith('--table-s3'))").message("spec.bucketName must not end with the reserved suffixes '-s3alias', '--ol-s3', '.mrap', '--x-s3' or '--table-s3'"))]
     pub bucket_name: Option<String>,
 
-    /// AWS region of the bucket. Defaults to the operator's region. Immutable.
+    /// AWS region of the bucket. Defaults to the BucketClass's default region (recorded on the
+    /// Bucket as annotation `s3.operator.dev/region` when it is created, so a later change to
+    /// the class never moves it), else the operator's region. Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-z]{2}(-[a-z]+)+-[0-9]+$"))]
     pub region: Option<String>,
@@ -73,13 +75,15 @@ pub struct BucketSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versioning: Option<Versioning>,
 
-    /// Default server-side encryption. Defaults to SSE-S3 (AES256).
-    #[serde(default)]
-    pub encryption: Encryption,
+    /// Default server-side encryption. When omitted: the BucketClass's default, else SSE-S3
+    /// (AES256).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<Encryption>,
 
-    /// The bucket's public access block. All four flags default to true (no public access).
-    #[serde(default)]
-    pub public_access_block: PublicAccessBlock,
+    /// The bucket's public access block. When omitted: the BucketClass's default, else all
+    /// four flags true (no public access).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub public_access_block: Option<PublicAccessBlock>,
 
     /// S3 Object Ownership: who owns objects written to the bucket and whether ACLs apply.
     /// `BucketOwnerEnforced` (ACLs disabled, the bucket owner owns every object),

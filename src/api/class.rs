@@ -49,15 +49,19 @@ pub struct BucketClassSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BucketDefaults {
-    /// Region of new buckets.
+    /// Region of new Buckets that name none. Recorded on the Bucket (annotation
+    /// `s3.operator.dev/region`) before its bucket is created, so a later change to the class
+    /// never moves an existing bucket.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-z]{2}(-[a-z]+)+-[0-9]+$"))]
     pub region: Option<String>,
+    /// Versioning (`Enabled` or `Suspended`) of Buckets that set none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub versioning: Option<Versioning>,
     /// Default server-side encryption (for example `aws:kms` with the platform's key).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<Encryption>,
+    /// Object Ownership of Buckets that set none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub object_ownership: Option<ObjectOwnership>,
     /// Lifecycle rules for Buckets that list none.
@@ -69,8 +73,11 @@ pub struct BucketDefaults {
     #[schemars(extend("maxProperties" = 40))]
     #[x_kube(validation = Rule::new("self.all(k, !k.startsWith('s3.operator.dev/') && !k.startsWith('aws:'))").message("spec.defaults.tags keys must not start with the reserved prefixes 's3.operator.dev/' or 'aws:'"))]
     pub tags: BTreeMap<String, String>,
+    /// Deletion policy of Buckets that set none (before the operator's
+    /// `--default-deletion-policy`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion_policy: Option<DeletionPolicy>,
+    /// Public access block of Buckets that set none (before the operator's: all four flags on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_access_block: Option<PublicAccessBlock>,
 }

@@ -165,7 +165,7 @@ fn shape_refused(s: &PolicyStatement, bucket_arn: &str) -> Option<String> {
 
 /// Rules for an `Allow`: not public, only grantable actions, principals of the operator's
 /// account or allow-listed.
-fn allow_refused(s: &PolicyStatement, account: &str, allowed: &[String]) -> Option<String> {
+pub fn allow_refused(s: &PolicyStatement, account: &str, allowed: &[String]) -> Option<String> {
     if s.principal.aws.iter().any(|p| p == "*") {
         return Some(
             ".principal.aws \"*\" in an Allow would make the bucket public; refused".into(),

@@ -5,16 +5,20 @@ use std::time::Duration;
 
 use super::observe::{self, confirm_held, observe};
 use super::{
-    Address, Change, Desired, Found, Plan, address, desired, logging, plan, protection, refusal,
+    Address, Change, Desired, Found, Plan, REGION_ANNOTATION, address, desired, logging, plan,
+    protection, refusal,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketStatus};
 use crate::aws::naming;
 use crate::aws::tags::Ownership;
 use crate::reconcile::{
-    Blocked, Context, Error, Requeue, ensure_finalizer, object_key, owner, report_blocked, served,
-    update_status,
+    Blocked, Context, Error, Requeue, class, ensure_finalizer, object_key, owner, report_blocked,
+    served, update_status,
 };
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
 
 /// One pass over a Bucket that is not being deleted. `start`: the object's resourceVersion the
 /// pass began from.
@@ -23,10 +27,19 @@ pub(super) async fn apply(
     ctx: &Context,
     start: String,
     links: &logging::Links,
+    class: String,
 ) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
-    let mut d = match desired(bucket, settings, region, &owner) {
+    // A class violation changes nothing in AWS: reported before anything is read or written.
+    let classed = match under_class(bucket, ctx, &owner)? {
+        Ok(Classed {
+            region: Some(r), ..
+        }) => return record_region(bucket, ctx, &r).await,
+        Ok(c) => c,
+        Err(why) => return class_blocked(bucket, ctx, &owner, &why).await,
+    };
+    let mut d = match desired(&classed.bucket, settings, region, &owner) {
         Ok(d) => d,
         Err(why) => {
             // An invalid spec still names a bucket that grants may reach: if it is gone or held
@@ -62,22 +75,126 @@ pub(super) async fn apply(
         Plan::Blocked(why) => return blocked(bucket, ctx, Some(&at), &why).await,
         Plan::Apply(changes) => changes,
     };
-    let adopting =
-        matches!(&observed, Found::Present(c) if owner.judge(&c.tags) != Ownership::Ours);
-    converge(bucket, ctx, &d, &changes, adopting, versions, links).await
+    let pass = Pass {
+        adopting: matches!(&observed, Found::Present(c) if owner.judge(&c.tags) != Ownership::Ours),
+        enforced: classed.enforced,
+    };
+    let inputs = vec![versions, vec![links.fingerprint()], vec![class]];
+    converge(bucket, ctx, &d, &changes, pass, inputs).await
+}
+
+/// `bucket` as its class makes it, and what else the class asks of this pass.
+struct Classed {
+    bucket: Bucket,
+    /// The region the class gives this new Bucket, still to be recorded.
+    region: Option<String>,
+    /// What the class's security constraints removed from the spec, said for an event.
+    enforced: Option<String>,
+}
+
+/// What a pass's report needs to know besides its writes.
+struct Pass {
+    /// The bucket is being taken over.
+    adopting: bool,
+    /// What the class removed (said in an event once that reaches AWS).
+    enforced: Option<String>,
+}
+
+async fn class_blocked(
+    bucket: &Bucket,
+    ctx: &Context,
+    owner: &crate::aws::tags::Owner,
+    why: &Blocked,
+) -> Result<Requeue, Error> {
+    let at = address(bucket, &ctx.settings, &ctx.aws.region, owner).ok();
+    blocked(bucket, ctx, at.as_ref(), why).await
+}
+
+/// `bucket` as its class makes it: the class's defaults, then the operator's, filled in and
+/// the constraints checked (what the security constraints remove is gone from the result).
+/// `Ok(Err)`: the violation to report.
+fn under_class(
+    bucket: &Bucket,
+    ctx: &Context,
+    owner: &crate::aws::tags::Owner,
+) -> Result<Result<Classed, Blocked>, Error> {
+    let ns = bucket.namespace().unwrap_or_default();
+    let class = match ctx
+        .classes
+        .bucket_class(&ns, bucket.spec.class_name.as_deref())
+    {
+        Ok(c) => c,
+        Err(Error::Blocked(why)) => return Ok(Err(why)),
+        Err(e) => return Err(e),
+    };
+    let mut classed = bucket.clone();
+    let defaults = class.as_ref().map(|c| &c.spec.defaults);
+    classed.spec = class::bucket::with_defaults(&bucket.spec, defaults);
+    let done = |bucket, region, enforced| {
+        Ok(Ok(Classed {
+            bucket,
+            region,
+            enforced,
+        }))
+    };
+    let Some(class) = class else {
+        return done(classed, None, None);
+    };
+    let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
+    let class_region = class::bucket::creation_region(bucket, &class, region);
+    if let Some(r) = &class_region {
+        classed
+            .annotations_mut()
+            .insert(REGION_ANNOTATION.into(), r.clone());
+    }
+    let Ok(at) = address(&classed, settings, region, owner) else {
+        // Refused on its own by `desired`, with its own message.
+        return done(classed, None, None);
+    };
+    match class::bucket::enforce(&mut classed.spec, &class, &at.region, settings) {
+        Err(why) => Ok(Err(why)),
+        Ok(removed) => {
+            let note = (!removed.is_empty()).then(|| {
+                let name = class.name_any();
+                let what = removed.join("; ");
+                format!("BucketClass {name} does not allow {what}: removed from the bucket")
+            });
+            done(classed, class_region, note)
+        }
+    }
+}
+
+/// Records the region the class gives a new Bucket before anything is created for it; the
+/// pass runs again on the change.
+async fn record_region(bucket: &Bucket, ctx: &Context, region: &str) -> Result<Requeue, Error> {
+    let ns = bucket.namespace().ok_or(Error::NoNamespace)?;
+    let api = Api::<Bucket>::namespaced(ctx.client.clone(), &ns);
+    let patch = json!({"metadata": {
+        "annotations": {REGION_ANNOTATION: region},
+        "resourceVersion": bucket.resource_version(),
+    }});
+    ctx.metrics.kube_write("Bucket", "patch");
+    api.patch(
+        &bucket.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(patch),
+    )
+    .await?;
+    Ok(Requeue::After(Duration::from_secs(1)))
 }
 
 /// Makes the planned writes, then reports the bucket Ready and settles the pass until its
-/// inputs change. `versions`: the object's resourceVersions this pass has seen or written so far.
+/// inputs change. `inputs`: the versions of each input this pass has seen or written so far,
+/// the object's resourceVersions first.
 async fn converge(
     bucket: &Bucket,
     ctx: &Context,
     d: &Desired,
     changes: &[Change],
-    adopting: bool,
-    mut versions: Vec<String>,
-    links: &logging::Links,
+    pass: Pass,
+    mut inputs: Vec<Vec<String>>,
 ) -> Result<Requeue, Error> {
+    let adopting = pass.adopting;
     // Changes to an object whose spec we already served are drift: someone changed AWS.
     let served = bucket.status.as_ref().is_some_and(|s| {
         served(
@@ -113,18 +230,26 @@ async fn converge(
     );
     // The event and the status go out together: a new bucket's pass waits for one round trip
     // to the API server, not two.
-    let (_, written) = tokio::join!(
+    let (_, _, written) = tokio::join!(
         report(bucket, ctx, d, &applied, served, adopting),
+        report_enforced(bucket, ctx, pass.enforced, &applied),
         update_status(ctx, bucket, bucket.status.as_ref(), &status),
     );
-    versions.extend(written?);
+    inputs[0].extend(written?);
     let next = ctx.resync_after();
-    ctx.settled.record(
-        object_key(bucket),
-        vec![versions, vec![links.fingerprint()]],
-        next,
-    );
+    ctx.settled.record(object_key(bucket), inputs, next);
     Ok(Requeue::Resync(next))
+}
+
+/// What the class's security constraints removed, said in an event when it reaches AWS (the
+/// bucket created without it, or its policy or notifications rewritten), not on every pass.
+async fn report_enforced(bucket: &Bucket, ctx: &Context, note: Option<String>, applied: &[Change]) {
+    let reached = applied
+        .iter()
+        .any(|c| matches!(c, Change::Create | Change::Policy | Change::Notifications));
+    if let Some(note) = note.filter(|_| reached) {
+        ctx.event(bucket, true, "ClassEnforced", note).await;
+    }
 }
 
 /// One event for what a pass changed: created, adopted, updated, or drift corrected (changes
@@ -247,8 +372,13 @@ pub(super) fn status_for(
         jiff::Timestamp::now(),
     );
     let d_region = d.map(|d| d.region.clone());
+    let ns = bucket.metadata.namespace.as_deref().unwrap_or_default();
+    let class = ctx
+        .classes
+        .bucket_class(ns, bucket.spec.class_name.as_deref());
     BucketStatus {
-        class_name: None,
+        // The class in force; none while the one named cannot be used.
+        class_name: class.ok().flatten().map(|c| c.name_any()),
         conditions: vec![cond],
         observed_generation: generation,
         // Only a bucket we hold is reported as ours.

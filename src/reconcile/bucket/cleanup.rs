@@ -16,9 +16,7 @@ use crate::api::{Bucket, DeletionPolicy};
 use crate::aws::s3::Emptied;
 use crate::aws::tags::{Owner, Ownership, released};
 use crate::aws::{ErrorKind, naming, policy};
-use crate::reconcile::{
-    Blocked, Context, Error, Requeue, deletion_policy, has_finalizer, owner, remove_finalizer,
-};
+use crate::reconcile::{Blocked, Context, Error, Requeue, has_finalizer, owner, remove_finalizer};
 
 /// Pages of object versions (up to 1,000 each) deleted per pass at most when emptying a bucket
 /// (`forceDelete`).
@@ -37,11 +35,26 @@ pub(super) struct Asked {
 impl Asked {
     fn of(bucket: &Bucket, ctx: &Context) -> Asked {
         Asked {
-            policy: deletion_policy(bucket.spec.deletion_policy, &ctx.settings),
+            policy: cleanup_deletion_policy(bucket, ctx),
             force_delete: bucket.spec.force_delete,
             object_lock: bucket.spec.object_lock.is_some(),
         }
     }
+}
+
+/// The deletion policy the Bucket's class gives it, if it names none: never a reason to wait,
+/// so a class that cannot be resolved leaves the operator's default.
+fn cleanup_deletion_policy(bucket: &Bucket, ctx: &Context) -> DeletionPolicy {
+    let ns = bucket.metadata.namespace.as_deref().unwrap_or_default();
+    let class = ctx
+        .classes
+        .bucket_class(ns, bucket.spec.class_name.as_deref());
+    let class = class.ok().flatten();
+    crate::reconcile::class::bucket::cleanup_deletion_policy(
+        &bucket.spec,
+        class.as_deref(),
+        &ctx.settings,
+    )
 }
 
 /// What AWS holds under the Bucket's name, as far as deletion has read.

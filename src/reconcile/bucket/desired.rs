@@ -3,6 +3,8 @@
 
 use std::collections::BTreeMap;
 
+use kube::ResourceExt;
+
 use super::{notifications, protection};
 use crate::api::condition::Reason;
 use crate::api::{
@@ -61,6 +63,11 @@ impl Desired {
     }
 }
 
+/// The region a BucketClass gave a Bucket without `spec.region`, recorded on the object before
+/// anything is created for it (`spec.region` cannot be added once set): the bucket stays there
+/// whatever later becomes of the class.
+pub const REGION_ANNOTATION: &str = crate::domain_key!("region");
+
 /// Which S3 bucket a Bucket names: its name and region.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Address {
@@ -68,8 +75,9 @@ pub struct Address {
     pub region: String,
 }
 
-/// The S3 bucket a Bucket names, from its spec's name and region (immutable) and its UID only:
-/// never from status (whoever can write status must not point a grant or a deletion at another
+/// The S3 bucket a Bucket names, from its spec's name and region (immutable; else the region
+/// its class gave it when it was created, [`REGION_ANNOTATION`]) and its UID only: never from
+/// status (whoever can write status must not point a grant or a deletion at another
 /// bucket), and whatever else the spec says, so deletion and the grants' ownership checks work
 /// for a spec that an edit has made invalid. `Err`: a name outside the operator's bucket-name
 /// prefix, which it can neither have created nor adopted.
@@ -91,11 +99,32 @@ pub fn address(
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
-    let region = spec
-        .region
-        .clone()
-        .unwrap_or_else(|| default_region.to_string());
+    let recorded = || bucket.annotations().get(REGION_ANNOTATION).cloned();
+    let region = match spec.region.clone().or_else(recorded) {
+        Some(r) if !is_region(&r) => {
+            // Not checked by the API server as spec.region is, and it names AWS's endpoint.
+            let msg = format!("annotation {REGION_ANNOTATION} {r:?} is not an AWS region");
+            return Err(Blocked::new(Reason::InvalidSpec, msg));
+        }
+        Some(r) => r,
+        None => default_region.to_string(),
+    };
     Ok(Address { name, region })
+}
+
+/// Is `r` shaped like an AWS region (`^[a-z]{2}(-[a-z]+)+-[0-9]+$`, as spec.region's schema)?
+fn is_region(r: &str) -> bool {
+    let parts: Vec<&str> = r.split('-').collect();
+    let lower = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_lowercase());
+    let [first, middle @ .., last] = parts.as_slice() else {
+        return false;
+    };
+    first.len() == 2
+        && lower(first)
+        && !middle.is_empty()
+        && middle.iter().all(lower)
+        && !last.is_empty()
+        && last.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// The spec resolved into a [`Desired`], or why it cannot be served.
@@ -128,8 +157,9 @@ pub fn desired(
         name,
         region,
         tags: with_ownership(&spec.tags, owner),
-        public_access_block: spec.public_access_block,
-        encryption: spec.encryption.clone(),
+        // The operator's defaults, where no class pass has filled them in.
+        public_access_block: spec.public_access_block.unwrap_or_default(),
+        encryption: spec.encryption.clone().unwrap_or_default(),
         versioning: spec.versioning,
         lifecycle_rules: spec.lifecycle_rules.clone(),
         cors: spec.cors.clone(),
@@ -237,6 +267,31 @@ mod tests {
             err.message.contains("spec.bucketName") && err.message.contains("s3op-"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_recorded_region_is_used_only_when_it_is_a_region() {
+        let mut b = Bucket::new("b", BucketSpec::default());
+        b.metadata.namespace = Some("ns".into());
+        let at = |b: &Bucket| address(b, &settings(), "us-east-1", &owner()).map(|a| a.region);
+        assert_eq!(at(&b).unwrap(), "us-east-1");
+        for (value, ok) in [
+            ("eu-west-1", true),
+            ("us-gov-west-1", true),
+            ("evil.example.com#", false),
+            ("eu-1", false),
+            ("EU-west-1", false),
+        ] {
+            b.annotations_mut()
+                .insert(REGION_ANNOTATION.into(), value.into());
+            assert_eq!(at(&b).is_ok(), ok, "{value}");
+            if ok {
+                assert_eq!(at(&b).unwrap(), value);
+            }
+        }
+        // spec.region, immutable, comes first.
+        b.spec.region = Some("ap-south-1".into());
+        assert_eq!(at(&b).unwrap(), "ap-south-1");
     }
 
     #[test]

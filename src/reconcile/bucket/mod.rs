@@ -26,7 +26,7 @@ use super::{Blocked, Context, Error, Requeue, object_key};
 use crate::api::Bucket;
 use crate::api::condition::Reason;
 
-pub use desired::{Address, Desired, address, desired};
+pub use desired::{Address, Desired, REGION_ANNOTATION, address, desired};
 pub use plan::{BucketState, Change, Found, Plan, plan};
 
 /// What else an AccessDenied on a bucket may mean.
@@ -46,11 +46,28 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue
     // The Buckets it logs into or that log into it are inputs too.
     let links = logging::links_in(&bucket, &ctx);
     let linked = links.fingerprint();
-    if let Some(wait) = ctx
-        .settled
-        .remaining(&key, &[start.clone(), linked.clone()])
-    {
+    // So is its class: a change to it, or to the namespace's labels, runs a full pass.
+    let class = class_fingerprint(&bucket, &ctx);
+    let inputs = [start.clone(), linked.clone(), class.clone()];
+    if let Some(wait) = ctx.settled.remaining(&key, &inputs) {
         return Ok(Requeue::Resync(wait));
     }
-    apply::apply(&bucket, &ctx, start, &links).await
+    apply::apply(&bucket, &ctx, start, &links, class).await
+}
+
+/// Which class, at which version, a pass of `bucket` would apply (or why none can be found).
+fn class_fingerprint(bucket: &Bucket, ctx: &Context) -> String {
+    let ns = bucket.namespace().unwrap_or_default();
+    match ctx
+        .classes
+        .bucket_class(&ns, bucket.spec.class_name.as_deref())
+    {
+        Ok(Some(c)) => format!(
+            "{}@{}",
+            c.name_any(),
+            c.resource_version().unwrap_or_default()
+        ),
+        Ok(None) => String::new(),
+        Err(e) => e.to_string(),
+    }
 }

@@ -73,7 +73,7 @@ fn check_target(
 }
 
 /// One allow-list entry: an exact ARN, or an ARN prefix followed by a single trailing `*`.
-fn allows(entry: &str, arn: &str) -> bool {
+pub(crate) fn allows(entry: &str, arn: &str) -> bool {
     match entry.strip_suffix('*') {
         // A bare `*` would allow every queue and topic anywhere: it is not a prefix.
         Some(prefix) => !prefix.is_empty() && !prefix.contains('*') && arn.starts_with(prefix),

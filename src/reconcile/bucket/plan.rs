@@ -610,7 +610,7 @@ mod tests {
             bucket_key_enabled: None,
         };
         let d = desired_for(BucketSpec {
-            encryption: enc.clone(),
+            encryption: Some(enc.clone()),
             ..Default::default()
         });
         let mut c = converged(&d);

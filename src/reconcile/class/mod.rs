@@ -3,6 +3,7 @@
 //! forbids is per kind, next to this file.
 
 pub mod access;
+pub mod bucket;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
