@@ -8,6 +8,7 @@ mod bucket;
 mod bucket_logging;
 mod bucket_notifications;
 mod bucket_protection;
+mod class_admission;
 mod cli;
 mod cluster;
 mod fairness;
