@@ -5,8 +5,8 @@ use std::path::Path;
 use serde_yaml::Value;
 
 use crate::{
-    Error, Generated, LEADER_ROLE, LEADER_ROLE_BINDING, METRICS_AUTH_ROLE, METRICS_READER_ROLE,
-    manager_rules, map, read, read_yaml, rules, shape, to_yaml,
+    Error, Generated, LEADER_ROLE, LEADER_ROLE_BINDING, MANAGER_ROLE, METRICS_AUTH_ROLE,
+    METRICS_READER_ROLE, map, read, read_yaml, rules, shape, to_yaml,
 };
 
 const PACKAGE: &str = "s3-operator";
@@ -182,11 +182,6 @@ fn csv(root: &Path) -> Result<Generated, Error> {
 
 /// The CSV's install strategy: the manager Deployment as OLM runs it, and its RBAC.
 fn install_strategy(root: &Path, deployment: &Value, account: Value) -> Result<Value, Error> {
-    let (manager, cluster_reads) = manager_rules(root)?;
-    let mut cluster = rules(root, METRICS_AUTH_ROLE)?;
-    if let (Some(all), Some(reads)) = (cluster.as_sequence_mut(), cluster_reads.as_sequence()) {
-        all.extend(reads.iter().cloned());
-    }
     Ok(map([
         ("strategy", "deployment".into()),
         (
@@ -204,20 +199,19 @@ fn install_strategy(root: &Path, deployment: &Value, account: Value) -> Result<V
                 // every target namespace, or lifts them into a ClusterRole for AllNamespaces:
                 // right for the manager rules, wrong for Leases, which therefore come as bundle
                 // objects (rbac_objects). TokenReviews and SubjectAccessReviews are
-                // cluster-scoped, so the metrics authentication rules are `clusterPermissions`;
-                // so are the manager's reads of classes and namespaces, needed in every mode.
+                // cluster-scoped, so the metrics authentication rules are `clusterPermissions`.
                 (
                     "permissions",
                     Value::Sequence(vec![map([
                         ("serviceAccountName", account.clone()),
-                        ("rules", manager),
+                        ("rules", rules(root, MANAGER_ROLE)?),
                     ])]),
                 ),
                 (
                     "clusterPermissions",
                     Value::Sequence(vec![map([
                         ("serviceAccountName", account),
-                        ("rules", cluster),
+                        ("rules", rules(root, METRICS_AUTH_ROLE)?),
                     ])]),
                 ),
             ]),

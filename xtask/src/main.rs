@@ -5,10 +5,10 @@
 //! - RBAC rules come from `config/rbac/role.yaml`, `config/rbac/leader_election_role.yaml`,
 //!   `config/rbac/metrics_auth_role.yaml` and `config/rbac/metrics_reader_role.yaml`;
 //! - alerts come from `config/prometheus/rules.yaml`, the dashboard from `grafana/`;
-//! - the chart's values schema for its default classes comes from the class CRDs, its admission
-//!   policies from `config/admission`;
 //! - the CSV is its hand-written base plus the manager Deployment, the samples and the RBAC rules;
 //! - the version is Cargo.toml's, written into the chart, config/manager and the Dockerfile;
+//! - the chart's values schema for its default classes comes from the class CRDs, its admission
+//!   policies from `config/admission`;
 //! - BENCHMARKS.md is rendered from BENCHMARKS.json.
 //!
 //! `cargo xtask generate` writes the files; `cargo xtask check` and `cargo test` fail on drift,
@@ -60,49 +60,6 @@ pub const LEADER_ROLE: &str = "config/rbac/leader_election_role.yaml";
 pub const LEADER_ROLE_BINDING: &str = "config/rbac/leader_election_role_binding.yaml";
 pub const METRICS_AUTH_ROLE: &str = "config/rbac/metrics_auth_role.yaml";
 pub const METRICS_READER_ROLE: &str = "config/rbac/metrics_reader_role.yaml";
-
-/// Cluster-scoped resources the manager rules may name (group, resource). Their rules are
-/// granted cluster-wide in every scope (a Role cannot grant them): the classes and the
-/// namespaces' labels decide what applies in a watched namespace.
-const CLUSTER_SCOPED: [(&str, &str); 3] = [
-    ("", "namespaces"),
-    ("s3.operator.dev", "bucketclasses"),
-    ("s3.operator.dev", "bucketaccessclasses"),
-];
-
-/// The manager rules split by scope: (rules on namespaced resources, rules on cluster-scoped
-/// ones). A rule naming both kinds is refused, as it could be granted in neither place whole.
-pub fn manager_rules(root: &Path) -> Result<(Value, Value), Error> {
-    let all = rules(root, MANAGER_ROLE)?;
-    let (mut namespaced, mut cluster) = (Vec::new(), Vec::new());
-    for rule in all.as_sequence().into_iter().flatten() {
-        let names = |k: &str| -> Vec<String> {
-            rule[k]
-                .as_sequence()
-                .into_iter()
-                .flatten()
-                .filter_map(|v| v.as_str().map(String::from))
-                .collect()
-        };
-        let (groups, resources) = (names("apiGroups"), names("resources"));
-        let scoped = |r: &String| {
-            groups
-                .iter()
-                .any(|g| CLUSTER_SCOPED.contains(&(g.as_str(), r.as_str())))
-        };
-        match resources.iter().filter(|r| scoped(r)).count() {
-            0 => namespaced.push(rule.clone()),
-            n if n == resources.len() => cluster.push(rule.clone()),
-            _ => {
-                return Err(shape(
-                    MANAGER_ROLE,
-                    format!("a rule names cluster-scoped and namespaced resources: {resources:?}"),
-                ));
-            }
-        }
-    }
-    Ok((Value::Sequence(namespaced), Value::Sequence(cluster)))
-}
 
 /// One generated file: its path relative to the repository root and its full text.
 pub struct Generated {
@@ -211,11 +168,10 @@ fn crd_files() -> Result<Vec<Generated>, Error> {
     Ok(out)
 }
 
-/// RBAC: the namespaced overlays bind a Role with exactly the ClusterRole's rules on namespaced
-/// resources; the chart reads every role's rules from one file, the manager's cluster-scoped
-/// reads apart (`clusterReads`: granted cluster-wide in every scope).
+/// RBAC: the namespaced overlays bind a Role with exactly the ClusterRole's rules; the chart
+/// reads every role's rules from one file.
 fn rbac_files(root: &Path) -> Result<Vec<Generated>, Error> {
-    let (manager, cluster_reads) = manager_rules(root)?;
+    let manager = rules(root, MANAGER_ROLE)?;
     let leader = rules(root, LEADER_ROLE)?;
     let role = map([
         ("apiVersion", "rbac.authorization.k8s.io/v1".into()),
@@ -225,7 +181,6 @@ fn rbac_files(root: &Path) -> Result<Vec<Generated>, Error> {
     ]);
     let chart_rbac = map([
         ("manager", manager),
-        ("clusterReads", cluster_reads),
         ("leaderElection", leader),
         ("metricsAuth", rules(root, METRICS_AUTH_ROLE)?),
         ("metricsReader", rules(root, METRICS_READER_ROLE)?),
@@ -457,15 +412,15 @@ mod tests {
     fn csv_permissions_and_watch_namespace_come_from_the_sources() {
         let root = repo();
         let spec = &csv(&generate(&root).unwrap())["spec"]["install"]["spec"];
-        let (manager, cluster_reads) = manager_rules(&root).unwrap();
-        assert_eq!(spec["permissions"][0]["rules"], manager);
+        assert_eq!(
+            spec["permissions"][0]["rules"],
+            rules(&root, MANAGER_ROLE).unwrap()
+        );
         assert_eq!(spec["permissions"][0]["serviceAccountName"], "s3-operator");
-        let mut cluster = rules(&root, METRICS_AUTH_ROLE).unwrap();
-        cluster
-            .as_sequence_mut()
-            .unwrap()
-            .extend(cluster_reads.as_sequence().unwrap().iter().cloned());
-        assert_eq!(spec["clusterPermissions"][0]["rules"], cluster);
+        assert_eq!(
+            spec["clusterPermissions"][0]["rules"],
+            rules(&root, METRICS_AUTH_ROLE).unwrap()
+        );
         assert_eq!(
             spec["clusterPermissions"][0]["serviceAccountName"],
             "s3-operator"
@@ -481,55 +436,6 @@ mod tests {
             watch["valueFrom"]["fieldRef"]["fieldPath"],
             "metadata.annotations['olm.targetNamespaces']"
         );
-    }
-
-    /// Reads of classes and namespaces in the manager rules are cluster-scoped: OLM must grant
-    /// them cluster-wide (`clusterPermissions`) even for OwnNamespace, SingleNamespace and
-    /// MultiNamespace, where `permissions` become Roles; the namespaced Role and the chart's
-    /// manager rules leave them out, the chart's `clusterReads` has them.
-    #[test]
-    fn class_and_namespace_reads_are_cluster_permissions() {
-        let tmp = std::env::temp_dir().join(format!("xtask-scope-{}", std::process::id()));
-        let root = repo();
-        for src in [MANAGER_ROLE, METRICS_AUTH_ROLE] {
-            std::fs::create_dir_all(tmp.join(src).parent().unwrap()).unwrap();
-            std::fs::copy(root.join(src), tmp.join(src)).unwrap();
-        }
-        let reads = "  - apiGroups: [\"s3.operator.dev\"]\n    resources: [\"bucketclasses\", \"bucketaccessclasses\"]\n    verbs: [\"list\", \"watch\"]\n  - apiGroups: [\"\"]\n    resources: [\"namespaces\"]\n    verbs: [\"list\", \"watch\"]\n";
-        let role = tmp.join(MANAGER_ROLE);
-        let text = std::fs::read_to_string(&role).unwrap();
-        let text = text.replace("rules:\n", &format!("rules:\n{reads}"));
-        std::fs::write(&role, &text).unwrap();
-        let (namespaced, cluster) = manager_rules(&tmp).unwrap();
-        let resources = |rules: &Value| -> Vec<String> {
-            let mut out: Vec<String> = rules
-                .as_sequence()
-                .unwrap()
-                .iter()
-                .flat_map(|r| r["resources"].as_sequence().unwrap().clone())
-                .map(|r| r.as_str().unwrap().to_string())
-                .collect();
-            out.sort();
-            out
-        };
-        assert_eq!(
-            resources(&cluster),
-            ["bucketaccessclasses", "bucketclasses", "namespaces"]
-        );
-        assert!(resources(&namespaced).contains(&"buckets".to_string()));
-        assert!(!resources(&namespaced).contains(&"namespaces".to_string()));
-        // A rule mixing both scopes can be granted whole in neither place.
-        std::fs::write(
-            &role,
-            text.replace(
-                "[\"buckets\", \"bucketaccesses\"]",
-                "[\"buckets\", \"bucketclasses\"]",
-            ),
-        )
-        .unwrap();
-        let mixed = manager_rules(&tmp).map(|_| ()).unwrap_err().to_string();
-        std::fs::remove_dir_all(&tmp).unwrap();
-        assert!(mixed.contains("cluster-scoped and namespaced"), "{mixed}");
     }
 
     fn csv(files: &[Generated]) -> Value {

@@ -143,3 +143,69 @@ fn json_schema(crd: &Value) -> Value {
     }
     Value::Mapping(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kubernetes' extensions, `nullable` and defaults go; a field named like a keyword
+    /// (`rotation.default`) stays; listed properties are closed.
+    #[test]
+    fn crd_schemas_become_closed_json_schemas() {
+        let crd: Value = serde_yaml::from_str(
+            "type: object\nnullable: true\nx-kubernetes-validations: [{rule: 'true'}]\n\
+             properties:\n  default: {type: string, default: 1h}\n  \
+             nullable: {type: boolean}\n  \
+             list: {type: array, items: {type: object, properties: {a: {type: string}}}}\n",
+        )
+        .unwrap();
+        let want: Value = serde_yaml::from_str(
+            "type: object\n\
+             properties:\n  default: {type: string}\n  nullable: {type: boolean}\n  \
+             list: {type: array, items: {type: object, properties: {a: {type: string}},\n    \
+             additionalProperties: false}}\n\
+             additionalProperties: false\n",
+        )
+        .unwrap();
+        assert_eq!(json_schema(&crd), want);
+    }
+
+    /// Every field of each class's spec is a value of its default class, and nothing else is.
+    #[test]
+    fn the_default_classes_take_exactly_the_spec_fields() {
+        let classes = classes().unwrap();
+        for (key, kind) in [
+            ("bucket", "BucketClass"),
+            ("bucketAccess", "BucketAccessClass"),
+        ] {
+            let props = &classes["properties"][key]["properties"]["default"]["properties"];
+            let mut names: Vec<&str> = props
+                .as_mapping()
+                .unwrap()
+                .keys()
+                .filter_map(Value::as_str)
+                .collect();
+            names.sort();
+            let crd = s3_operator::api::crds()
+                .into_iter()
+                .find(|c| c.spec.names.kind == kind)
+                .unwrap();
+            let spec = &crd.spec.versions[0]
+                .schema
+                .as_ref()
+                .unwrap()
+                .open_api_v3_schema;
+            let spec = &spec.as_ref().unwrap().properties.as_ref().unwrap()["spec"];
+            let mut want: Vec<&str> = spec
+                .properties
+                .as_ref()
+                .unwrap()
+                .keys()
+                .map(String::as_str)
+                .collect();
+            want.extend(["enabled", "name"]);
+            want.sort();
+            assert_eq!(names, want, "{kind}");
+        }
+    }
+}

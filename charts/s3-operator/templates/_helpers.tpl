@@ -85,8 +85,8 @@ Name of the leader-election Lease.
 
 {{/*
 The operator's RBAC rules, from files/rbac.yaml (generated from config/rbac, the single source).
-Returns the map {manager, clusterReads, leaderElection, metricsAuth, metricsReader: [rules]} as
-YAML (clusterReads may be empty); callers use fromYaml.
+Returns the map {manager, leaderElection, metricsAuth, metricsReader: [rules]} as YAML; callers
+use fromYaml.
 */}}
 {{- define "s3-operator.rbacRules" -}}
 {{- $raw := .Files.Get "files/rbac.yaml" }}
