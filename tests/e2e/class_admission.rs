@@ -188,3 +188,84 @@ async fn class_violations_are_refused_at_apply_time() {
         tool("kubectl", &["delete", kind, &class], None);
     }
 }
+
+/// The chart renders the same policies under the release's names, bound to them, and the
+/// default classes from its values; the API server accepts all of it.
+#[tokio::test]
+async fn the_chart_renders_the_policies_and_default_classes() {
+    install_crds().await;
+    for kind in ["bucketclasses", "bucketaccessclasses"] {
+        apply_crds(&repo().join(format!("config/crd/bases/s3.operator.dev_{kind}.yaml"))).await;
+    }
+    let release = format!("r{}", random(5));
+    let out = tool(
+        "helm",
+        &[
+            "template",
+            &release,
+            "charts/s3-operator",
+            "--kube-version",
+            crate::packaging::KUBE_VERSION,
+            "--set",
+            "admissionPolicy.enabled=true",
+            "--set",
+            "classes.bucket.default.enabled=true",
+            "--set",
+            &format!("classes.bucket.default.name={release}"),
+            "--set",
+            "classes.bucket.default.constraints.allowForceDelete=false",
+            "--set",
+            "classes.bucketAccess.default.enabled=true",
+            "--set",
+            &format!("classes.bucketAccess.default.name={release}"),
+            "--set",
+            "classes.bucketAccess.default.rotation.maximum=720h",
+            "--show-only",
+            "templates/admission.yaml",
+            "--show-only",
+            "templates/classes.yaml",
+        ],
+        None,
+    );
+    let rendered: Vec<Value> = serde_yaml::Deserializer::from_str(&out)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .filter(|d: &Value| !d.is_null())
+        .collect();
+    let of =
+        |kind: &str| -> Vec<&Value> { rendered.iter().filter(|d| d["kind"] == kind).collect() };
+    let (policies, bindings) = (
+        of("ValidatingAdmissionPolicy"),
+        of("ValidatingAdmissionPolicyBinding"),
+    );
+    assert_eq!((policies.len(), bindings.len()), (2, 2), "{out}");
+    for (i, path) in POLICIES.iter().enumerate() {
+        let (policy, binding) = policy_and_binding(path);
+        let name = policy["metadata"]["name"].as_str().unwrap();
+        let named = name.replacen("s3-operator", &format!("{release}-s3-operator"), 1);
+        assert_eq!(policies[i]["metadata"]["name"], json!(named));
+        assert_eq!(policies[i]["spec"], policy["spec"], "{path}");
+        assert_eq!(bindings[i]["spec"]["policyName"], json!(named));
+        assert_eq!(bindings[i]["spec"]["paramRef"], binding["spec"]["paramRef"]);
+    }
+    for kind in ["BucketClass", "BucketAccessClass"] {
+        let class = of(kind);
+        assert_eq!(class.len(), 1, "{out}");
+        assert_eq!(
+            class[0]["metadata"]["annotations"]["s3.operator.dev/is-default-class"],
+            "true"
+        );
+    }
+    assert_eq!(
+        of("BucketClass")[0]["spec"]["constraints"],
+        json!({"allowForceDelete": false})
+    );
+    assert_eq!(
+        of("BucketAccessClass")[0]["spec"]["rotation"],
+        json!({"maximum": "720h"})
+    );
+    tool(
+        "kubectl",
+        &["apply", "--dry-run=server", "-f", "-"],
+        Some(&out),
+    );
+}
