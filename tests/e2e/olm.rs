@@ -365,8 +365,8 @@ impl Install {
 }
 
 /// An install mode from subscribing to Buckets served: the CSV Succeeded, every CRD (the class
-/// kinds too) established, two Pods Ready on the current image, the samples' flow in the last target namespace, least RBAC, and exactly the
-/// OperatorGroup's namespaces served.
+/// kinds too) established, two Pods Ready on the current image, the samples' flow in the last
+/// target namespace, least RBAC, and exactly the OperatorGroup's namespaces served.
 async fn install_mode(prefix: &str, targets_of: impl Fn(&str) -> Vec<String>) {
     let node = node();
     let _names = PACKAGE_NAMES.write().await;
