@@ -10,6 +10,7 @@ mod bucket_classes;
 mod bucket_logging;
 mod bucket_notifications;
 mod bucket_protection;
+mod class_admission;
 mod cli;
 mod cluster;
 mod fairness;

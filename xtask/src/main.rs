@@ -8,6 +8,8 @@
 //! - alerts come from `config/prometheus/rules.yaml`, the dashboard from `grafana/`;
 //! - the CSV is its hand-written base plus the manager Deployment, the samples and the RBAC rules;
 //! - the version is Cargo.toml's, written into the chart, config/manager and the Dockerfile;
+//! - the chart's values schema for its default classes comes from the class CRDs, its admission
+//!   policies from `config/admission`;
 //! - BENCHMARKS.md is rendered from BENCHMARKS.json.
 //!
 //! `cargo xtask generate` writes the files; `cargo xtask check` and `cargo test` fail on drift,
@@ -22,6 +24,7 @@ use serde_yaml::{Mapping, Value};
 mod benchmarks;
 mod bundle;
 mod chart;
+mod values_schema;
 mod version;
 
 #[derive(Debug, thiserror::Error)]
@@ -135,6 +138,8 @@ pub fn generate(root: &Path) -> Result<Vec<Generated>, Error> {
     let (alerts, prometheus_rule) = alert_files(root)?;
     out.extend(alerts);
     out.push(dashboard_file(root)?);
+    out.push(values_schema::file(root)?);
+    out.push(admission_file(root)?);
     out.extend(bundle::generate(root, &prometheus_rule)?);
     out.extend(version::files(root)?);
     out.push(benchmarks::file(root)?);
@@ -244,6 +249,32 @@ fn dashboard_file(root: &Path) -> Result<Generated, Error> {
         path: "charts/s3-operator/files/dashboard.json".into(),
         text: serde_json::to_string_pretty(&dashboard).expect("JSON value serializes") + "\n",
     })
+}
+
+/// The ValidatingAdmissionPolicies and their bindings of config/admission, in the order of its
+/// kustomization, for the chart (which names them after the release).
+fn admission_file(root: &Path) -> Result<Generated, Error> {
+    let kustomization = "config/admission/kustomization.yaml";
+    let mut documents = Vec::new();
+    for file in read_yaml(root, kustomization)?["resources"]
+        .as_sequence()
+        .ok_or_else(|| shape(kustomization, "has no resources"))?
+    {
+        let rel = format!("config/admission/{}", file.as_str().unwrap_or_default());
+        for doc in serde_yaml::Deserializer::from_str(&read(root, &rel)?) {
+            let doc =
+                <Value as serde::Deserialize>::deserialize(doc).map_err(|source| Error::Yaml {
+                    path: rel.clone(),
+                    source,
+                })?;
+            documents.push(doc);
+        }
+    }
+    to_yaml(
+        "charts/s3-operator/files/admission.yaml",
+        &map([("documents", Value::Sequence(documents))]),
+        "config/admission",
+    )
 }
 
 /// Paths whose committed text differs from what `generate` produces.
@@ -537,6 +568,10 @@ mod tests {
             "config/prometheus/monitor.yaml",
             "config/manager/metrics_service.yaml",
             "BENCHMARKS.json",
+            values_schema::SCHEMA,
+            "config/admission/kustomization.yaml",
+            "config/admission/bucket_class_policy.yaml",
+            "config/admission/bucket_access_class_policy.yaml",
         ] {
             let p = tmp.join(src);
             std::fs::create_dir_all(p.parent().unwrap()).unwrap();
