@@ -176,8 +176,8 @@ impl Metrics {
             ),
             managed_objects: r.gauge(
                 "s3_operator_managed_objects",
-                "Objects the operator manages, by kind and readiness",
-                &["kind", "ready"],
+                "Objects the operator manages, by kind, readiness and the class in force (empty: none)",
+                &["kind", "ready", "class"],
             ),
             access_key_age_seconds: r.single_gauge(
                 "s3_operator_access_key_max_age_seconds",

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, join_all};
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Resource;
 use kube::api::DynamicObject;
 use kube::runtime::controller::{self, Action, Controller};
@@ -648,48 +649,61 @@ fn record_managed_objects(
     accesses: &[Store<BucketAccess>],
     metrics: &Metrics,
 ) {
-    let count = |ready: Vec<bool>| {
-        (
-            ready.iter().filter(|r| **r).count() as i64,
-            ready.iter().filter(|r| !**r).count() as i64,
-        )
-    };
-    let b = count(
-        buckets
-            .iter()
-            .flat_map(|s| s.state())
-            .map(|b| b.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
-            .collect(),
-    );
+    let b: Vec<_> = buckets
+        .iter()
+        .flat_map(|s| s.state())
+        .map(|b| state_of(b.status.as_ref().map(|s| (&s.conditions, &s.class_name))))
+        .collect();
     // One snapshot of the BucketAccess caches for every figure below.
     let all_accesses: Vec<_> = accesses.iter().flat_map(|s| s.state()).collect();
-    let a = count(
-        all_accesses
-            .iter()
-            .map(|a| a.status.as_ref().is_some_and(|s| is_ready(&s.conditions)))
-            .collect(),
-    );
-    // Age of the oldest active access key: the key's creation time is in status.
+    let a: Vec<_> = all_accesses
+        .iter()
+        .map(|a| state_of(a.status.as_ref().map(|s| (&s.conditions, &s.class_name))))
+        .collect();
+    record_key_ages(&all_accesses, metrics);
+    // A class deleted since the last round must lose its series: start from none.
+    metrics.managed_objects.reset();
+    for (kind, states) in [("Bucket", b), ("BucketAccess", a)] {
+        for ready in ["true", "false"] {
+            metrics
+                .managed_objects
+                .with_label_values(&[kind, ready, ""])
+                .set(0);
+        }
+        for (ready, class) in states {
+            metrics
+                .managed_objects
+                .with_label_values(&[kind, ready, class.as_str()])
+                .inc();
+        }
+    }
+}
+
+/// An object's readiness label and the class in force, from its status.
+fn state_of(status: Option<(&Vec<Condition>, &Option<String>)>) -> (&'static str, String) {
+    let ready = status.is_some_and(|(c, _)| is_ready(c));
+    let class = status.and_then(|(_, c)| c.clone()).unwrap_or_default();
+    (if ready { "true" } else { "false" }, class)
+}
+
+/// The age of the oldest active access key (its creation time is in status), and how far past
+/// its rotation time the most overdue key is: rotation is checked on every resync, so a key far
+/// past its time means rotation is failing.
+fn record_key_ages(accesses: &[Arc<BucketAccess>], metrics: &Metrics) {
     let now = jiff::Timestamp::now();
-    let oldest = all_accesses
+    let oldest = accesses
         .iter()
         .filter_map(|a| a.status.as_ref()?.last_rotation_time.as_ref().map(|t| t.0))
         .min();
     metrics
         .access_key_age_seconds
         .set(oldest.map_or(0.0, |t| now.duration_since(t).as_secs_f64().max(0.0)));
-    // Rotation is checked on every resync; a key far past its time means rotation is failing.
-    let overdue = all_accesses
+    let overdue = accesses
         .iter()
         .filter_map(|a| a.status.as_ref()?.next_rotation_time.as_ref().map(|t| t.0))
         .map(|next| now.duration_since(next).as_secs_f64())
         .fold(0.0, f64::max);
     metrics.access_key_rotation_overdue_seconds.set(overdue);
-    for (kind, (ready, not_ready)) in [("Bucket", b), ("BucketAccess", a)] {
-        let objects = |r| metrics.managed_objects.with_label_values(&[kind, r]);
-        objects("true").set(ready);
-        objects("false").set(not_ready);
-    }
 }
 
 #[cfg(test)]
@@ -841,5 +855,64 @@ mod tests {
         assert_eq!(depth(), 1);
         q.started("BucketAccess/a/own");
         assert_eq!(depth(), 0);
+    }
+
+    /// Objects are counted by kind, readiness and class, and a class no object is under any
+    /// more loses its series.
+    #[test]
+    fn managed_objects_are_counted_by_class() {
+        let with = |name: &str, class: Option<&str>, ready: bool| {
+            let mut b = (*bucket(name)).clone();
+            b.status = Some(crate::api::BucketStatus {
+                class_name: class.map(String::from),
+                conditions: vec![crate::api::condition::ready(
+                    &[],
+                    ready,
+                    crate::api::condition::Reason::Available,
+                    String::new(),
+                    None,
+                    jiff::Timestamp::now(),
+                )],
+                ..Default::default()
+            });
+            b
+        };
+        let mut writer = kube::runtime::reflector::store::Writer::<Bucket>::default();
+        for b in [
+            with("a", Some("prod"), true),
+            with("b", Some("prod"), false),
+            with("c", None, true),
+        ] {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(b));
+        }
+        let metrics = Metrics::new();
+        let stores = [writer.as_reader()];
+        record_managed_objects(&stores, &[], &metrics);
+        let value = |kind, ready, class| {
+            metrics
+                .managed_objects
+                .with_label_values(&[kind, ready, class])
+                .get()
+        };
+        assert_eq!(value("Bucket", "true", "prod"), 1);
+        assert_eq!(value("Bucket", "false", "prod"), 1);
+        assert_eq!(value("Bucket", "true", ""), 1);
+        assert_eq!(value("BucketAccess", "false", ""), 0);
+        for name in ["a", "b"] {
+            writer.apply_watcher_event(&kube::runtime::watcher::Event::Delete(with(
+                name,
+                Some("prod"),
+                true,
+            )));
+        }
+        record_managed_objects(&stores, &[], &metrics);
+        let text = metrics.render();
+        assert!(!text.contains("class=\"prod\""), "{text}");
+        assert!(
+            text.contains(
+                "s3_operator_managed_objects{class=\"\",kind=\"Bucket\",ready=\"true\"} 1"
+            ),
+            "{text}"
+        );
     }
 }

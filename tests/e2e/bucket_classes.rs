@@ -40,6 +40,8 @@ async fn class(
     default: bool,
     spec: serde_json::Value,
 ) -> String {
+    // The class may be made before any operator starts (and installs the CRDs).
+    install_crds().await;
     let name = format!("e2e-{}", random(6));
     let mut spec = spec;
     spec["namespaceSelector"] = json!({"matchLabels": {LABEL: value}});

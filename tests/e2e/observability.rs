@@ -222,6 +222,7 @@ async fn dashboard_queries_return_data(prom: &Prometheus) {
         "AWS latency p99 by operation",
         "Kubernetes writes by kind and verb",
         "Managed objects by kind and readiness",
+        "Managed objects by class",
         "CPU usage",
         "Memory (resident)",
         "Uptime",
