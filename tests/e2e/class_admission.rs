@@ -29,12 +29,35 @@ fn policy_and_binding(path: &str) -> (Value, Value) {
 
 /// `kubectl apply` of `doc` in `ns`: Ok(stdout) or Err(stderr).
 fn kubectl_apply(ns: &str, doc: &Value) -> Result<String, String> {
-    let (code, out, err) = try_tool(
-        "kubectl",
-        &["apply", "-n", ns, "-f", "-"],
-        Some(&doc.to_string()),
-    );
+    apply_with(ns, doc, &[])
+}
+
+fn apply_with(ns: &str, doc: &Value, extra: &[&str]) -> Result<String, String> {
+    let mut args = vec!["apply", "-n", ns, "-f", "-"];
+    args.extend_from_slice(extra);
+    let (code, out, err) = try_tool("kubectl", &args, Some(&doc.to_string()));
     if code == 0 { Ok(out) } else { Err(err) }
+}
+
+/// Waits until the API server enforces both bindings: probed with server-side dry runs, which
+/// admission judges like real requests but which create nothing (an object created by a probe
+/// that came too early would make the next probe an update of an unchanged spec, which the
+/// policies rightly let through).
+async fn wait_enforced(ns: &str, probes: [&Value; 2]) -> Vec<String> {
+    let mut refusals = Vec::new();
+    for probe in probes {
+        let refusal = wait_for(
+            "the binding to be enforced",
+            Duration::from_secs(30),
+            || {
+                let r = apply_with(ns, probe, &["--dry-run=server"]).err();
+                async move { r }
+            },
+        )
+        .await;
+        refusals.push(refusal);
+    }
+    refusals
 }
 
 fn object(kind: &str, name: &str, spec: Value) -> Value {
@@ -88,15 +111,13 @@ async fn class_violations_are_refused_at_apply_time() {
         "forced",
         json!({"className": class, "encryption": {"algorithm": "aws:kms"}, "forceDelete": true}),
     );
-    let refusal = wait_for(
-        "the binding to be enforced",
-        Duration::from_secs(30),
-        || {
-            let r = kubectl_apply(&ns, &force).err();
-            async move { r }
-        },
-    )
-    .await;
+    let write_only = object(
+        "BucketAccess",
+        "probe",
+        json!({"className": class, "bucketRef": {"name": "good"}, "permission": "WriteOnly"}),
+    );
+    wait_enforced(&ns, [&force, &write_only]).await;
+    let refusal = kubectl_apply(&ns, &force).unwrap_err();
     assert!(
         refusal.contains(&format!(
             "spec.forceDelete true breaks BucketClass {class}: constraints.allowForceDelete is false"
