@@ -765,7 +765,7 @@ async fn a_full_iam_quota_is_reported_and_create_user_is_not_retried() {
     let proxy = FaultProxy::start(rng("quota").random()).await;
     let client = admin().await;
     let ns = namespace(&client, "quota").await;
-    let _op = Operator::start(OperatorOpts {
+    let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
         resync: "10m",
         aws_endpoint: Some(proxy.url()),
@@ -797,6 +797,9 @@ async fn a_full_iam_quota_is_reported_and_create_user_is_not_retried() {
         Some(sent),
         "every one refused: {stats}"
     );
+    // Refused at the user: no identity, key or Secret was left half made.
+    let problems = audit(&op.cluster, std::slice::from_ref(&ns)).await;
+    assert!(problems.is_empty(), "audit found: {problems:#?}");
 
     proxy.set(json!({"quota": 0})).await;
     let _ = accesses.delete("q", &DeleteParams::default()).await;
@@ -810,4 +813,5 @@ async fn a_full_iam_quota_is_reported_and_create_user_is_not_retried() {
         },
     )
     .await;
+    assert_nothing_left(&op.cluster).await;
 }
