@@ -1,8 +1,9 @@
 """Fault-injecting HTTP/1.1 reverse proxy between the operator's AWS SDK and moto, for e2e tests.
 
 Requests are forwarded unchanged (Host included, so SigV4 signatures still verify) except that, at
-rates set at runtime, it injects what real AWS does: 5xx errors, throttling, latency, and
-connections dropped before forwarding or after the change already landed upstream.
+rates set at runtime, it injects what real AWS does: 5xx errors, throttling, a full quota (IAM's
+LimitExceeded, S3's TooManyBuckets), latency, and connections dropped before forwarding or after
+the change already landed upstream.
 
 Usage: python3 hack/fault_proxy.py --upstream http://127.0.0.1:PORT [--listen 127.0.0.1:0]
                                    [--seed N] [--verbose]
@@ -10,12 +11,12 @@ Prints `listening on 127.0.0.1:<port>` once bound, then serves until SIGTERM.
 
 Control API (same port; never forwarded or faulted), each answering {"rates": ..., "stats": ...}:
   GET  /__faults        current rates and stats
-  PUT  /__faults        any of drop_before, drop_after, error5xx, throttle, latency (rates in
+  PUT  /__faults        any of drop_before, drop_after, error5xx, throttle, quota, latency (rates in
                         [0, 1]), latency_ms ([lo, hi]), only (operation substrings to restrict
                         faults to); 400 naming the key on an unknown key or bad value
   POST /__faults/reset  zeroes the stats
 One draw per request picks at most one fault, in the order drop_before, drop_after, error5xx,
-throttle, latency. Operations: the Action for query protocol (IAM, STS); for S3
+throttle, quota, latency. Operations: the Action for query protocol (IAM, STS); for S3
 `METHOD service|bucket|object[?subresources]`, e.g. "PUT bucket?tagging".
 """
 
@@ -38,13 +39,16 @@ from urllib.parse import parse_qs, parse_qsl, urlsplit
 
 Headers = list[tuple[str, str]]
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade"}
-FAULTS = ("drop_before", "drop_after", "error5xx", "throttle", "latency")
+FAULTS = ("drop_before", "drop_after", "error5xx", "throttle", "quota", "latency")
 S3_SUBRESOURCE_PARAMS = {"list-type", "uploadId", "partNumber", "versionId"}
 ERRORS = {  # (fault, query protocol) -> status, error type, code, message
     ("error5xx", True): (500, "Receiver", "ServiceFailure", "Injected service failure"),
     ("throttle", True): (400, "Sender", "Throttling", "Rate exceeded"),
     ("error5xx", False): (500, "", "InternalError", "We encountered an internal error."),
     ("throttle", False): (503, "", "SlowDown", "Please reduce your request rate."),
+    ("quota", True): (409, "Sender", "LimitExceeded", "Cannot exceed quota (injected)"),
+    ("quota", False): (400, "", "TooManyBuckets",
+                       "You have attempted to create more buckets than allowed"),
 }
 
 
@@ -238,7 +242,7 @@ class ProxyHandler(BaseHTTPRequestHandler):
         fault, delay = self.state.choose(operation)
         if fault == "drop_before":
             return self.drop()
-        if fault in ("error5xx", "throttle"):
+        if fault in ("error5xx", "throttle", "quota"):
             return self.fault_reply(fault, query)
         time.sleep(delay)
         try:

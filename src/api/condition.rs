@@ -33,6 +33,10 @@ pub enum Reason {
     /// The object breaks a rule of its class (or names a class its namespace may not use):
     /// nothing changes in AWS until it is fixed.
     ClassViolation,
+    /// An AWS quota is full (IAM users, roles, keys per user, policy size, buckets): nothing
+    /// is retried until the object changes or the periodic resync, so a person frees room or
+    /// raises the quota.
+    QuotaExceeded,
     /// A transient error; the operator retries with backoff.
     Retrying,
 }
@@ -51,6 +55,7 @@ impl Reason {
             Reason::BucketNotOwned => "BucketNotOwned",
             Reason::OwnershipConflict => "OwnershipConflict",
             Reason::ClassViolation => "ClassViolation",
+            Reason::QuotaExceeded => "QuotaExceeded",
             Reason::Retrying => "Retrying",
         }
     }

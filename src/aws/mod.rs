@@ -80,6 +80,9 @@ pub enum ErrorKind {
     Conflict,
     /// AWS rejected the request as invalid (bad KMS key, malformed configuration).
     Invalid,
+    /// A quota of the account or of one identity is full ([`Error::quota`] names it): a person
+    /// must free room or raise it, so retrying only adds refused writes.
+    QuotaExceeded,
     /// Throttling, 5xx, timeouts, dropped connections: retry with backoff.
     Transient,
     /// The namespace's budget of AWS writes is spent (see [`budget`]); nothing was sent, and the
@@ -93,6 +96,23 @@ impl Error {
     }
     pub fn not_found(&self) -> bool {
         self.kind == ErrorKind::NotFound
+    }
+
+    /// The quota a `QuotaExceeded` refusal of this operation hit, with its default and whether
+    /// AWS raises it on request.
+    pub fn quota(&self) -> &'static str {
+        match (self.service, self.operation) {
+            ("iam", "CreateUser") => "IAM users per account (5,000, not adjustable)",
+            ("iam", "CreateRole") => "IAM roles per account (1,000 by default, adjustable)",
+            ("iam", "CreateAccessKey") => "access keys per user (2)",
+            ("iam", "PutUserPolicy" | "PutRolePolicy") => {
+                "inline policy size (2,048 characters per user, 10,240 per role)"
+            }
+            ("s3", "CreateBucket") => "S3 buckets per account (10,000 by default, adjustable)",
+            ("iam", _) => "an IAM quota",
+            ("s3", _) => "an S3 quota",
+            _ => "an AWS quota",
+        }
     }
 }
 
@@ -124,12 +144,14 @@ const CONFLICT: &[&str] = &[
     "BucketAlreadyExists",
     "BucketAlreadyOwnedByYou",
     "EntityAlreadyExists",
-    "LimitExceeded",
     "DeleteConflict",
     "BucketNotEmpty",
     "PermanentRedirect",
     "IllegalLocationConstraintException",
 ];
+/// IAM's `LimitExceeded` (users, roles, keys per user, policy size) and S3's bucket quota; not
+/// `RequestLimitExceeded`, which is throttling.
+const QUOTA: &[&str] = &["LimitExceeded", "TooManyBuckets"];
 const THROTTLED: &[&str] = &[
     "Throttling",
     "ThrottlingException",
@@ -162,6 +184,8 @@ pub(crate) fn classify(code: &str, status: Option<u16>) -> ErrorKind {
         ErrorKind::NotFound
     } else if ACCESS_DENIED.contains(&code) || (code.is_empty() && status == Some(403)) {
         ErrorKind::AccessDenied
+    } else if QUOTA.contains(&code) {
+        ErrorKind::QuotaExceeded
     } else if CONFLICT.contains(&code) {
         ErrorKind::Conflict
     } else if THROTTLED.contains(&code)
@@ -577,6 +601,19 @@ mod tests {
             ErrorKind::Invalid
         );
         assert_eq!(classify("MalformedXML", Some(400)), ErrorKind::Invalid);
+        // A full quota is neither a conflict nor throttling (IAM's LimitExceeded comes as 409).
+        assert_eq!(
+            classify("LimitExceeded", Some(409)),
+            ErrorKind::QuotaExceeded
+        );
+        assert_eq!(
+            classify("TooManyBuckets", Some(400)),
+            ErrorKind::QuotaExceeded
+        );
+        assert_eq!(
+            classify("RequestLimitExceeded", Some(400)),
+            ErrorKind::Transient
+        );
         // What passes by itself is retried, never reported as a spec or policy problem.
         for code in [
             "ExpiredToken",
@@ -587,5 +624,39 @@ mod tests {
             assert_eq!(classify(code, Some(400)), ErrorKind::Transient, "{code}");
             assert_eq!(classify(code, Some(409)), ErrorKind::Transient, "{code}");
         }
+    }
+
+    #[test]
+    fn a_quota_refusal_names_the_quota_of_its_operation() {
+        let named = |service, operation| {
+            Error {
+                service,
+                operation,
+                code: "LimitExceeded".into(),
+                message: String::new(),
+                kind: ErrorKind::QuotaExceeded,
+            }
+            .quota()
+        };
+        assert_eq!(
+            named("iam", "CreateUser"),
+            "IAM users per account (5,000, not adjustable)"
+        );
+        assert_eq!(
+            named("iam", "CreateRole"),
+            "IAM roles per account (1,000 by default, adjustable)"
+        );
+        assert_eq!(named("iam", "CreateAccessKey"), "access keys per user (2)");
+        for op in ["PutUserPolicy", "PutRolePolicy"] {
+            assert_eq!(
+                named("iam", op),
+                "inline policy size (2,048 characters per user, 10,240 per role)"
+            );
+        }
+        assert_eq!(
+            named("s3", "CreateBucket"),
+            "S3 buckets per account (10,000 by default, adjustable)"
+        );
+        assert_eq!(named("iam", "AttachRolePolicy"), "an IAM quota");
     }
 }

@@ -117,6 +117,13 @@ pub fn refusal(e: &aws::Error, conflict: Option<Reason>, denied_also: &str) -> O
                 "AWS denied {service} {op}: {denied_also}the operator's IAM policy does not allow it ({msg})"
             ),
         )),
+        (ErrorKind::QuotaExceeded, _) => Some(Blocked::new(
+            Reason::QuotaExceeded,
+            format!(
+                "AWS refused {service} {op}, quota reached: {}; retried on a change or at the periodic resync ({code}: {msg})",
+                e.quota()
+            ),
+        )),
         (ErrorKind::Conflict, Some(reason)) => Some(Blocked::new(
             reason,
             format!("{service} {op}: {code}: {msg}"),
@@ -126,5 +133,54 @@ pub fn refusal(e: &aws::Error, conflict: Option<Reason>, denied_also: &str) -> O
             format!("AWS rejected {op}: {code}: {msg}"),
         )),
         (ErrorKind::NotFound | ErrorKind::Transient | ErrorKind::OverBudget(_), _) => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(service: &'static str, operation: &'static str, code: &str) -> aws::Error {
+        aws::Error {
+            service,
+            operation,
+            code: code.into(),
+            message: format!("{code} (AWS)"),
+            kind: aws::classify(code, Some(409)),
+        }
+    }
+
+    /// A full quota reads the same for both kinds (whatever a conflict means to the kind),
+    /// names the quota and keeps AWS's own words.
+    #[test]
+    fn a_full_quota_is_reported_naming_it_for_either_kind() {
+        let e = refused("iam", "CreateUser", "LimitExceeded");
+        for conflict in [None, Some(Reason::NameConflict)] {
+            let why = refusal(&e, conflict, "").expect("a refusal, not a retry");
+            assert_eq!(why.reason, Reason::QuotaExceeded);
+            assert!(why.is_terminal());
+            assert_eq!(
+                why.message,
+                "AWS refused iam CreateUser, quota reached: IAM users per account (5,000, not \
+                 adjustable); retried on a change or at the periodic resync (LimitExceeded: \
+                 LimitExceeded (AWS))"
+            );
+        }
+        let buckets = refused("s3", "CreateBucket", "TooManyBuckets");
+        let why = refusal(&buckets, Some(Reason::NameConflict), "").expect("a refusal");
+        assert_eq!(why.reason, Reason::QuotaExceeded);
+        assert!(
+            why.message
+                .contains("quota reached: S3 buckets per account"),
+            "{}",
+            why.message
+        );
+    }
+
+    /// Throttling is not a quota a person must raise: it is retried with backoff.
+    #[test]
+    fn throttling_is_not_a_quota() {
+        let e = refused("iam", "CreateUser", "RequestLimitExceeded");
+        assert_eq!(refusal(&e, None, ""), None);
     }
 }

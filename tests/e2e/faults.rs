@@ -754,3 +754,64 @@ async fn the_other_namespaces_bucket_is_not_touched(
         "IAM users created for a refused reference: {users:?}"
     );
 }
+
+// ---------------------------------------------------------------- quotas
+
+/// IAM refuses CreateUser as it does once 5,000 users exist (`LimitExceeded`, injected by the
+/// proxy): the BucketAccess reports QuotaExceeded naming the quota, and CreateUser is not sent
+/// again before a change or the periodic resync (10 minutes here), however long it stays full.
+#[tokio::test]
+async fn a_full_iam_quota_is_reported_and_create_user_is_not_retried() {
+    let proxy = FaultProxy::start(rng("quota").random()).await;
+    let client = admin().await;
+    let ns = namespace(&client, "quota").await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "10m",
+        aws_endpoint: Some(proxy.url()),
+        ..Default::default()
+    })
+    .await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client, &ns);
+    let b = bucket("q", json!({"deletionPolicy": "Delete"}));
+    buckets.create(&PostParams::default(), &b).await.unwrap();
+    wait_ready(&buckets, "q").await;
+    proxy.set(json!({"quota": 1, "only": ["CreateUser"]})).await;
+    let spec = json!({"bucketRef": {"name": "q"}, "permission": "ReadWrite"});
+    let a = access("q", spec);
+    accesses.create(&PostParams::default(), &a).await.unwrap();
+    let message = wait_reason(&accesses, "q", "QuotaExceeded", Duration::from_secs(60)).await;
+    let quota = "quota reached: IAM users per account (5,000, not adjustable)";
+    assert!(message.contains(quota), "{message}");
+    // The passes its own finalizer and status writes woke end first; then nothing.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let create_user = |stats: &Value| stats["by_operation"]["CreateUser"].as_u64().unwrap_or(0);
+    let sent = create_user(&proxy.stats().await);
+    assert!((1..=3).contains(&sent), "CreateUser sent {sent} times");
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    let stats = proxy.stats().await;
+    assert_eq!(create_user(&stats), sent, "CreateUser retried: {stats}");
+    assert_eq!(
+        stats["quota"].as_u64(),
+        Some(sent),
+        "every one refused: {stats}"
+    );
+    // Refused at the user: no identity, key or Secret was left half made.
+    let problems = audit(&op.cluster, std::slice::from_ref(&ns)).await;
+    assert!(problems.is_empty(), "audit found: {problems:#?}");
+
+    proxy.set(json!({"quota": 0})).await;
+    let _ = accesses.delete("q", &DeleteParams::default()).await;
+    let _ = buckets.delete("q", &DeleteParams::default()).await;
+    wait_for(
+        "the access and bucket gone",
+        Duration::from_secs(60),
+        || async {
+            let gone = accesses.get_opt("q").await.ok()?.is_none();
+            (gone && buckets.get_opt("q").await.ok()?.is_none()).then_some(())
+        },
+    )
+    .await;
+    assert_nothing_left(&op.cluster).await;
+}

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::json;
@@ -253,6 +254,37 @@ async fn access_denied_half_way_stops_the_writes_and_reports_what_was_done() {
     );
     assert!(
         message.contains("AWS denied s3 PutBucketEncryption"),
+        "{message}"
+    );
+}
+
+/// S3's bucket quota is reported naming it, with one CreateBucket sent and the pass waiting for
+/// the periodic resync rather than backing off to send it again.
+#[tokio::test]
+async fn a_full_bucket_quota_is_reported_naming_it_and_not_retried() {
+    let fakes = Fakes::start().await;
+    fakes.accept_events("ns");
+    accept_writes(&fakes);
+    fakes.aws.on(CREATE, Reply::s3_error(400, "TooManyBuckets"));
+    creatable(&fakes);
+    let out = pass(&fakes, &bucket("1", false)).await;
+    // The periodic resync (10 minutes in the test settings), not a backoff or an early requeue.
+    let resync = matches!(out, Ok(Requeue::Resync(wait)) if wait > Duration::from_secs(500));
+    assert!(resync, "{out:?}");
+    assert_eq!(fakes.aws.requests(), CREATION[..2]);
+    let events = bodies(&fakes, &event());
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(events[0]["reason"], "QuotaExceeded");
+    let (status, reason, message) = ready(&bodies(&fakes, &object("PATCH", "/status"))[0]);
+    assert_eq!(
+        (status.as_str(), reason.as_str()),
+        ("False", "QuotaExceeded")
+    );
+    let said = "AWS refused s3 CreateBucket, quota reached: S3 buckets per account (10,000 by \
+                default, adjustable);";
+    assert!(message.starts_with(said), "{message}");
+    assert!(
+        message.ends_with("(TooManyBuckets: TooManyBuckets (fake))"),
         "{message}"
     );
 }

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
@@ -340,6 +341,51 @@ async fn access_denied_half_way_stops_the_writes_and_hands_out_no_key() {
         message.contains("AWS denied iam PutUserPolicy"),
         "{message}"
     );
+}
+
+/// A full IAM quota (a 409 `LimitExceeded`) is reported naming the quota, the refused write sent
+/// once and the pass waiting for the resync, not backing off to send it again. Refused at the
+/// key, the user and policy made before stay (the next pass finds them) and no Secret is written.
+#[tokio::test]
+async fn a_full_quota_is_reported_naming_it_and_not_retried() {
+    let cases = [
+        (
+            "CreateUser",
+            "IAM users per account (5,000, not adjustable)",
+        ),
+        ("CreateAccessKey", "access keys per user (2)"),
+    ];
+    for (refused, quota) in cases {
+        let fakes = Fakes::start().await;
+        fakes
+            .aws
+            .on(&iam(refused), Reply::query_error(409, "LimitExceeded"));
+        first_pass(&fakes);
+        let out = pass(&fakes, &access("1", false)).await;
+        // The periodic resync (10 minutes in the test settings), not a backoff or an early requeue.
+        let resync = matches!(out, Ok(Requeue::Resync(wait)) if wait > Duration::from_secs(500));
+        assert!(resync, "{refused}: {out:?}");
+        let writes = ["CreateUser", "PutUserPolicy", "CreateAccessKey"];
+        let upto = writes.iter().position(|w| *w == refused).expect("a write") + 1;
+        assert_eq!(aws_requests(&fakes), first_requests(&writes[..upto]));
+        let kube_requests = fakes.kube.requests();
+        assert!(!kube_requests.contains(&kube("PATCH", SECRET)), "no Secret");
+        let status = fakes.kube.bodies(&format!("PATCH {ACCESS}/status"));
+        let (ready, message) = ready(&status[0]);
+        assert_eq!(ready, pair("False", "QuotaExceeded"), "{refused}");
+        let said = format!("AWS refused iam {refused}, quota reached: {quota};");
+        assert!(message.starts_with(&said), "{message}");
+        assert!(
+            message.ends_with("(LimitExceeded: LimitExceeded (fake))"),
+            "{message}"
+        );
+        let events = fakes.kube.bodies(&event());
+        let last = events.last().expect("an event");
+        assert_eq!(
+            (&last["type"], &last["reason"]),
+            (&json!("Warning"), &json!("QuotaExceeded"))
+        );
+    }
 }
 
 #[tokio::test]
