@@ -67,9 +67,19 @@ async fn upgrade_from_an_install_without_classes_keeps_every_object_ready() {
     };
     let old = Operator::start_as(&id, &opts(Some(previous)), "0").await;
     let (s3_name, creds) = ready_under_the_previous_release(&client, &ns).await;
+    assert_eq!(
+        class_label(&old.metrics().await),
+        Some(false),
+        "the earlier release runs first"
+    );
     let mut watch = ReadyWatch::start(&ns, "data", "rw");
     watch.listed().await;
-    old.terminate().await;
+    // The handover of an upgrade: the old process stops cleanly before the new one starts.
+    assert_eq!(
+        old.terminate().await,
+        Some(0),
+        "the earlier release stops cleanly"
+    );
 
     let sent = Sent::now(&id.aws_key.0, &id.kube_user).await;
     let new = Operator::start_as(&id, &opts(None), "1").await;
@@ -93,12 +103,16 @@ async fn ready_under_the_previous_release(
 ) -> (String, BTreeMap<String, String>) {
     let buckets = Api::<Bucket>::namespaced(client.clone(), ns);
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), ns);
-    let spec = json!({"deletionPolicy": "Delete", "forceDelete": true, "tags": {"team": "media"}});
+    // Most of what a Bucket sets, so the new release compares each with what the old one wrote.
+    let spec = json!({"deletionPolicy": "Delete", "forceDelete": true, "tags": {"team": "media"},
+        "versioning": "Enabled", "encryption": {"algorithm": "AES256"},
+        "lifecycleRules": [{"id": "expire-tmp", "prefix": "tmp/", "expirationDays": 7}]});
     buckets
         .create(&PostParams::default(), &bucket("data", spec))
         .await
         .unwrap();
-    let grant = json!({"bucketRef": {"name": "data"}, "permission": "ReadWrite"});
+    let grant = json!({"bucketRef": {"name": "data"}, "permission": "ReadWrite",
+        "credentials": {"rotation": {"interval": "720h", "gracePeriod": "1h"}}});
     accesses
         .create(&PostParams::default(), &access("rw", grant))
         .await
@@ -128,6 +142,11 @@ async fn the_new_release_changes_nothing(
 ) {
     new.two_more_calls("GetBucketTagging").await;
     new.two_more_calls("ListAccessKeys").await;
+    assert_eq!(
+        class_label(&new.metrics().await),
+        Some(true),
+        "this tree's release runs second"
+    );
     let writes = sent.writes().await;
     eprintln!("writes of the upgraded operator so far: {writes:?}");
     let aws: Vec<&String> = writes.iter().filter(|w| w.starts_with("AWS ")).collect();
@@ -202,6 +221,16 @@ async fn delete_class(client: &kube::Client, name: &str) {
         .delete(name, &DeleteParams::default())
         .await
         .expect("delete BucketClass");
+}
+
+/// Whether the managed-objects gauge has the class label this tree added (`None`: no series):
+/// which release is running.
+fn class_label(metrics: &str) -> Option<bool> {
+    let series: Vec<&str> = metrics
+        .lines()
+        .filter(|l| l.starts_with("s3_operator_managed_objects{"))
+        .collect();
+    (!series.is_empty()).then(|| series.iter().any(|l| l.contains("class=\"")))
 }
 
 /// Writes `key` with the Secret's credentials and reads it back.
