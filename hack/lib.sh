@@ -18,8 +18,15 @@ OLM_API_VERSION="v0.45.0"       # github.com/operator-framework/api (CSV CRD; ke
 # The release build: CI runs it, and the Dockerfile's build stage runs exactly this line.
 RELEASE_BUILD="cargo build --release --locked --bin s3-operator"
 
+# The operator before classes existed (the last main without them): the upgrade e2e test runs its
+# debug binary first, then the current one, on the same objects (hack/tools.sh previous_operator).
+PREVIOUS_OPERATOR_COMMIT="58fd3bcba69c4cfc11c089d106217728a062c4c1"
+
 export GOFLAGS="${GOFLAGS:--mod=mod}"
 export GOTOOLCHAIN="${GOTOOLCHAIN:-auto}"
+
+# The previous operator's binary, keyed by its commit (hack/tools.sh previous_operator builds it).
+previous_operator_path() { echo "$S3OP_BIN/s3-operator-${PREVIOUS_OPERATOR_COMMIT:0:12}"; }
 
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 die() { log "error: $*"; exit 1; }

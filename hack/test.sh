@@ -16,7 +16,10 @@ source hack/lib.sh
 
 log "building or reusing the test tools"
 hack/tools.sh etcd kube moto faketime prometheus jaeger helm kustomize bundle_validate crds hadolint \
-  node_pkgs kube_node coredns olm opm grpc_health_probe prom_operator prometheus_server
+  node_pkgs kube_node coredns olm opm grpc_health_probe prom_operator prometheus_server previous_operator
+# The upgrade test runs this build of the operator before the current one.
+S3OP_PREVIOUS_OPERATOR="$(previous_operator_path)"
+export S3OP_PREVIOUS_OPERATOR
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
 log "Rust target dir: $CARGO_TARGET_DIR"

@@ -271,5 +271,22 @@ tool_grpc_health_probe() {
   if [[ -x $S3OP_BIN/grpc-health-probe ]]; then mv "$S3OP_BIN/grpc-health-probe" "$S3OP_BIN/grpc_health_probe"; fi
 }
 
+# The operator at $PREVIOUS_OPERATOR_COMMIT, from this repository's own history (CI clones main in
+# full), built in a target dir of its own under the cache so it never touches the current build's.
+# Its binary: previous_operator_path (hack/lib.sh).
+tool_previous_operator() {
+  local bin; bin=$(previous_operator_path)
+  if [[ -x $bin ]]; then return 0; fi
+  git -C "$here/.." cat-file -e "$PREVIOUS_OPERATOR_COMMIT^{commit}" 2>/dev/null \
+    || die "commit $PREVIOUS_OPERATOR_COMMIT (PREVIOUS_OPERATOR_COMMIT) is not in this clone's history: the upgrade test needs a full clone (git fetch --unshallow)"
+  log "building the previous operator at ${PREVIOUS_OPERATOR_COMMIT:0:12} (first run only; this takes a while)"
+  local dir="$S3OP_CACHE/src/previous-operator-$PREVIOUS_OPERATOR_COMMIT"
+  rm -rf "$dir" && mkdir -p "$dir"
+  git -C "$here/.." archive "$PREVIOUS_OPERATOR_COMMIT" | tar -x -C "$dir"
+  (cd "$dir" && CARGO_TARGET_DIR="$S3OP_CACHE/target-previous-operator" cargo build --locked --bin s3-operator)
+  install -D -m 0755 "$S3OP_CACHE/target-previous-operator/debug/s3-operator" "$bin"
+  log "built the previous operator: $bin"
+}
+
 all=(etcd kube moto faketime prometheus helm kustomize jaeger bundle_validate crds hadolint)
 for t in "${@:-${all[@]}}"; do "tool_$t"; done

@@ -34,7 +34,7 @@ fn user_name(arn: &str) -> String {
     arn.rsplit('/').next().unwrap().to_string()
 }
 
-async fn put(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<(), String> {
+pub(crate) async fn put(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<(), String> {
     s3.put_object()
         .bucket(bucket)
         .key(key)
@@ -45,7 +45,11 @@ async fn put(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<(), Str
         .map_err(|e| format!("{e:?}"))
 }
 
-async fn get(s3: &aws_sdk_s3::Client, bucket: &str, key: &str) -> Result<Vec<u8>, String> {
+pub(crate) async fn get(
+    s3: &aws_sdk_s3::Client,
+    bucket: &str,
+    key: &str,
+) -> Result<Vec<u8>, String> {
     let out = s3
         .get_object()
         .bucket(bucket)

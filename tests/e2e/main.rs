@@ -27,4 +27,5 @@ mod security;
 mod smoke;
 mod support;
 mod tenancy;
+mod upgrade;
 mod validation;

@@ -14,6 +14,9 @@ pub struct OperatorOpts {
     pub policy: Option<serde_json::Value>,
     /// Where the operator sends AWS requests (a fault proxy); `None` is moto itself.
     pub aws_endpoint: Option<String>,
+    /// Another build of the operator (an earlier release, which knows only the flags passed
+    /// here); `None` is this tree's.
+    pub binary: Option<PathBuf>,
 }
 
 impl Default for OperatorOpts {
@@ -27,6 +30,7 @@ impl Default for OperatorOpts {
             env: vec![],
             policy: None,
             aws_endpoint: None,
+            binary: None,
         }
     }
 }
@@ -230,15 +234,7 @@ impl Operator {
         ];
         env.extend(opts.env.iter().cloned());
         let cluster_wide = opts.namespaces.is_empty();
-        Operator::spawn(
-            id,
-            args,
-            env,
-            cluster_wide,
-            replica,
-            opts.aws_endpoint.as_deref(),
-        )
-        .await
+        Operator::spawn(id, args, env, cluster_wide, replica, opts).await
     }
 
     /// Runs the operator as a package's Deployment would: that container's args and env (field
@@ -272,7 +268,7 @@ impl Operator {
             .iter()
             .find(|(k, _)| k == "WATCH_NAMESPACE")
             .is_none_or(|(_, v)| v.is_empty());
-        Operator::spawn(id, args, env, all, replica, None).await
+        Operator::spawn(id, args, env, all, replica, &OperatorOpts::default()).await
     }
 
     async fn spawn(
@@ -281,14 +277,17 @@ impl Operator {
         vars: Vec<(String, String)>,
         cluster_wide: bool,
         replica: &str,
-        aws_endpoint: Option<&str>,
+        opts: &OperatorOpts,
     ) -> Operator {
         let pass = Pass::acquire(cluster_wide).await;
         let metrics_addr = format!("127.0.0.1:{}", free_port());
         let probe_addr = format!("127.0.0.1:{}", free_port());
         let log = logs_dir().join(format!("operator-{}-{replica}.log", id.cluster));
         let out = std::fs::File::create(&log).expect("log file");
-        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_s3-operator"));
+        let binary = opts.binary.as_deref();
+        let mut cmd = tokio::process::Command::new(
+            binary.unwrap_or(Path::new(env!("CARGO_BIN_EXE_s3-operator"))),
+        );
         cmd.args(&args)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
@@ -299,7 +298,7 @@ impl Operator {
             .env("AWS_REGION", &env().region)
             .env(
                 "AWS_ENDPOINT_URL",
-                aws_endpoint.unwrap_or(&env().aws_endpoint),
+                opts.aws_endpoint.as_deref().unwrap_or(&env().aws_endpoint),
             )
             .env("AWS_EC2_METADATA_DISABLED", "true")
             .env("METRICS_BIND_ADDRESS", &metrics_addr)
