@@ -43,6 +43,18 @@ impl Settled {
         );
     }
 
+    /// Did the last recorded pass of `key` see `version` of its input `input`? `None` when no
+    /// pass of `key` is recorded (the first since this process started).
+    pub fn saw(&self, key: &str, input: usize, version: &str) -> Option<bool> {
+        let passes = self.passes.lock().expect("settled map poisoned");
+        let pass = passes.get(key)?;
+        Some(
+            pass.seen
+                .get(input)
+                .is_some_and(|v| v.iter().any(|s| s == version)),
+        )
+    }
+
     /// Has a pass of `key` written over `version` of the object itself (its first input)? A
     /// cache still at `version` is then behind this operator's own write, whose watch event
     /// runs the pass again.
@@ -152,5 +164,19 @@ mod tests {
         );
         s.expire("never-recorded");
         assert!(!s.wrote_over("never-recorded", "1"));
+    }
+
+    #[test]
+    fn what_the_last_pass_saw_of_an_input_is_known_once_one_is_recorded() {
+        let s = Settled::default();
+        assert_eq!(s.saw("k", 2, "gold@1"), None);
+        s.record(
+            "k".into(),
+            vec![vec!["1".into()], vec![], vec!["gold@1".into()]],
+            Duration::from_secs(60),
+        );
+        assert_eq!(s.saw("k", 2, "gold@1"), Some(true));
+        assert_eq!(s.saw("k", 2, "gold@2"), Some(false));
+        assert_eq!(s.saw("k", 7, "gold@1"), Some(false));
     }
 }

@@ -213,6 +213,13 @@ async fn a_default_class_takes_the_bucket_in(
         Some("media"),
         "{tags:?}"
     );
+    // What the class brought is an update of the Bucket, not drift someone made in AWS.
+    wait_event(ns, "Updated", &["tags"]).await;
+    let drift = events_with(ns, "DriftCorrected").await;
+    assert!(
+        drift.is_empty(),
+        "a class edit reported as drift: {drift:?}"
+    );
     name
 }
 

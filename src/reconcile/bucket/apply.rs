@@ -78,6 +78,8 @@ pub(super) async fn apply(
     let pass = Pass {
         adopting: matches!(&observed, Found::Present(c) if owner.judge(&c.tags) != Ownership::Ours),
         enforced: classed.enforced,
+        // What a class edit brings is an update, not drift (the generation does not move).
+        class_changed: ctx.settled.saw(&object_key(bucket), 2, &class) == Some(false),
     };
     let inputs = vec![versions, vec![links.fingerprint()], vec![class]];
     converge(bucket, ctx, &d, &changes, pass, inputs).await
@@ -98,6 +100,8 @@ struct Pass {
     adopting: bool,
     /// What the class removed (said in an event once that reaches AWS).
     enforced: Option<String>,
+    /// The class in force changed since this process's last pass of the Bucket.
+    class_changed: bool,
 }
 
 async fn class_blocked(
@@ -196,13 +200,14 @@ async fn converge(
 ) -> Result<Requeue, Error> {
     let adopting = pass.adopting;
     // Changes to an object whose spec we already served are drift: someone changed AWS.
-    let served = bucket.status.as_ref().is_some_and(|s| {
-        served(
-            bucket.metadata.generation,
-            s.observed_generation,
-            &s.conditions,
-        )
-    });
+    let served = !pass.class_changed
+        && bucket.status.as_ref().is_some_and(|s| {
+            served(
+                bucket.metadata.generation,
+                s.observed_generation,
+                &s.conditions,
+            )
+        });
     let mut applied = Vec::new();
     for change in changes {
         if let Err(e) = write(ctx, d, change).await {
