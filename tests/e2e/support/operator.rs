@@ -51,12 +51,22 @@ pub struct Operator {
     _pass: Pass,
 }
 
+/// A loopback port free now and never handed out before by this process. The port is released
+/// before its user binds it, and the kernel may offer a just-released port again: two replicas
+/// started at once were given the same probe port, and one exited on "address in use".
 pub(crate) fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .expect("bind")
-        .local_addr()
-        .expect("addr")
-        .port()
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .expect("bind")
+            .local_addr()
+            .expect("addr")
+            .port();
+        if GIVEN.lock().expect("ports").insert(port) {
+            return port;
+        }
+    }
 }
 
 /// The ServiceAccount of the installations the tests make themselves.
