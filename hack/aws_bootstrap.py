@@ -2,15 +2,20 @@
 
 moto runs with INITIAL_NO_AUTH_ACTION_COUNT=3: exactly these three calls pass unauthenticated,
 and every later request must be signed by a key whose policies allow it.
-Usage: python aws_bootstrap.py ENDPOINT
+Then, as that admin, registers the test cluster's ServiceAccount issuer as the account's IAM OIDC
+provider (audience sts.amazonaws.com), as an EKS cluster's is, for ServiceAccountRole (IRSA).
+The thumbprint is the issuer CA's SHA-1, as IAM asks for it (the emulator trusts that CA's file).
+Usage: python aws_bootstrap.py ENDPOINT ISSUER CA_FILE
 """
 
+import hashlib
 import json
+import ssl
 import sys
 
 import boto3
 
-endpoint = sys.argv[1]
+endpoint, issuer, ca_file = sys.argv[1], sys.argv[2], sys.argv[3]
 iam = boto3.client(
     "iam",
     endpoint_url=endpoint,
@@ -29,3 +34,17 @@ iam.put_user_policy(
 key = iam.create_access_key(UserName="s3op-test-admin")["AccessKey"]
 print(f"export S3OP_AWS_ADMIN_ACCESS_KEY_ID={key['AccessKeyId']}")
 print(f"export S3OP_AWS_ADMIN_SECRET_ACCESS_KEY={key['SecretAccessKey']}")
+
+admin = boto3.client(
+    "iam",
+    endpoint_url=endpoint,
+    region_name="us-east-1",
+    aws_access_key_id=key["AccessKeyId"],
+    aws_secret_access_key=key["SecretAccessKey"],
+)
+with open(ca_file) as f:
+    thumbprint = hashlib.sha1(ssl.PEM_cert_to_DER_cert(f.read())).hexdigest()
+provider = admin.create_open_id_connect_provider(
+    Url=issuer, ClientIDList=["sts.amazonaws.com"], ThumbprintList=[thumbprint]
+)["OpenIDConnectProviderArn"]
+print(f"export S3OP_OIDC_PROVIDER_ARN={provider}")

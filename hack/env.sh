@@ -108,7 +108,7 @@ apiserver() {  # apiserver PORT CERT_DIR AUDIT_LOG [ADVERTISE]
     --tls-cert-file "$pki/apiserver.crt" --tls-private-key-file "$pki/apiserver.key" \
     --client-ca-file "$pki/ca.crt" \
     --authorization-mode "$authz" \
-    --service-account-issuer "https://kubernetes.default.svc.cluster.local" \
+    --service-account-issuer "$(cat "$state/sa-issuer")" --service-account-jwks-uri "$(cat "$state/sa-issuer")/openid/v1/jwks" \
     --service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
     --service-cluster-ip-range 10.96.0.0/16 \
     "${admission[@]}" "${node_flags[@]}" \
@@ -146,6 +146,9 @@ up() {
     --initial-cluster "s3op=http://127.0.0.1:$peer_port" --unsafe-no-fsync --log-level warn
 
   echo "http://127.0.0.1:$etcd_port" >"$state/etcd.url"
+  # The ServiceAccount token issuer is the main API server's loopback URL, which the emulator
+  # (standing in for STS) reaches to fetch the signing keys, as STS fetches an EKS cluster's.
+  echo "https://127.0.0.1:$api_port" >"$state/sa-issuer"
   log "starting kube-apiserver $KUBE_VERSION on https://$addr:$api_port"
   start kube-apiserver apiserver "$api_port" "$state/apiserver-certs" "$state/audit.jsonl" "$node_ip"
   if [[ -n $node ]]; then relay "$api_port"; fi
@@ -159,6 +162,9 @@ up() {
   KUBECONFIG="$kc" "$bin/kubectl" config use-context local >/dev/null
   export KUBECONFIG="$kc"
   wait_for kube-apiserver 90 "$bin/kubectl" get --raw /readyz
+  # OIDC discovery without credentials, as STS reads it (EKS serves it publicly).
+  "$bin/kubectl" create clusterrolebinding s3op-oidc-discovery --clusterrole system:service-account-issuer-discovery \
+    --group system:unauthenticated >/dev/null
 
   if [[ -n $node ]]; then
     log "starting kube-controller-manager (every default controller)"
@@ -175,7 +181,7 @@ up() {
 
   log "starting moto $MOTO_VERSION (S3, IAM, STS; IAM enforced) on http://$addr:$moto_port"
   local venv="$S3OP_CACHE/venv-moto-$MOTO_VERSION"
-  start moto env INITIAL_NO_AUTH_ACTION_COUNT=3 MOTO_PORT="$moto_port" \
+  start moto env INITIAL_NO_AUTH_ACTION_COUNT=3 MOTO_PORT="$moto_port" S3OP_OIDC_CA_BUNDLE="$pki/ca.crt" \
     "$venv/bin/python" "$here/moto_server.py" "$addr" "$moto_port"
   local endpoint="http://$addr:$moto_port"
   wait_for moto 60 python3 -c "import socket; socket.create_connection(('$addr', $moto_port), 1)"
@@ -193,7 +199,7 @@ up() {
     echo "export S3OP_AWS_ENDPOINT=$endpoint"
     echo "export S3OP_AWS_REGION=us-east-1"
     echo "export PATH=$bin:\$PATH"
-    "$venv/bin/python" "$here/aws_bootstrap.py" "$endpoint"
+    "$venv/bin/python" "$here/aws_bootstrap.py" "$endpoint" "$(cat "$state/sa-issuer")" "$pki/ca.crt"
     if [[ -n $node ]]; then
       # What Pods use: the API server behind the `kubernetes` Service, moto through its relay.
       echo "export S3OP_NODE_KUBE_SERVER=https://$node_ip:$api_port"

@@ -62,6 +62,14 @@ parts the operator relies on. Everything else is stock moto.
 - IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
   shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
   shape), which the AWS SDKs for Rust and Go cannot read, so the code would be lost.
+- AssumeRoleWithWebIdentity checks what STS checks (stock moto accepts any token for any role,
+  and refuses the unsigned call once authentication is on): the token's issuer must be an IAM
+  OIDC provider of the account, its `aud` one of the provider's client IDs, its RS256 signature
+  one of the issuer's keys (fetched from the issuer's OpenID discovery document and JWKS, over
+  TLS trusting `S3OP_OIDC_CA_BUNDLE`), its `exp` in the future, and a trust policy statement of
+  the role must name the provider as `Federated` with conditions that hold for `<provider>:sub`
+  and `<provider>:aud`. Refusals are STS's: InvalidIdentityToken, ExpiredTokenException,
+  AccessDenied, IDPCommunicationError. The call is unsigned, as in AWS.
 - A request log the tests read, since the operator's own counters cannot show what it did not
   count: every request is counted by (access key id, operation) when it arrives, before moto
   handles it, whatever the answer. `GET /__s3op/requests?key=ID` answers one key's counts as a
@@ -71,16 +79,25 @@ parts the operator relies on. Everything else is stock moto.
 Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 """
 
+import base64
 import fnmatch
 import io
 import json
+import os
 import re
+import ssl
 import sys
 import threading
+import time
+import urllib.request
 from collections import Counter, defaultdict
 from urllib.parse import parse_qs, parse_qsl
 
 import xmltodict
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.padding import PKCS1v15
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicNumbers
+from cryptography.hazmat.primitives.hashes import SHA256
 from werkzeug.serving import run_simple
 from moto.core.exceptions import AccessDeniedError, InvalidClientTokenIdError
 from moto.core.responses import EmptyResult
@@ -100,6 +117,8 @@ from moto.moto_server.werkzeug_app import (
 )
 from moto.utilities.utils import get_partition
 from moto.sns.models import sns_backends
+from moto.sts.exceptions import STSClientError
+from moto.sts.responses import TokenResponse
 from moto.sqs.models import sqs_backends
 
 
@@ -806,6 +825,107 @@ def _log_permissions_by_acl_unless_disabled(target_bucket):
 # The policy check becomes a method: it needs the source bucket, `self`.
 FakeBucket._log_permissions_enabled_policy = _log_permissions_by_policy
 FakeBucket._log_permissions_enabled_acl = staticmethod(_log_permissions_by_acl_unless_disabled)
+
+# ---------------------------------------------------------------- web identity (IRSA)
+
+OIDC_CA_BUNDLE = os.environ.get("S3OP_OIDC_CA_BUNDLE")
+
+
+def _b64url(part):
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def _invalid_token(message):
+    return STSClientError("InvalidIdentityToken", message)
+
+
+def _issuer_keys(issuer):
+    """The issuer's signing keys, found as STS finds them: its OpenID discovery document, then
+    the document's jwks_uri. Fetched per call: the issuer may rotate its keys at any time."""
+    context = ssl.create_default_context(cafile=OIDC_CA_BUNDLE)
+    try:
+        with urllib.request.urlopen(f"{issuer}/.well-known/openid-configuration", timeout=5,
+                                    context=context) as r:
+            jwks_uri = json.load(r)["jwks_uri"]
+        with urllib.request.urlopen(jwks_uri, timeout=5, context=context) as r:
+            return json.load(r)["keys"]
+    except Exception as e:
+        raise STSClientError("IDPCommunicationError", f"cannot read the keys of {issuer}: {e}")
+
+
+def _signature_holds(token, keys):
+    head, payload, signature = token.split(".")
+    header = json.loads(_b64url(head))
+    if header.get("alg") != "RS256":
+        return False
+    for key in keys:
+        if key.get("kty") != "RSA" or key.get("kid", header.get("kid")) != header.get("kid"):
+            continue
+        n, e = (int.from_bytes(_b64url(key[k]), "big") for k in ("n", "e"))
+        try:
+            RSAPublicNumbers(e, n).public_key().verify(
+                _b64url(signature), f"{head}.{payload}".encode(), PKCS1v15(), SHA256())
+            return True
+        except InvalidSignature:
+            continue
+    return False
+
+
+def verify_web_identity(iam, role_arn, token):
+    """What STS checks before AssumeRoleWithWebIdentity: an IAM OIDC provider for the token's
+    issuer, an audience that provider lists, the issuer's signature, the expiry, and a trust
+    policy statement of the role that names the provider and whose conditions hold for the
+    token's `sub` and `aud`. Returns the claims, or raises STS's error for the first that fails."""
+    try:
+        claims = json.loads(_b64url(token.split(".")[1]))
+        issuer = claims["iss"]
+    except Exception:
+        raise _invalid_token("the token is not a JWT with an issuer")
+    host_path = issuer.removeprefix("https://")
+    provider = next((p for p in iam.open_id_providers.values() if p.url == host_path), None)
+    if provider is None:
+        raise _invalid_token(f"No OpenIDConnect provider found in your account for {issuer}")
+    audiences = _as_list(claims.get("aud"))
+    if not any(a in provider.client_id_list for a in audiences):
+        raise _invalid_token("Incorrect token audience")
+    if not _signature_holds(token, _issuer_keys(issuer)):
+        raise _invalid_token("the token's signature does not match the issuer's keys")
+    if time.time() >= claims.get("exp", 0):
+        raise STSClientError("ExpiredTokenException", "Token expired: the token's exp has passed")
+    context = {f"{host_path}:sub": claims.get("sub", ""), f"{host_path}:aud": audiences[0]}
+    try:
+        trust = json.loads(iam.get_role_by_arn(role_arn).assume_role_policy_document)
+    except Exception:
+        trust = {}
+    for st in _as_list(trust.get("Statement")):
+        if (st.get("Effect") == "Allow"
+                and "sts:AssumeRoleWithWebIdentity" in _as_list(st.get("Action"))
+                and provider.arn in _as_list((st.get("Principal") or {}).get("Federated"))
+                and condition_holds(st.get("Condition", {}), context)):
+            return claims
+    raise STSClientError("AccessDenied", "Not authorized to perform sts:AssumeRoleWithWebIdentity")
+
+
+_assume_with_web_identity = TokenResponse.assume_role_with_web_identity
+
+
+def _assume_with_verified_web_identity(self):
+    iam = iam_backends[self.current_account][self.partition]
+    verify_web_identity(iam, self._get_param("RoleArn"), self._get_param("WebIdentityToken") or "")
+    return _assume_with_web_identity(self)
+
+
+_authenticate = TokenResponse._authenticate_and_authorize_normal_action
+
+
+def _authenticate_unless_web_identity(self, resource="*"):
+    # AssumeRoleWithWebIdentity is unsigned: the token is the caller's proof.
+    if self._get_action() != "AssumeRoleWithWebIdentity":
+        _authenticate(self, resource)
+
+
+TokenResponse.assume_role_with_web_identity = _assume_with_verified_web_identity
+TokenResponse._authenticate_and_authorize_normal_action = _authenticate_unless_web_identity
 
 # ---------------------------------------------------------------- request log
 
