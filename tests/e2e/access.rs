@@ -1,5 +1,5 @@
 //! BucketAccess end to end: scoped credentials that really work (and really fail), the Secret
-//! restored, rotation with a grace period, IRSA roles, and full IAM clean-up.
+//! restored, rotation with a grace period, and full IAM clean-up (IRSA roles: workload_identity.rs).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -686,100 +686,4 @@ async fn reasons_until_available(api: Api<BucketAccess>, name: &'static str) -> 
         }
     }
     panic!("watch ended");
-}
-
-#[tokio::test]
-async fn service_account_role_gets_a_web_identity_trust_policy() {
-    let client = admin().await;
-    let ns = namespace(&client, "irsa").await;
-    let oidc = "arn:aws:iam::123456789012:oidc-provider/oidc.example.com/id/TEST";
-    let _op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        extra_args: vec!["--oidc-provider-arn".into(), oidc.into()],
-        ..Default::default()
-    })
-    .await;
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
-    buckets
-        .create(
-            &PostParams::default(),
-            &bucket("b", json!({"deletionPolicy": "Delete"})),
-        )
-        .await
-        .unwrap();
-    let name = wait_ready(&buckets, "b").await;
-    let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "prefix": "reports/",
-        "credentials": {"type": "ServiceAccountRole", "serviceAccountName": "reporter"}});
-    accesses
-        .create(&PostParams::default(), &access("irsa", spec))
-        .await
-        .unwrap();
-    wait_reason(&accesses, "irsa", "Available", T).await;
-    let role_arn = accesses
-        .get("irsa")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .role_arn
-        .unwrap();
-    let role = user_name(&role_arn);
-    let got = admin_iam()
-        .get_role()
-        .role_name(&role)
-        .send()
-        .await
-        .unwrap()
-        .role
-        .unwrap();
-    let trust = s3_operator::aws::policy::decode_document(
-        got.assume_role_policy_document.as_deref().unwrap(),
-    )
-    .unwrap();
-    let st = &trust["Statement"][0];
-    assert_eq!(st["Principal"]["Federated"], oidc);
-    assert_eq!(st["Action"], "sts:AssumeRoleWithWebIdentity");
-    assert_eq!(
-        st["Condition"]["StringEquals"]["oidc.example.com/id/TEST:sub"],
-        format!("system:serviceaccount:{ns}:reporter")
-    );
-    let pol = admin_iam()
-        .get_role_policy()
-        .role_name(&role)
-        .policy_name("s3-operator-access")
-        .send()
-        .await
-        .unwrap();
-    let doc = s3_operator::aws::policy::decode_document(&pol.policy_document).unwrap();
-    assert!(
-        doc.to_string()
-            .contains(&format!("arn:aws:s3:::{name}/reports/*")),
-        "{doc}"
-    );
-    let d = secret_data(
-        &Api::<Secret>::namespaced(client.clone(), &ns)
-            .get("irsa")
-            .await
-            .unwrap(),
-    );
-    assert_eq!(d["AWS_ROLE_ARN"], role_arn);
-    assert!(
-        !d.contains_key("AWS_SECRET_ACCESS_KEY"),
-        "no long-lived keys"
-    );
-    accesses
-        .delete("irsa", &DeleteParams::default())
-        .await
-        .unwrap();
-    wait_for("role deleted", T, || async {
-        admin_iam()
-            .get_role()
-            .role_name(&role)
-            .send()
-            .await
-            .is_err()
-            .then_some(())
-    })
-    .await;
 }

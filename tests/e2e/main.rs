@@ -29,3 +29,4 @@ mod support;
 mod tenancy;
 mod upgrade;
 mod validation;
+mod workload_identity;

@@ -410,7 +410,9 @@ impl Plan {
             ("BUCKET_ARN".to_string(), facts.arn.clone()),
         ]);
         if let Some(endpoint) = endpoint {
+            // STS too: an SDK assumes a ServiceAccountRole there (a custom endpoint serves both).
             data.insert("AWS_ENDPOINT_URL_S3".into(), endpoint.to_string());
+            data.insert("AWS_ENDPOINT_URL_STS".into(), endpoint.to_string());
         }
         let mut status = BucketAccessStatus {
             observed_generation: access.metadata.generation,
@@ -616,11 +618,8 @@ mod tests {
                 Change::CreateKey
             ]
         );
-        assert_eq!(
-            (p.arn.as_ref(), p.key.as_ref()),
-            (None, None),
-            "learned by the apply"
-        );
+        let learned_by_apply = (p.arn.as_ref(), p.key.as_ref());
+        assert_eq!(learned_by_apply, (None, None));
         let learned = Learned {
             arn: USER_ARN.into(),
             key: Some(new_key("A", 0, "s3cr3t")),
@@ -789,8 +788,9 @@ mod tests {
             key: None,
             version: None,
         };
-        let out = p.outcome(&a, &learned, None, t(0));
+        let out = p.outcome(&a, &learned, Some("http://moto:5000"), t(0));
         assert_eq!(out.data["AWS_ROLE_ARN"], role_arn);
+        assert_eq!(out.data["AWS_ENDPOINT_URL_STS"], "http://moto:5000");
         assert!(!out.data.contains_key("AWS_ACCESS_KEY_ID"));
         assert_eq!(out.annotations, BTreeMap::new());
         assert_eq!(out.status.role_arn.as_deref(), Some(role_arn));

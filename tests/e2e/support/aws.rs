@@ -3,7 +3,12 @@
 use super::*;
 
 pub fn s3_with(key: &str, secret: &str) -> aws_sdk_s3::Client {
-    let creds = aws_sdk_s3::config::Credentials::new(key, secret, None, None, "e2e");
+    s3_session(key, secret, None)
+}
+
+/// S3 as a role session (temporary credentials with their session token), or as a key pair.
+pub fn s3_session(key: &str, secret: &str, token: Option<String>) -> aws_sdk_s3::Client {
+    let creds = aws_sdk_s3::config::Credentials::new(key, secret, token, None, "e2e");
     let conf = aws_sdk_s3::config::Builder::new()
         .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
         .region(aws_sdk_s3::config::Region::new(env().region.clone()))

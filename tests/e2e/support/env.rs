@@ -72,6 +72,8 @@ pub struct Env {
     /// The API server's audit log of writes (absent from environments started before it was).
     pub audit_log: Option<PathBuf>,
     pub(crate) admin_key: (String, String),
+    /// The account's IAM OIDC provider for this cluster's ServiceAccount issuer.
+    pub oidc_provider_arn: String,
 }
 
 pub(crate) static ENV: OnceLock<Env> = OnceLock::new();
@@ -111,6 +113,7 @@ pub fn env() -> &'static Env {
                 get("S3OP_AWS_ADMIN_ACCESS_KEY_ID"),
                 get("S3OP_AWS_ADMIN_SECRET_ACCESS_KEY"),
             ),
+            oidc_provider_arn: get("S3OP_OIDC_PROVIDER_ARN"),
         }
     })
 }
