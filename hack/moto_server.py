@@ -45,6 +45,11 @@ parts the operator relies on. Everything else is stock moto.
   bucket that already has object lock may change while it holds objects (stock moto refuses);
   Get/Put/Delete/ListBucketIntelligentTieringConfiguration(s) exist (stock moto has none),
   authorized as s3:Get/PutIntelligentTieringConfiguration.
+- Attribute-based access control as S3 has it for general purpose buckets: Get/PutBucketAbac
+  exist (stock moto has none), authorized as s3:GetBucketABAC / s3:PutBucketABAC, Disabled until
+  set; with it Enabled, PutBucketTagging and DeleteBucketTagging are refused (tags then change only
+  through S3 Control TagResource/UntagResource) and GetBucketTagging still answers, as S3
+  documents. S3 does not document the refusal's error code: `InvalidRequest` here is a guess.
 - GetBucketNotificationConfiguration reports `EventBridgeConfiguration` when it is on, as S3
   does (stock moto stores it, and sends events to EventBridge, but leaves it out of the answer),
   and names its root element `NotificationConfiguration` when the bucket has none (stock moto
@@ -710,6 +715,81 @@ def _bucket_delete_with_tiering(self, bucket_name, querystring):
 S3Response._bucket_response_get = _bucket_get_with_tiering
 S3Response._bucket_response_put = _bucket_put_with_tiering
 S3Response._bucket_response_delete = _bucket_delete_with_tiering
+# ---------------------------------------------------------------- attribute-based access control
+
+
+class AbacRefusesBucketTagging(S3ClientError):
+    # S3 documents the refusal but not its code; InvalidRequest (400) is its code for a request
+    # the bucket's state does not allow. The operator does not depend on it.
+    code = "InvalidRequest"
+
+    def __init__(self):
+        super().__init__(
+            "InvalidRequest",
+            "PutBucketTagging and DeleteBucketTagging are not allowed on a bucket with "
+            "attribute-based access control (ABAC) enabled; use TagResource and UntagResource",
+        )
+
+
+def _abac_status(bucket):
+    return getattr(bucket, "abac_status", "Disabled")
+
+
+def _abac_request(self, bucket_name, method):
+    """Get/PutBucketAbac: the status is kept on the bucket and answered as S3 answers it."""
+    self.data["Action"] = "PutBucketABAC" if method == "PUT" else "GetBucketABAC"
+    self._authenticate_and_authorize_s3_action(bucket_name=bucket_name)
+    bucket = self.backend.get_bucket(bucket_name)
+    if method == "PUT":
+        try:
+            status = (xmltodict.parse(self.body)["AbacStatus"] or {}).get("Status")
+        except Exception:
+            raise MalformedXML()
+        if status not in ("Enabled", "Disabled"):
+            raise MalformedXML()
+        bucket.abac_status = status
+        return 200, {}, ""
+    doc = {"AbacStatus": {"@xmlns": _TIERING_NS, "Status": _abac_status(bucket)}}
+    return 200, {"Content-Type": "application/xml"}, xmltodict.unparse(doc)
+
+
+def _refuse_tagging_under_abac(self, bucket_name):
+    """Authorized first (DeleteBucketTagging is s3:PutBucketTagging too), then refused."""
+    self.data["Action"] = "PutBucketTagging"
+    self._authenticate_and_authorize_s3_action(bucket_name=bucket_name)
+    if _abac_status(self.backend.get_bucket(bucket_name)) == "Enabled":
+        raise AbacRefusesBucketTagging()
+
+
+_abac_get = S3Response._bucket_response_get
+_abac_put = S3Response._bucket_response_put
+_abac_delete = S3Response._bucket_response_delete
+
+
+def _bucket_get_with_abac(self, bucket_name, querystring):
+    if "abac" in querystring:
+        return _abac_request(self, bucket_name, "GET")
+    return _abac_get(self, bucket_name, querystring)
+
+
+def _bucket_put_with_abac(self, request, bucket_name, querystring):
+    if "abac" in querystring:
+        return _abac_request(self, bucket_name, "PUT")
+    if "tagging" in querystring:
+        _refuse_tagging_under_abac(self, bucket_name)
+    return _abac_put(self, request, bucket_name, querystring)
+
+
+def _bucket_delete_with_abac(self, bucket_name, querystring):
+    if "tagging" in querystring:
+        _refuse_tagging_under_abac(self, bucket_name)
+    return _abac_delete(self, bucket_name, querystring)
+
+
+S3Response._bucket_response_get = _bucket_get_with_abac
+S3Response._bucket_response_put = _bucket_put_with_abac
+S3Response._bucket_response_delete = _bucket_delete_with_abac
+
 # ---------------------------------------------------------------- EventBridge notifications
 
 _get_bucket_notification = S3Response.get_bucket_notification

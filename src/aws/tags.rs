@@ -7,7 +7,8 @@ pub const CLUSTER: &str = crate::domain_key!("cluster");
 pub const NAMESPACE: &str = crate::domain_key!("namespace");
 pub const NAME: &str = crate::domain_key!("name");
 pub const UID: &str = crate::domain_key!("uid");
-const KEYS: [&str; 4] = [CLUSTER, NAMESPACE, NAME, UID];
+/// The ownership keys, all four on every resource the operator owns.
+pub const KEYS: [&str; 4] = [CLUSTER, NAMESPACE, NAME, UID];
 /// Where a retained bucket came from: only that namespace (of that cluster) may adopt it back,
 /// unless the operator is started with `--allow-cross-namespace-adoption`.
 pub const RELEASED_CLUSTER: &str = crate::domain_key!("released-from-cluster");

@@ -6,6 +6,7 @@ mod access;
 mod access_classes;
 mod audit;
 mod bucket;
+mod bucket_abac;
 mod bucket_classes;
 mod bucket_logging;
 mod bucket_notifications;

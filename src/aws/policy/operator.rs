@@ -90,6 +90,8 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     "s3:CreateBucket", "s3:DeleteBucket", "s3:ListBucket", "s3:ListBucketVersions",
                     "s3:GetBucketLocation", "s3:GetBucketTagging", "s3:PutBucketTagging",
                     "s3:TagResource",
+                    // Read only when a tag write is refused: whether the bucket's ABAC is why.
+                    "s3:GetBucketABAC",
                     "s3:GetBucketVersioning", "s3:PutBucketVersioning",
                     "s3:GetEncryptionConfiguration", "s3:PutEncryptionConfiguration",
                     "s3:GetBucketPublicAccessBlock", "s3:PutBucketPublicAccessBlock",

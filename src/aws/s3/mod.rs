@@ -4,6 +4,7 @@
 pub mod logging;
 pub mod notifications;
 pub mod protection;
+pub mod tagging;
 
 use std::collections::BTreeMap;
 
@@ -270,25 +271,6 @@ impl Aws {
                 _ => return Ok(false),
             }
         }
-    }
-
-    pub async fn put_tags(
-        &self,
-        region: &str,
-        bucket: &str,
-        tags: &BTreeMap<String, String>,
-    ) -> Result<(), Error> {
-        let tagging = s3::Tagging::builder()
-            .set_tag_set(Some(to_s3_tags(tags)))
-            .build()
-            .expect("tag set is set");
-        let req = self
-            .s3(region)
-            .put_bucket_tagging()
-            .bucket(bucket)
-            .tagging(tagging)
-            .send();
-        Aws::call(S3, "PutBucketTagging", req).await.map(drop)
     }
 
     pub async fn put_public_access_block(

@@ -25,6 +25,7 @@ use kube::ResourceExt;
 use super::{Blocked, Context, Error, Requeue, object_key};
 use crate::api::Bucket;
 use crate::api::condition::Reason;
+use crate::aws::s3::tagging::ABAC_ENABLED;
 
 pub use desired::{Address, Desired, REGION_ANNOTATION, address, desired};
 pub use plan::{BucketState, Change, Found, Plan, plan};
@@ -34,6 +35,10 @@ const DENIED_ALSO: &str = "the bucket may belong to another account, or ";
 
 /// The Blocked an AWS refusal a person must fix amounts to; `None` for transient errors.
 fn refusal(e: &crate::aws::Error) -> Option<Blocked> {
+    if e.is(ABAC_ENABLED) {
+        // Already says which setting refused what, and what to do.
+        return Some(Blocked::new(Reason::InvalidSpec, e.message.clone()));
+    }
     super::refusal(e, Some(Reason::NameConflict), DENIED_ALSO)
 }
 
@@ -69,5 +74,31 @@ fn class_fingerprint(bucket: &Bucket, ctx: &Context) -> String {
         ),
         Ok(None) => String::new(),
         Err(e) => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::aws::{Error as AwsError, ErrorKind};
+
+    #[test]
+    fn a_tag_write_refused_under_abac_is_reported_in_its_own_words() {
+        let e = AwsError {
+            service: "s3",
+            operation: "PutBucketTagging",
+            code: ABAC_ENABLED.into(),
+            message: "S3 bucket b has attribute-based access control (ABAC) enabled".into(),
+            kind: ErrorKind::Invalid,
+        };
+        let why = refusal(&e).expect("a refusal, not a retry");
+        assert_eq!(why.reason, Reason::InvalidSpec);
+        assert_eq!(why.message, e.message);
+        let other = AwsError {
+            code: "InvalidRequest".into(),
+            ..e
+        };
+        let why = refusal(&other).expect("a refusal");
+        assert!(why.message.starts_with("AWS rejected PutBucketTagging"));
     }
 }

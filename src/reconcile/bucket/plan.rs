@@ -11,7 +11,7 @@ use crate::api::{
 };
 use crate::aws::s3::logging::LogTarget;
 use crate::aws::s3::protection::LockState;
-use crate::aws::{naming, policy};
+use crate::aws::{naming, policy, tags};
 use crate::reconcile::Blocked;
 
 /// What S3 holds for the bucket name, as far as the plan needs to know.
@@ -170,10 +170,22 @@ pub(super) fn creation(desired: &Desired) -> Vec<Change> {
 /// The writes that bring an existing bucket back to the spec: one per managed aspect that
 /// differs (none in steady state).
 pub(super) fn drift(desired: &Desired, config: &BucketState) -> Vec<Change> {
-    let mut changes = Vec::new();
+    let mut changes = aspects(desired, config);
     if config.tags != desired.tags {
-        changes.push(Change::Tags);
+        // A bucket that is not ours yet is tagged first, so nothing else is written to it
+        // before it is; one that is has its tags written last, so a refused tag write (S3
+        // refuses them on a bucket with ABAC on) holds back no other aspect.
+        let owned = tags::KEYS
+            .iter()
+            .all(|k| config.tags.get(*k) == desired.tags.get(*k));
+        changes.insert(if owned { changes.len() } else { 0 }, Change::Tags);
     }
+    changes
+}
+
+/// The writes of every managed aspect but the tags that differs from the spec.
+fn aspects(desired: &Desired, config: &BucketState) -> Vec<Change> {
+    let mut changes = Vec::new();
     if config.public_access_block != Some(desired.public_access_block) {
         changes.push(Change::PublicAccessBlock);
     }
@@ -648,6 +660,33 @@ mod tests {
             d.tags.get(crate::aws::tags::UID).map(String::as_str),
             Some("uid-1")
         );
+    }
+
+    #[test]
+    fn tags_are_written_last_on_an_owned_bucket_and_first_on_one_being_adopted() {
+        let d = desired_for(BucketSpec {
+            tags: BTreeMap::from([("team".into(), "x".into())]),
+            ..Default::default()
+        });
+        // A refused tag write (ABAC on) must not hold back the encryption of a bucket of ours.
+        let mut owned = converged(&d);
+        owned.tags.insert("team".into(), "y".into());
+        owned.encryption = None;
+        assert_eq!(
+            plan(&d, &Found::Present(owned.into())),
+            Plan::Apply(vec![Change::Encryption, Change::Tags])
+        );
+        // Nothing is written to a bucket before it carries our ownership tags.
+        for lost in [crate::aws::tags::UID, crate::aws::tags::CLUSTER] {
+            let mut adopted = converged(&d);
+            adopted.tags.remove(lost);
+            adopted.encryption = None;
+            assert_eq!(
+                plan(&d, &Found::Present(adopted.into())),
+                Plan::Apply(vec![Change::Tags, Change::Encryption]),
+                "{lost}"
+            );
+        }
     }
 
     fn with_notifications(n: crate::api::Notifications, allowed: &[&str]) -> Desired {
