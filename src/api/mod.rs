@@ -35,6 +35,9 @@ macro_rules! domain_key {
 pub const DOMAIN_PREFIX: &str = domain_key!("");
 /// Finalizer the operator puts on both kinds so AWS clean-up runs before the object goes.
 pub const FINALIZER: &str = domain_key!("finalizer");
+/// Annotation on a Bucket or BucketAccess: each new value (any string; a timestamp by
+/// convention) asks for one full pass of the object at once, AWS read afresh.
+pub const RECONCILE_REQUESTED_AT: &str = domain_key!("reconcile-requested-at");
 
 /// Every CRD as the Rust types generate them (every packaged copy is made from these).
 pub fn crds() -> Vec<CustomResourceDefinition> {

@@ -19,8 +19,8 @@ mod writes;
 pub use context::{Context, Grants, Settings, deletion_policy, jitter};
 pub use error::{Blocked, Error, Requeue, refusal};
 pub use object::{MANAGER, Object, object_key, owner, served};
-pub use pass_events::PassEvents;
-pub use settled::Settled;
+pub use pass_events::{PassEvents, serve_request};
+pub use settled::{Settled, requested_at};
 pub use writes::{
     ensure_finalizer, has_finalizer, remove_finalizer, report_blocked, update_status,
 };

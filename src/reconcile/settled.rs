@@ -1,8 +1,13 @@
-//! The settled-echo record: the watch echo of the operator's own writes costs no second pass.
+//! The settled-echo record: the watch echo of the operator's own writes costs no second pass;
+//! and the `reconcile-requested-at` values served, whose every new one runs a full pass.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
+
+use kube::api::ObjectMeta;
+
+use crate::api::RECONCILE_REQUESTED_AT;
 
 /// The resourceVersions a successful pass started from and left behind (its own writes), per
 /// input object, and when the next full pass is due. The watch echo of the operator's own writes
@@ -12,6 +17,9 @@ use std::time::{Duration, Instant};
 #[derive(Default)]
 pub struct Settled {
     passes: Mutex<HashMap<String, Pass>>,
+    /// Per object, the `reconcile-requested-at` value its last successful pass in this process
+    /// saw (`None`: it carried none).
+    requests: Mutex<HashMap<String, Option<String>>>,
 }
 
 /// Per input object, the versions a pass saw or wrote; and when the next full pass is due.
@@ -87,6 +95,55 @@ impl Settled {
             .lock()
             .expect("settled map poisoned")
             .remove(key);
+        self.requests
+            .lock()
+            .expect("settled map poisoned")
+            .remove(key);
+    }
+
+    /// Does `value`, the object's `reconcile-requested-at` now, ask for a full pass of `key`
+    /// that no pass of this process has served yet?
+    pub fn requested(&self, key: &str, value: Option<&str>) -> bool {
+        let requests = self.requests.lock().expect("settled map poisoned");
+        asks(requests.get(key), value)
+    }
+
+    /// Before a pass of `key`: a new request makes it a full one (see `expire`). Returns
+    /// whether it was one.
+    pub fn request(&self, key: &str, value: Option<&str>) -> bool {
+        let new = self.requested(key, value);
+        if new {
+            self.expire(key);
+        }
+        new
+    }
+
+    /// A pass of `key` that saw `value` succeeded: that request is served.
+    pub fn served(&self, key: &str, value: Option<&str>) {
+        self.requests
+            .lock()
+            .expect("settled map poisoned")
+            .insert(key.to_string(), value.map(str::to_string));
+    }
+}
+
+/// The object's `reconcile-requested-at` value.
+pub fn requested_at(meta: &ObjectMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()?
+        .get(RECONCILE_REQUESTED_AT)
+        .map(String::as_str)
+}
+
+/// Does `value` ask for a full pass? Only a value other than the one `served` (what the last
+/// successful pass in this process saw) does. Before any such pass (`served` is `None`) the
+/// answer is no: that pass is a full one anyway, as nothing is settled yet, and whether the
+/// value was served before this process started is unknown; taking it for new would announce
+/// every annotated object again at each restart or change of leader.
+fn asks(served: Option<&Option<String>>, value: Option<&str>) -> bool {
+    match (served, value) {
+        (Some(last), Some(v)) => last.as_deref() != Some(v),
+        (None, _) | (_, None) => false,
     }
 }
 
@@ -164,6 +221,63 @@ mod tests {
         );
         s.expire("never-recorded");
         assert!(!s.wrote_over("never-recorded", "1"));
+    }
+
+    #[test]
+    fn only_a_value_other_than_the_one_served_asks_for_a_full_pass() {
+        let served = |v: Option<&str>| Some(v.map(str::to_string));
+        let t1 = "2026-11-26T09:00:00Z";
+        assert!(asks(served(None).as_ref(), Some(t1)), "annotated");
+        assert!(asks(served(Some("a")).as_ref(), Some(t1)), "a new value");
+        assert!(!asks(served(Some(t1)).as_ref(), Some(t1)), "served already");
+        assert!(!asks(served(Some(t1)).as_ref(), None), "annotation removed");
+        assert!(!asks(served(None).as_ref(), None), "never annotated");
+        assert!(
+            !asks(None, Some(t1)),
+            "the first pass since start: full anyway, and not announced"
+        );
+    }
+
+    #[test]
+    fn a_new_request_makes_the_next_pass_full_until_it_is_served() {
+        let s = Settled::default();
+        let v = |x: &str| x.to_string();
+        s.record(
+            "k".into(),
+            vec![vec![v("1"), v("2")]],
+            Duration::from_secs(600),
+        );
+        assert!(!s.request("k", Some("t1")), "no pass served yet");
+        s.served("k", None);
+        assert!(s.remaining("k", &[v("2")]).is_some(), "settled");
+        assert!(!s.request("k", None), "no request");
+        assert!(s.remaining("k", &[v("2")]).is_some(), "still settled");
+        assert!(s.request("k", Some("t1")));
+        assert_eq!(s.remaining("k", &[v("2")]), None, "the full pass runs");
+        assert!(s.wrote_over("k", "1"), "its own writes still known");
+        // A failed pass serves nothing: the retry is asked for still.
+        assert!(s.requested("k", Some("t1")));
+        s.served("k", Some("t1"));
+        assert!(!s.requested("k", Some("t1")), "served");
+        assert!(s.requested("k", Some("t2")), "another value");
+        s.forget("k");
+        assert!(!s.requested("k", Some("t2")), "forgotten with the object");
+    }
+
+    #[test]
+    fn the_request_is_read_from_the_annotation() {
+        let mut meta = ObjectMeta::default();
+        assert_eq!(requested_at(&meta), None);
+        meta.annotations = Some(
+            [(RECONCILE_REQUESTED_AT.to_string(), "now".to_string())]
+                .into_iter()
+                .collect(),
+        );
+        assert_eq!(requested_at(&meta), Some("now"));
+        assert_eq!(
+            RECONCILE_REQUESTED_AT,
+            "s3.operator.dev/reconcile-requested-at"
+        );
     }
 
     #[test]

@@ -441,9 +441,9 @@ where
     // wrapper on the worker thread's stack (one wrapper more overflowed it); boxed, the
     // wrappers hold a pointer.
     let run = Box::pin(reconcile(obj.clone(), ctx.clone())).instrument(span.clone());
-    let result = ctx
-        .budgets
-        .pass(ns, guarded(metrics, controller, run))
+    let pass = ctx.budgets.pass(ns, guarded(metrics, controller, run));
+    let result = reconcile::serve_request(&ctx, obj.as_ref(), pass)
+        .instrument(span.clone())
         .await;
     let seconds = worker.done();
     let outcome = result_label(&result);

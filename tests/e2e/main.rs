@@ -22,6 +22,7 @@ mod observability;
 mod olm;
 mod packaging;
 mod proxy;
+mod reconcile_now;
 mod runtime;
 mod scale;
 mod security;

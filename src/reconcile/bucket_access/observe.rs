@@ -16,7 +16,9 @@ use crate::aws::iam::Identity;
 use crate::aws::tags::{Owner, Ownership};
 use crate::aws::{ErrorKind, naming, policy};
 use crate::reconcile::bucket::Address;
-use crate::reconcile::{Blocked, Context, Error, Settings, has_finalizer, object_key, owner};
+use crate::reconcile::{
+    Blocked, Context, Error, Settings, has_finalizer, object_key, owner, requested_at,
+};
 
 /// What the Bucket cache says about the grant, before any AWS call (pure).
 #[derive(Debug, PartialEq)]
@@ -268,8 +270,16 @@ async fn read_grant(
 ) -> Result<Observation, Error> {
     let owner = owner(access, &ctx.settings.cluster_name);
     // The Bucket's own pass reads these tags at least once per resync period (jittered by up to
-    // 10%) and wakes this access when they change hands: its last read serves.
-    let within = ctx.settings.resync_period.mul_f64(1.1) + Duration::from_secs(30);
+    // 10%) and wakes this access when they change hands: its last read serves; but not a pass
+    // someone asked for (`reconcile-requested-at`), which reads everything afresh.
+    let asked = ctx
+        .settled
+        .requested(&object_key(access), requested_at(&access.metadata));
+    let within = if asked {
+        Duration::ZERO
+    } else {
+        ctx.settings.resync_period.mul_f64(1.1) + Duration::from_secs(30)
+    };
     // Both only read; the plan needs both.
     let (facts, identity) = tokio::join!(
         confirm(ctx, d, bucket_owner, &access.spec.bucket_ref.name, within),
