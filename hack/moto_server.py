@@ -34,6 +34,8 @@ parts the operator relies on. Everything else is stock moto.
 - BlockPublicPolicy is enforced: with it on, PutBucketPolicy of a public policy (an Allow for
   `*` without a condition, moto's own test of publicness) is refused with AccessDenied, as S3
   does (stock moto stores it).
+- SQS batch calls are authorized as their single-message actions (DeleteMessageBatch as
+  sqs:DeleteMessage, ...), as AWS does.
 - Bulk DeleteObjects is authorized as s3:DeleteObject on the objects; encryption and public
   access block requests are checked against the IAM actions AWS uses.
 - The GetBucketVersioning answer's root element is `VersioningConfiguration`, and
@@ -75,6 +77,14 @@ parts the operator relies on. Everything else is stock moto.
   the role must name the provider as `Federated` with conditions that hold for `<provider>:sub`
   and `<provider>:aud`. Refusals are STS's: InvalidIdentityToken, ExpiredTokenException,
   AccessDenied, IDPCommunicationError. The call is unsigned, as in AWS.
+- CloudTrail management events on EventBridge: every successful S3 bucket-level write
+  (CreateBucket, Put/DeleteBucket<Subresource>, DeleteBucket, ...) and IAM write (any Action but
+  Get*/List*/Generate*/Simulate*) is put on the account's default event bus of its region (IAM's
+  in us-east-1, as CloudTrail records them) as an "AWS API Call via CloudTrail" event, source
+  `aws.s3`/`aws.iam`, with CloudTrail's record as the detail (eventSource, eventName,
+  userIdentity of the signing key, requestParameters: the bucket name, or IAM's parameters
+  without documents). Rules on that bus then send it on, for example to an SQS queue. Stock moto
+  emits none; object-level data events are not emitted (CloudTrail needs a data-event trail).
 - A request log the tests read, since the operator's own counters cannot show what it did not
   count: every request is counted by (access key id, operation) when it arrives, before moto
   handles it, whatever the answer. `GET /__s3op/requests?key=ID` answers one key's counts as a
@@ -95,6 +105,7 @@ import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections import Counter, defaultdict
 from urllib.parse import parse_qs, parse_qsl
 
@@ -121,8 +132,11 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 from moto.utilities.utils import get_partition
+from moto.core import DEFAULT_ACCOUNT_ID
+from moto.events.models import events_backends
 from moto.sns.models import sns_backends
 from moto.sts.exceptions import STSClientError
+from moto.sts.models import sts_backends
 from moto.sts.responses import TokenResponse
 from moto.sqs.models import sqs_backends
 
@@ -411,9 +425,18 @@ def _caller_boundary(self):
         return None
 
 
+# SQS authorizes a batch call as its single-message action (stock moto asks for the batch name).
+_AUTHORIZED_AS = {
+    "sqs:DeleteMessageBatch": "sqs:DeleteMessage",
+    "sqs:SendMessageBatch": "sqs:SendMessage",
+    "sqs:ChangeMessageVisibilityBatch": "sqs:ChangeMessageVisibility",
+}
+
+
 def _check_action_permitted(self, resource):
     if self._action == "sts:GetCallerIdentity":
         return
+    self._action = _AUTHORIZED_AS.get(self._action, self._action)
     context = _request_context(self)
     permitted = False
     for policy in self._access_key.collect_policies():
@@ -1007,6 +1030,103 @@ def _authenticate_unless_web_identity(self, resource="*"):
 TokenResponse.assume_role_with_web_identity = _assume_with_verified_web_identity
 TokenResponse._authenticate_and_authorize_normal_action = _authenticate_unless_web_identity
 
+# ---------------------------------------------------------------- CloudTrail management events
+
+CLOUDTRAIL_DETAIL_TYPE = "AWS API Call via CloudTrail"
+_SCOPE = re.compile(r"Credential=[^/]+/[^/]+/([^/]+)/([^/]+)/")
+# S3 bucket subresources whose PUT/DELETE CloudTrail names other than Put/DeleteBucket<Name>.
+_S3_EVENT_NAMES = {
+    "object-lock": "PutObjectLockConfiguration",
+    "notification": "PutBucketNotification",
+    "accelerate": "PutBucketAccelerateConfiguration",
+    "intelligent-tiering": "PutBucketIntelligentTieringConfiguration",
+}
+_IAM_READ_PREFIXES = ("Get", "List", "Generate", "Simulate")
+
+
+def _s3_event_name(method, operation):
+    """CloudTrail's eventName of a bucket-level S3 write, else None (reads and object-level data
+    events are not management events)."""
+    if method not in ("PUT", "DELETE") or not operation.startswith(f"{method} bucket"):
+        return None
+    sub = operation.partition("?")[2].split("&")[0]
+    verb = "Put" if method == "PUT" else "Delete"
+    if not sub:
+        return "CreateBucket" if method == "PUT" else "DeleteBucket"
+    if method == "PUT" and sub in _S3_EVENT_NAMES:
+        return _S3_EVENT_NAMES[sub]
+    return verb + "Bucket" + sub[0].upper() + sub[1:]
+
+
+def _user_identity(account, key_id):
+    """CloudTrail's userIdentity of the caller signing with `key_id`."""
+    iam = iam_backends[account][get_partition("us-east-1")]
+    for user in iam.users.values():
+        if any(k.access_key_id == key_id for k in user.access_keys):
+            return {"type": "IAMUser", "arn": user.arn, "accountId": account,
+                    "accessKeyId": key_id, "userName": user.name}
+    for role in sts_backends[account]["aws"].assumed_roles:
+        if role.access_key_id == key_id:
+            return {"type": "AssumedRole", "arn": role.arn, "accountId": account,
+                    "accessKeyId": key_id,
+                    "sessionContext": {"sessionIssuer": {"type": "Role", "arn": role.role_arn}}}
+    return {"type": "Unknown", "accountId": account, "accessKeyId": key_id}
+
+
+def cloudtrail_event(environ, form, operation, key_id):
+    """(region, EventBridge entry) of the CloudTrail management event AWS records for this
+    request, or None: S3 bucket-level writes and IAM writes, in CloudTrail's record shape."""
+    scope = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
+    if not scope:
+        return None
+    region, service = scope.groups()
+    method = environ.get("REQUEST_METHOD", "")
+    if service == "s3":
+        name = _s3_event_name(method, operation)
+        bucket = environ.get("PATH_INFO", "").strip("/").split("/")[0]
+        params = {"bucketName": bucket}
+        resources = [{"type": "AWS::S3::Bucket", "ARN": f"arn:aws:s3:::{bucket}"}]
+    elif service == "iam":
+        name = operation if not operation.startswith(_IAM_READ_PREFIXES) else None
+        # IAM is global: CloudTrail records its events in us-east-1.
+        region = "us-east-1"
+        params = {k[0].lower() + k[1:]: v[0] for k, v in form.items()
+                  if k not in ("Action", "Version") and not k.endswith("Document")}
+        resources = []
+    else:
+        return None
+    if not name:
+        return None
+    account = DEFAULT_ACCOUNT_ID
+    detail = {
+        "eventVersion": "1.09",
+        "userIdentity": _user_identity(account, key_id),
+        "eventTime": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "eventSource": f"{service}.amazonaws.com",
+        "eventName": name,
+        "awsRegion": region,
+        "sourceIPAddress": environ.get("REMOTE_ADDR", ""),
+        "userAgent": environ.get("HTTP_USER_AGENT", ""),
+        "requestParameters": params,
+        "responseElements": None,
+        "eventID": str(uuid.uuid4()),
+        "readOnly": False,
+        "resources": resources,
+        "eventType": "AwsApiCall",
+        "managementEvent": True,
+        "recipientAccountId": account,
+        "eventCategory": "Management",
+    }
+    entry = {"Source": f"aws.{service}", "DetailType": CLOUDTRAIL_DETAIL_TYPE,
+             "Detail": json.dumps(detail)}
+    return region, entry
+
+
+def deliver_to_eventbridge(region, entry):
+    """Onto the account's default event bus of `region`, whose rules send it on (SQS)."""
+    events_backends[DEFAULT_ACCOUNT_ID][region].put_events([entry])
+
+
 # ---------------------------------------------------------------- request log
 
 REQUESTS_PATH = "/__s3op/requests"
@@ -1063,9 +1183,24 @@ class RequestLog:
                 environ["wsgi.input"] = io.BytesIO(body)
                 form = parse_qs(body.decode("utf-8", "replace"))
         operation = operation_of(environ.get("REQUEST_METHOD", ""), path, query_string, form)
+        key_id = access_key_of(environ, query)
         with self.lock:
-            self.counts[access_key_of(environ, query)][operation] += 1
-        return self.app(environ, start_response)
+            self.counts[key_id][operation] += 1
+        status = []
+
+        def recorded(code, headers, exc_info=None):
+            status.append(code)
+            return start_response(code, headers, exc_info)
+
+        response = self.app(environ, recorded)
+        if status and status[0].startswith("2"):
+            event = cloudtrail_event(environ, form, operation, key_id)
+            if event:
+                try:
+                    deliver_to_eventbridge(*event)
+                except Exception as e:  # the request succeeded; only its event is lost
+                    print(f"moto_server: CloudTrail event not delivered: {e!r}", file=sys.stderr)
+        return response
 
 
 if __name__ == "__main__":

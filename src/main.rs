@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 use s3_operator::api::DeletionPolicy;
-use s3_operator::aws::{budget, naming, policy};
+use s3_operator::aws::{budget, drift_queue, naming, policy};
 use s3_operator::runtime::{self, leader, telemetry};
 
 #[derive(Parser, Debug)]
@@ -64,8 +64,16 @@ struct PolicyArgs {
     partition: String,
     /// Print the permissions boundary instead: create it as the managed policy
     /// `<iam path>s3-operator-boundary` before the operator starts.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "drift_events_rule")]
     boundary: bool,
+    /// ARN of the drift-event queue (`--drift-events-queue-url`): the operator's policy may
+    /// then read and delete its messages.
+    #[arg(long)]
+    drift_events_queue_arn: Option<String>,
+    /// Print the EventBridge rule (name, event pattern) and the queue policy for the
+    /// drift-event queue instead; needs --drift-events-queue-arn.
+    #[arg(long, requires = "drift_events_queue_arn")]
+    drift_events_rule: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -132,8 +140,15 @@ struct RunArgs {
     )]
     watch_namespaces: Vec<String>,
     /// How often a Ready object is re-read from AWS to correct drift (jittered by up to 10%).
-    #[arg(long, env = "RESYNC_PERIOD", default_value = "10m", value_parser = duration)]
-    resync_period: std::time::Duration,
+    /// Default 10m, or 6h with --drift-events-queue-url (events find drift; the resync only
+    /// catches what an event missed).
+    #[arg(long, env = "RESYNC_PERIOD", value_parser = duration)]
+    resync_period: Option<std::time::Duration>,
+    /// URL of the SQS queue an EventBridge rule fills with the account's CloudTrail events for
+    /// this installation's buckets and IAM identities (`iam-policy --drift-events-rule` renders
+    /// it): drift is then corrected within seconds of the change.
+    #[arg(long, env = "DRIFT_EVENTS_QUEUE_URL")]
+    drift_events_queue_url: Option<String>,
     /// AWS writes per second each namespace may make (a token bucket per namespace, so one
     /// namespace cannot spend the account's S3 and IAM rate for the others); 0: no budget.
     #[arg(long, env = "NAMESPACE_AWS_WRITE_RATE", default_value_t = budget::DEFAULT_RATE, value_parser = write_rate)]
@@ -242,10 +257,16 @@ fn main() -> ExitCode {
                 iam_path: naming::iam_path(&p.cluster_name),
                 account: p.account_id,
             };
-            let doc = if p.boundary {
-                policy::boundary_policy(&scope)
-            } else {
-                policy::operator_policy(&scope)
+            let queue = p.drift_events_queue_arn.as_deref();
+            let doc = match queue {
+                _ if p.boundary => policy::boundary_policy(&scope),
+                Some(queue) if p.drift_events_rule => {
+                    let region = queue.split(':').nth(3).unwrap_or("us-east-1");
+                    let (partition, account) = (&scope.partition, &scope.account);
+                    let (cluster, prefix) = (&p.cluster_name, &scope.bucket_prefix);
+                    drift_queue::rule(partition, account, region, cluster, prefix, queue)
+                }
+                _ => policy::with_drift_queue(policy::operator_policy(&scope), queue),
             };
             println!("{doc:#}");
             ExitCode::SUCCESS
@@ -301,6 +322,12 @@ fn run(args: RunArgs) -> ExitCode {
     }
 }
 
+/// The resync period: the one given, else 10 minutes, or 6 hours when drift events find drift.
+fn resync_period(given: Option<std::time::Duration>, events: bool) -> std::time::Duration {
+    let default = if events { 6 * 3600 } else { 600 };
+    given.unwrap_or(std::time::Duration::from_secs(default))
+}
+
 /// What `run` is configured with, from its flags; `Err` says which value cannot work.
 fn config(args: RunArgs) -> Result<runtime::Config, String> {
     let identity = args.pod_name.clone().unwrap_or_else(|| {
@@ -318,6 +345,7 @@ fn config(args: RunArgs) -> Result<runtime::Config, String> {
         metrics_addr: args.metrics_bind_address,
         probe_addr: args.health_probe_bind_address,
         metrics_secure: args.metrics_secure.then_some(args.metrics_cert_dir),
+        drift_events_queue_url: args.drift_events_queue_url,
         leader_election: args.leader_elect.then_some(leader::Settings {
             namespace: args.leader_election_namespace,
             name: args.leader_election_id,
@@ -345,7 +373,7 @@ fn reconcile_settings(args: &RunArgs) -> Result<s3_operator::reconcile::Settings
         allowed_notification_targets: listed(args.allowed_notification_targets.clone()),
         default_deletion_policy: args.default_deletion_policy,
         oidc_provider_arn: args.oidc_provider_arn.clone(),
-        resync_period: args.resync_period,
+        resync_period: resync_period(args.resync_period, args.drift_events_queue_url.is_some()),
         namespace_aws_write_rate: args.namespace_aws_write_rate,
         namespace_aws_write_burst: args.namespace_aws_write_burst,
         min_rotation_interval: args.min_rotation_interval,

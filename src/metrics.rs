@@ -55,6 +55,7 @@ pub struct Metrics {
     pub workqueue_retries_total: IntCounterVec,
     pub rest_client_requests_total: IntCounterVec,
     pub aws_write_budget_exhausted_total: IntCounterVec,
+    pub drift_events_total: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -163,6 +164,11 @@ impl Metrics {
                 "s3_operator_aws_write_budget_exhausted_total",
                 "Reconciles deferred because their namespace had spent its budget of AWS writes",
                 CONTROLLER,
+            ),
+            drift_events_total: r.counter(
+                "s3_operator_drift_events_total",
+                "Messages read from the drift-event queue, by outcome: touched (a bucket, user or role someone else changed), own (the operator's own write), other",
+                &["outcome"],
             ),
             drift_corrections_total: r.counter(
                 "s3_operator_drift_corrections_total",

@@ -4,6 +4,7 @@
 //! clients were made with.
 
 pub mod budget;
+pub mod drift_queue;
 mod fence;
 pub mod iam;
 pub mod naming;

@@ -16,6 +16,9 @@ pub struct Config {
     /// Serve /metrics over HTTPS with token authentication and authorization: `None` serves
     /// plain HTTP; `Some(dir)` the certificate in `dir`, or a self-signed one without it.
     pub metrics_secure: Option<Option<std::path::PathBuf>>,
+    /// The SQS queue of CloudTrail events the leader reads to find drift at once; `None`: drift
+    /// is found by the periodic resync only.
+    pub drift_events_queue_url: Option<String>,
     /// `None` runs without leader election (a single replica, or local development).
     pub leader_election: Option<leader::Settings>,
 }

@@ -17,13 +17,16 @@ use tokio::sync::watch;
 use tracing::{Instrument, Span};
 
 use super::backoff::Backoff;
-use super::class_watches::{ClassKind, Wake, wakes, woken};
+use super::class_watches::{ClassKind, Wake};
+use super::drift_events;
 use super::fair::Gate;
 use super::lifecycle::wait_true;
+use super::wakes::{accesses_of, accesses_touched, buckets_touched, granted_on, woken_by_classes};
 use super::watches::{Gated, Watched, Watches, events, trigger};
 use super::{Config, Error, telemetry};
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
+use crate::aws::drift_queue::Touched;
 use crate::metrics::{self, Metrics};
 use crate::reconcile::bucket::logging::Linked;
 use crate::reconcile::{self, Context, Requeue, object_key};
@@ -53,10 +56,28 @@ pub(super) async fn run(
     };
     let bucket_stores = scopes.iter().map(|w| w.buckets.clone()).collect();
     let access_stores = scopes.iter().map(|w| w.accesses.clone()).collect();
+    // Subscribed by every scope's controllers before the first event is read.
+    let (touched, _) = tokio::sync::broadcast::channel(1024);
+    let wakers = Wakers {
+        classes,
+        touched: &touched,
+    };
     let runs: Vec<_> = scopes
         .into_iter()
-        .flat_map(|w| start_scope(w, &queues, concurrency, &ctx, classes, &shutdown))
+        .flat_map(|w| start_scope(w, &queues, concurrency, &ctx, &wakers, &shutdown))
         .collect();
+    if let Some(url) = &config.drift_events_queue_url {
+        let own = ctx.settings.operator_principals.clone();
+        let queue = ctx.aws.drift_queue(url);
+        let metrics = ctx.metrics.clone();
+        tokio::spawn(drift_events::poll(
+            queue,
+            own,
+            touched,
+            metrics,
+            shutdown.clone(),
+        ));
+    }
     tokio::spawn(report_managed_objects(
         bucket_stores,
         access_stores,
@@ -64,6 +85,12 @@ pub(super) async fn run(
         shutdown,
     ));
     join_all(runs).await;
+}
+
+/// What wakes objects besides their own watches: class changes and drift events.
+struct Wakers<'a> {
+    classes: &'a tokio::sync::broadcast::Sender<Wake>,
+    touched: &'a tokio::sync::broadcast::Sender<Touched>,
 }
 
 /// Each kind's work queue, shared by its controllers in every scope.
@@ -79,9 +106,10 @@ fn start_scope(
     queues: &Queues,
     concurrency: u16,
     ctx: &Arc<Context>,
-    classes: &tokio::sync::broadcast::Sender<Wake>,
+    wakers: &Wakers,
     shutdown: &watch::Receiver<bool>,
 ) -> [BoxFuture<'static, ()>; 2] {
+    let classes = wakers.classes;
     let (bucket_queue, access_queue) = (&queues.buckets, &queues.accesses);
     tokio::spawn(forget_deleted(
         w.bucket_deletions,
@@ -104,6 +132,12 @@ fn start_scope(
             &w.buckets,
             ClassKind::Bucket,
             bucket_queue,
+        ))
+        .reconcile_on(buckets_touched(
+            wakers.touched,
+            &w.buckets,
+            ctx,
+            bucket_queue,
         ));
     let (store, queue) = (w.accesses.clone(), access_queue.clone());
     let owners = access_queue.clone();
@@ -119,6 +153,12 @@ fn start_scope(
             classes,
             &w.accesses,
             ClassKind::Access,
+            access_queue,
+        ))
+        .reconcile_on(accesses_touched(
+            wakers.touched,
+            &w.accesses,
+            ctx,
             access_queue,
         ));
     let gate = || closed_on_shutdown(Gate::new(concurrency), shutdown);
@@ -161,74 +201,6 @@ fn controller_for<K: Watched>(
         trigger(store.state(), changes).inspect(move |o| queue.add(object_key(o.as_ref())));
     Controller::for_shared_stream(objects, store.clone())
         .graceful_shutdown_on(wait_true(shutdown.clone()))
-}
-
-/// A Bucket change wakes every BucketAccess that refers to it. This runs for every Bucket
-/// event over every cached BucketAccess, so it compares in place and allocates only for a match.
-fn accesses_of(store: &Store<BucketAccess>, b: &Bucket) -> Vec<ObjectRef<BucketAccess>> {
-    let (ns, name) = (&b.metadata.namespace, b.metadata.name.as_deref());
-    store
-        .state()
-        .iter()
-        .filter(|a| name == Some(a.spec.bucket_ref.name.as_str()) && a.metadata.namespace == *ns)
-        .map(|a| ObjectRef::from_obj(a.as_ref()))
-        .collect()
-}
-
-/// The objects of `store` a change of a class or of a namespace's labels may put under another
-/// class (or under a changed one).
-fn woken_by_classes<K: Watched>(
-    classes: &tokio::sync::broadcast::Sender<Wake>,
-    store: &Store<K>,
-    mine: ClassKind,
-    queue: &Queue,
-) -> impl futures::Stream<Item = ObjectRef<K>> + Send + 'static {
-    let (store, queue) = (store.clone(), queue.clone());
-    wakes(classes.subscribe())
-        .flat_map(move |w| futures::stream::iter(queue.added(woken(&store, &w, mine))))
-}
-
-/// The BucketAccesses whose Bucket names an S3 bucket a Bucket pass woke (`Grants`): across
-/// namespaces, since a name can change hands between them.
-fn granted_on(
-    store: &Store<BucketAccess>,
-    ctx: &Arc<Context>,
-    queue: &Queue,
-) -> impl futures::Stream<Item = ObjectRef<BucketAccess>> + Send + 'static {
-    let (store, ctx, queue) = (store.clone(), ctx.clone(), queue.clone());
-    let names = futures::stream::unfold(ctx.grants.subscribe(), |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(name) => return Some((name, rx)),
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
-            }
-        }
-    });
-    names.flat_map(move |name| {
-        let refs = store
-            .state()
-            .iter()
-            .filter(|a| {
-                let ns = a.metadata.namespace.as_deref().unwrap_or_default();
-                ctx.bucket(ns, &a.spec.bucket_ref.name)
-                    .and_then(|b| {
-                        let owner = reconcile::owner(b.as_ref(), &ctx.settings.cluster_name);
-                        let region = &ctx.aws.region;
-                        reconcile::bucket::address(&b, &ctx.settings, region, &owner).ok()
-                    })
-                    .is_some_and(|at| at.name == name)
-            })
-            .map(|a| {
-                // A full pass, not the settled echo of its last one: its inputs in Kubernetes
-                // have not changed, the bucket behind the name has. What its last pass wrote is
-                // kept, so a pass from a cache behind those writes is still skipped.
-                ctx.settled.expire(&object_key(a.as_ref()));
-                ObjectRef::from_obj(a.as_ref())
-            })
-            .collect();
-        futures::stream::iter(queue.added(refs))
-    })
 }
 
 /// Runs a controller with `reconcile`, each reconcile waiting its namespace's turn at `gate`.
@@ -339,7 +311,7 @@ fn ref_key(r: &ObjectRef<DynamicObject>) -> String {
 /// client-go AddAfter becomes one when due. Like client-go's rate-limited queue, it also keeps
 /// each object's backoff.
 #[derive(Clone)]
-struct Queue {
+pub(super) struct Queue {
     name: &'static str,
     since: Arc<Mutex<HashMap<String, Instant>>>,
     backoff: Arc<Backoff>,
@@ -367,7 +339,10 @@ impl Queue {
     }
 
     /// `add` for every object a mapper names; hands them on.
-    fn added<K: Resource<DynamicType = ()>>(&self, refs: Vec<ObjectRef<K>>) -> Vec<ObjectRef<K>> {
+    pub(super) fn added<K: Resource<DynamicType = ()>>(
+        &self,
+        refs: Vec<ObjectRef<K>>,
+    ) -> Vec<ObjectRef<K>> {
         for r in &refs {
             let ns = r.namespace.as_deref().unwrap_or_default();
             self.add(format!("{}/{ns}/{}", K::kind(&()), r.name));

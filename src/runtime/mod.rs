@@ -5,6 +5,8 @@
 //! - `watches`: the shared watches and their caches
 //! - `class_watches`: the classes and namespaces, cluster-wide, and what their changes wake
 //! - `controllers`: controller wiring, worker slots, spans, metrics and error policy
+//! - `wakes`: what wakes an object besides a change of its own
+//! - `drift_events`: the leader's reader of the drift-event queue
 //! - `backoff`: each object's backoff after a failed reconcile
 //! - `lifecycle`: signals, heartbeat and probe state
 
@@ -13,10 +15,12 @@ mod class_watches;
 pub mod client;
 mod config;
 mod controllers;
+mod drift_events;
 mod fair;
 pub mod leader;
 mod lifecycle;
 pub mod telemetry;
+mod wakes;
 mod watches;
 mod web;
 

@@ -11,7 +11,7 @@ pub use grant::*;
 pub use normalize::*;
 pub use operator::*;
 
-const VERSION: &str = "2012-10-17";
+pub(crate) const VERSION: &str = "2012-10-17";
 
 #[cfg(test)]
 mod testing {

@@ -191,6 +191,20 @@ pub fn operator_policy(scope: &Scope) -> Value {
     })
 }
 
+/// `policy` with the drift-event queue's read and delete, when there is one: nothing else of
+/// SQS, and only on that queue.
+pub fn with_drift_queue(mut policy: Value, queue_arn: Option<&str>) -> Value {
+    if let (Some(arn), Some(statements)) = (queue_arn, policy["Statement"].as_array_mut()) {
+        statements.push(json!({
+            "Sid": "ReadDriftEvents",
+            "Effect": "Allow",
+            "Action": ["sqs:ReceiveMessage", "sqs:DeleteMessage"],
+            "Resource": arn,
+        }));
+    }
+    policy
+}
+
 /// The condition operator and key that exempt the operator from a tenant's `Deny`.
 pub const OPERATOR_EXEMPTION: (&str, &str) = ("ArnNotLike", "aws:PrincipalArn");
 

@@ -1,0 +1,246 @@
+//! Drift found by events (`--drift-events-queue-url`): the emulator puts a CloudTrail event on
+//! EventBridge for every S3 and IAM write, the rule `s3-operator iam-policy --drift-events-rule`
+//! renders sends this installation's to an SQS queue, and the operator corrects what someone
+//! else changed within seconds. Its resync is an hour, so nothing else can explain a correction.
+
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, PostParams};
+use s3_operator::api::{Bucket, BucketAccess};
+use s3_operator::aws::{drift_queue, naming, policy};
+use serde_json::json;
+
+use crate::access::access;
+use crate::node::strings;
+use crate::support::*;
+
+const T: Duration = Duration::from_secs(60);
+/// What the issue promises on this machine, from the change to the correction.
+const WITHIN: Duration = Duration::from_secs(5);
+
+fn sqs() -> aws_sdk_sqs::Client {
+    let (k, s) = &env().admin_key;
+    let creds = aws_sdk_sqs::config::Credentials::new(k, s, None, None, "e2e");
+    let conf = aws_sdk_sqs::config::Builder::new()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new(env().region.clone()))
+        .endpoint_url(&env().aws_endpoint)
+        .credentials_provider(creds)
+        .build();
+    aws_sdk_sqs::Client::from_conf(conf)
+}
+
+fn eventbridge() -> aws_sdk_eventbridge::Client {
+    let (k, s) = &env().admin_key;
+    let creds = aws_sdk_eventbridge::config::Credentials::new(k, s, None, None, "e2e");
+    let conf = aws_sdk_eventbridge::config::Builder::new()
+        .behavior_version(aws_sdk_eventbridge::config::BehaviorVersion::latest())
+        .region(aws_sdk_eventbridge::config::Region::new(
+            env().region.clone(),
+        ))
+        .endpoint_url(&env().aws_endpoint)
+        .credentials_provider(creds)
+        .build();
+    aws_sdk_eventbridge::Client::from_conf(conf)
+}
+
+/// What an administrator sets up for `cluster`: the queue, the rule as the operator renders
+/// it, its target and the queue policy. Returns (queue URL, queue ARN).
+async fn drift_queue_for(cluster: &str) -> (String, String) {
+    let name = format!("s3op-drift-{cluster}");
+    let url = sqs().create_queue().queue_name(&name).send().await.unwrap();
+    let url = url.queue_url.unwrap();
+    let arn = format!("arn:aws:sqs:{}:{ACCOUNT}:{name}", env().region);
+    let rule = drift_queue::rule(
+        "aws",
+        ACCOUNT,
+        &env().region,
+        cluster,
+        &prefix(cluster),
+        &arn,
+    );
+    let rule_name = rule["ruleName"].as_str().unwrap();
+    let events = eventbridge();
+    events
+        .put_rule()
+        .name(rule_name)
+        .event_pattern(rule["eventPattern"].to_string())
+        .send()
+        .await
+        .unwrap();
+    let target = aws_sdk_eventbridge::types::Target::builder()
+        .id("drift-queue")
+        .arn(&arn)
+        .build()
+        .unwrap();
+    events
+        .put_targets()
+        .rule(rule_name)
+        .targets(target)
+        .send()
+        .await
+        .unwrap();
+    sqs()
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::Policy,
+            rule["queuePolicy"].to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    (url, arn)
+}
+
+/// How long `fixed` took to hold, checked every 50 ms (up to T, so a slow correction is
+/// reported with its time rather than as a timeout).
+async fn corrected<F, Fut>(what: &str, mut fixed: F) -> Duration
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let started = Instant::now();
+    while !fixed().await {
+        assert!(started.elapsed() < T, "{what}: not corrected within {T:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let took = started.elapsed();
+    eprintln!("{what}: corrected in {took:.2?}");
+    took
+}
+
+/// With events on, a public access block removed, a bucket policy replaced and a user policy
+/// edited out of band are each corrected within 5 s; an event for a bucket under the prefix
+/// that no Bucket owns costs the operator no S3 or IAM call; its own writes are recognised.
+#[tokio::test]
+async fn out_of_band_changes_are_corrected_within_seconds_by_their_events() {
+    let client = admin().await;
+    let ns = namespace(&client, "driftev").await;
+    let cluster = format!("d{}", random(6));
+    let (url, arn) = drift_queue_for(&cluster).await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        cluster: Some(cluster.clone()),
+        resync: "1h",
+        extra_args: strings(&["--drift-events-queue-url", &url]),
+        policy: Some(policy::with_drift_queue(
+            operator_policy(&cluster),
+            Some(&arn),
+        )),
+        ..Default::default()
+    })
+    .await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    buckets
+        .create(
+            &PostParams::default(),
+            &bucket("b", json!({"deletionPolicy": "Delete"})),
+        )
+        .await
+        .unwrap();
+    let name = wait_ready(&buckets, "b").await;
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly"});
+    accesses
+        .create(&PostParams::default(), &access("a", spec))
+        .await
+        .unwrap();
+    wait_reason(&accesses, "a", "Available", T).await;
+    let uid = accesses.get("a").await.unwrap().metadata.uid.unwrap();
+    let user = naming::iam_name(&ns, "a", &uid);
+    op.wait_settled(Duration::from_secs(2)).await;
+    assert!(
+        op.metric("s3_operator_drift_events_total", &[("outcome", "own")])
+            .await
+            >= 1.0,
+        "the operator's own writes come back as events it recognises"
+    );
+
+    let s3 = admin_s3();
+    s3.delete_public_access_block()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    let took_pab = corrected("public access block removed", || async {
+        s3.get_public_access_block()
+            .bucket(&name)
+            .send()
+            .await
+            .is_ok()
+    })
+    .await;
+
+    let ours = bucket_policy(&name)
+        .await
+        .expect("the operator's bucket policy");
+    let theirs = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+        "Principal": {"AWS": format!("arn:aws:iam::{ACCOUNT}:root")}, "Action": "s3:GetObject",
+        "Resource": format!("arn:aws:s3:::{name}/*")}]});
+    s3.put_bucket_policy()
+        .bucket(&name)
+        .policy(theirs.to_string())
+        .send()
+        .await
+        .unwrap();
+    let took_policy = corrected("bucket policy replaced", || async {
+        bucket_policy(&name).await.as_ref() == Some(&ours)
+    })
+    .await;
+
+    let iam = admin_iam();
+    let wide = json!({"Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]});
+    iam.put_user_policy()
+        .user_name(&user)
+        .policy_name("s3-operator-access")
+        .policy_document(wide.to_string())
+        .send()
+        .await
+        .unwrap();
+    let took_user = corrected("user policy widened", || async {
+        let got = iam
+            .get_user_policy()
+            .user_name(&user)
+            .policy_name("s3-operator-access")
+            .send()
+            .await;
+        got.is_ok_and(|p| !p.policy_document.contains("\"s3:*\""))
+    })
+    .await;
+    for took in [took_pab, took_policy, took_user] {
+        assert!(took < WITHIN, "corrected in {took:?}, more than {WITHIN:?}");
+    }
+
+    // A bucket under this installation's prefix that no Bucket owns: its event arrives (the
+    // rule matches the prefix) and wakes nothing, so no S3 or IAM call follows.
+    op.wait_settled(Duration::from_secs(2)).await;
+    let calls = || async {
+        op.metric("s3_operator_aws_requests_total", &[("service", "s3")])
+            .await
+            + op.metric("s3_operator_aws_requests_total", &[("service", "iam")])
+                .await
+    };
+    let (before, touched) = (
+        calls().await,
+        op.metric("s3_operator_drift_events_total", &[("outcome", "touched")])
+            .await,
+    );
+    let stray = format!("{}stray-{}", prefix(&cluster), random(6));
+    s3.create_bucket().bucket(&stray).send().await.unwrap();
+    wait_for("the stray bucket's event read", T, || async {
+        let now = op
+            .metric("s3_operator_drift_events_total", &[("outcome", "touched")])
+            .await;
+        (now > touched).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        calls().await,
+        before,
+        "an event nobody owns costs no AWS call"
+    );
+    s3.delete_bucket().bucket(&stray).send().await.unwrap();
+}
