@@ -90,8 +90,8 @@ parts the operator relies on. Everything else is stock moto.
 - Session policies (stock moto stores and ignores them): a role session made with one (AssumeRole's
   or AssumeRoleWithWebIdentity's `Policy`, a Pod Identity association's `policy`) may do only
   what both its role (capped by the boundary) and the session policy allow; a bucket policy
-  naming the session itself is not narrowed by it, one naming the role is. Session tags are
-  the condition keys `aws:PrincipalTag/<key>`.
+  naming the session itself is not narrowed by it, one naming the role is. A Pod Identity
+  session's tags are its condition keys `aws:PrincipalTag/<key>` (STS's own `Tags` are not kept).
 - A request log the tests read, since the operator's own counters cannot show what it did not
   count: every request is counted by (access key id, operation) when it arrives, before moto
   handles it, whatever the answer. `GET /__s3op/requests?key=ID` answers one key's counts as a
