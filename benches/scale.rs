@@ -6,6 +6,8 @@
 //! creates and deletes BATCH pairs (default 50) over and over for that long and reports the
 //! operator's RSS after every cycle (`--pairs '' --buckets ''` for it alone). `--fairness N`
 //! measures a single Bucket's time to Ready in one namespace while another floods N Buckets.
+//! `--drift` measures how long out-of-band changes wait for their correction with drift events
+//! on and off, and what the drift-event queue costs an idle operator.
 //!
 //! Each run is a child process with its own private control plane and emulator, so every run
 //! starts from the same empty state. The report (rendered by `report`, as BENCHMARKS.md) goes
@@ -17,6 +19,8 @@
 #[path = "../tests/e2e/audit.rs"]
 #[allow(dead_code)]
 mod audit;
+#[path = "../tests/e2e/drift_bench.rs"]
+mod drift_bench;
 mod report;
 #[path = "../tests/e2e/scale.rs"]
 mod scale;
@@ -25,6 +29,7 @@ mod scale;
 mod support;
 
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
@@ -55,6 +60,9 @@ fn child(args: &[String]) -> bool {
         let n: usize = n.parse().expect("--one-fairness N");
         let f = runtime().block_on(scale::fairness(n, 5));
         println!("{}", serde_json::to_string(&f).expect("JSON"));
+    } else if args.iter().any(|a| a == "--one-drift") {
+        let d = runtime().block_on(drift_bench::drift(5, "60s", Duration::from_secs(120)));
+        println!("{}", serde_json::to_string(&d).expect("JSON"));
     } else if let Some(spec) = arg(args, "--one-churn") {
         let (secs, batch) = churn_spec(&spec);
         let duration = std::time::Duration::from_secs(secs);
@@ -166,6 +174,10 @@ fn main() {
         let out = in_child(&["--one-fairness", &n], "the fairness run");
         with_run(out.last().cloned().expect("a result line"))
     });
+    let drift = args.iter().any(|a| a == "--drift").then(|| {
+        let out = in_child(&["--one-drift"], "the drift run");
+        with_run(out.last().cloned().expect("a result line"))
+    });
     let rows = measure_rows(&args, runs, &measured);
     // What this run did not measure is kept from BENCHMARKS.json, with the run that did.
     let json_path = support::repo().join("BENCHMARKS.json");
@@ -178,6 +190,7 @@ fn main() {
         "rows": merge_rows(&previous, rows),
         "churn": churn.unwrap_or_else(|| previous["churn"].clone()),
         "fairness": fairness.unwrap_or_else(|| previous["fairness"].clone()),
+        "drift": drift.unwrap_or_else(|| previous["drift"].clone()),
         "peer_reference": previous["peer_reference"],
     });
     let write = args.iter().any(|a| a == "--write");

@@ -408,6 +408,81 @@ fn fairness(doc: &Value) -> Result<String> {
     ))
 }
 
+/// With the resync at its default, 10 minutes without drift events and 6 hours with them.
+const RESYNCS_PER_HOUR_OFF: f64 = 6.0;
+const RESYNCS_PER_HOUR_ON: f64 = 1.0 / 6.0;
+
+fn drift(doc: &Value) -> Result<String> {
+    let d = &doc["drift"];
+    if d.is_null() {
+        return Ok(String::new());
+    }
+    let pairs = |key: &str| -> Result<Vec<(f64, f64)>> {
+        let rows = d[key]
+            .as_array()
+            .ok_or(format!("BENCHMARKS.json: `drift.{key}`"))?;
+        rows.iter()
+            .map(|r| {
+                Ok((
+                    r[0].as_f64().ok_or("a number")?,
+                    r[1].as_f64().ok_or("a number")?,
+                ))
+            })
+            .collect()
+    };
+    let (on, off) = (pairs("events_on_s")?, pairs("events_off_s")?);
+    let mut out = format!(
+        "\n## Drift found by events\n\n({provenance})\n\n\
+         `--drift`: one Bucket and one BucketAccess; a public access block removed, the bucket \
+         policy replaced and the user policy widened in AWS at once, {samples} times; the time \
+         from the changes to each correction. Events on: `--drift-events-queue-url` with a \
+         one-hour resync, so only the event explains a correction. Events off: \
+         `--resync-period {resync}` (the default, 10m, waits up to 11 minutes).\n\n\
+         | change | events on: median / worst (s) | events off: median / worst (s) |\n|---|---|---|\n",
+        provenance = provenance(doc, d)?,
+        samples = num(d, "samples")?,
+        resync = text(d, "events_off_resync")?,
+    );
+    let names = [
+        "public access block removed",
+        "bucket policy replaced",
+        "user policy widened",
+    ];
+    for (name, ((on_m, on_w), (off_m, off_w))) in names.iter().zip(on.iter().zip(&off)) {
+        let _ = writeln!(
+            out,
+            "| {name} | {on_m:.2} / {on_w:.2} | {off_m:.1} / {off_w:.1} |"
+        );
+    }
+    let polls = num(d, "queue_polls_per_hour")?;
+    let _ = write!(
+        out,
+        "\nAn idle operator with events on read its queue {polls:.0} times an hour (20 s long \
+         polls, measured over {window:.0} s) and made {other:.0} other AWS calls.\n\n\
+         Resync reads per object per hour, with the resync at its default: the S3 and IAM reads \
+         one resync makes per pair (the pair rows above, from their own run) times the resyncs \
+         an hour ({off} without events, 1 every 6 hours with them), over the pair's 2 objects; \
+         with events, the queue's reads shared by the pairs are added. Target: at least 10 \
+         times fewer with events.\n\n\
+         | pairs | reads per pair per resync | events off | events on | fewer |\n|---|---|---|---|---|\n",
+        window = num(d, "idle_window_s")?,
+        other = num(d, "idle_other_calls")?,
+        off = RESYNCS_PER_HOUR_OFF,
+    );
+    for r in rows_of(doc, "Pairs").filter(|r| r["n"].as_f64() >= Some(1000.0)) {
+        let n = num(r, "n")?;
+        let per_pass = num(r, "resync_s3_reads_per_pair")? + num(r, "resync_iam_reads_per_access")?;
+        let reads_off = per_pass * RESYNCS_PER_HOUR_OFF / 2.0;
+        let reads_on = per_pass * RESYNCS_PER_HOUR_ON / 2.0 + polls / (2.0 * n);
+        let _ = writeln!(
+            out,
+            "| {n} | {per_pass:.2} | {reads_off:.2} | {reads_on:.3} | {:.0}× |",
+            reads_off / reads_on
+        );
+    }
+    Ok(out)
+}
+
 fn header(doc: &Value) -> Result<String> {
     let run = &doc["run"];
     let concurrency = doc["rows"][0]["concurrency"].as_u64().unwrap_or(0);
@@ -471,5 +546,6 @@ pub fn render(doc: &Value) -> Result<String> {
         + WRITES
         + &calls_tables(doc)?
         + &churn(doc)?
-        + &fairness(doc)?)
+        + &fairness(doc)?
+        + &drift(doc)?)
 }

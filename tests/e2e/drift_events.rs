@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kube::api::{Api, PostParams};
 use s3_operator::api::{Bucket, BucketAccess};
-use s3_operator::aws::{drift_queue, naming, policy};
+use s3_operator::aws::{naming, policy};
 use serde_json::json;
 
 use crate::access::access;
@@ -17,81 +17,6 @@ use crate::support::*;
 const T: Duration = Duration::from_secs(60);
 /// What the issue promises on this machine, from the change to the correction.
 const WITHIN: Duration = Duration::from_secs(5);
-
-fn sqs() -> aws_sdk_sqs::Client {
-    let (k, s) = &env().admin_key;
-    let creds = aws_sdk_sqs::config::Credentials::new(k, s, None, None, "e2e");
-    let conf = aws_sdk_sqs::config::Builder::new()
-        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
-        .region(aws_sdk_sqs::config::Region::new(env().region.clone()))
-        .endpoint_url(&env().aws_endpoint)
-        .credentials_provider(creds)
-        .build();
-    aws_sdk_sqs::Client::from_conf(conf)
-}
-
-fn eventbridge() -> aws_sdk_eventbridge::Client {
-    let (k, s) = &env().admin_key;
-    let creds = aws_sdk_eventbridge::config::Credentials::new(k, s, None, None, "e2e");
-    let conf = aws_sdk_eventbridge::config::Builder::new()
-        .behavior_version(aws_sdk_eventbridge::config::BehaviorVersion::latest())
-        .region(aws_sdk_eventbridge::config::Region::new(
-            env().region.clone(),
-        ))
-        .endpoint_url(&env().aws_endpoint)
-        .credentials_provider(creds)
-        .build();
-    aws_sdk_eventbridge::Client::from_conf(conf)
-}
-
-/// What an administrator sets up for `cluster`: the queue, the rule as the operator renders
-/// it, its target and the queue policy. Returns (queue URL, queue ARN).
-async fn drift_queue_for(cluster: &str) -> (String, String) {
-    let name = format!("s3op-drift-{cluster}");
-    let url = sqs().create_queue().queue_name(&name).send().await.unwrap();
-    let url = url.queue_url.unwrap();
-    let arn = format!("arn:aws:sqs:{}:{ACCOUNT}:{name}", env().region);
-    let rule = drift_queue::rule(
-        "aws",
-        ACCOUNT,
-        &env().region,
-        cluster,
-        &prefix(cluster),
-        &arn,
-    );
-    let rule_name = rule["ruleName"].as_str().unwrap();
-    let events = eventbridge();
-    events
-        .put_rule()
-        .name(rule_name)
-        .event_pattern(rule["eventPattern"].to_string())
-        .send()
-        .await
-        .unwrap();
-    let target = aws_sdk_eventbridge::types::Target::builder()
-        .id("drift-queue")
-        .arn(&arn)
-        .build()
-        .unwrap();
-    events
-        .put_targets()
-        .rule(rule_name)
-        .targets(target)
-        .send()
-        .await
-        .unwrap();
-    sqs()
-        .set_queue_attributes()
-        .queue_url(&url)
-        .attributes(
-            aws_sdk_sqs::types::QueueAttributeName::Policy,
-            rule["queuePolicy"].to_string(),
-        )
-        .send()
-        .await
-        .unwrap();
-    (url, arn)
-}
 
 /// How long `fixed` took to hold, checked every 50 ms (up to T, so a slow correction is
 /// reported with its time rather than as a timeout).

@@ -14,6 +14,7 @@ mod bucket_protection;
 mod class_admission;
 mod cli;
 mod cluster;
+mod drift_bench;
 mod drift_events;
 mod fairness;
 mod faults;

@@ -148,6 +148,83 @@ pub fn aws_writes_between(
         .collect()
 }
 
+// ---------------------------------------------------------------- the drift-event queue
+
+pub fn sqs() -> aws_sdk_sqs::Client {
+    let (k, s) = &env().admin_key;
+    let creds = aws_sdk_sqs::config::Credentials::new(k, s, None, None, "e2e");
+    let conf = aws_sdk_sqs::config::Builder::new()
+        .behavior_version(aws_sdk_sqs::config::BehaviorVersion::latest())
+        .region(aws_sdk_sqs::config::Region::new(env().region.clone()))
+        .endpoint_url(&env().aws_endpoint)
+        .credentials_provider(creds)
+        .build();
+    aws_sdk_sqs::Client::from_conf(conf)
+}
+
+pub fn eventbridge() -> aws_sdk_eventbridge::Client {
+    let (k, s) = &env().admin_key;
+    let creds = aws_sdk_eventbridge::config::Credentials::new(k, s, None, None, "e2e");
+    let conf = aws_sdk_eventbridge::config::Builder::new()
+        .behavior_version(aws_sdk_eventbridge::config::BehaviorVersion::latest())
+        .region(aws_sdk_eventbridge::config::Region::new(
+            env().region.clone(),
+        ))
+        .endpoint_url(&env().aws_endpoint)
+        .credentials_provider(creds)
+        .build();
+    aws_sdk_eventbridge::Client::from_conf(conf)
+}
+
+/// What an administrator sets up for `cluster`: the queue, the rule as the operator renders
+/// it, its target and the queue policy. Returns (queue URL, queue ARN).
+pub async fn drift_queue_for(cluster: &str) -> (String, String) {
+    let name = format!("s3op-drift-{cluster}");
+    let url = sqs().create_queue().queue_name(&name).send().await.unwrap();
+    let url = url.queue_url.unwrap();
+    let arn = format!("arn:aws:sqs:{}:{ACCOUNT}:{name}", env().region);
+    let rule = s3_operator::aws::drift_queue::rule(
+        "aws",
+        ACCOUNT,
+        &env().region,
+        cluster,
+        &prefix(cluster),
+        &arn,
+    );
+    let rule_name = rule["ruleName"].as_str().unwrap();
+    let events = eventbridge();
+    events
+        .put_rule()
+        .name(rule_name)
+        .event_pattern(rule["eventPattern"].to_string())
+        .send()
+        .await
+        .unwrap();
+    let target = aws_sdk_eventbridge::types::Target::builder()
+        .id("drift-queue")
+        .arn(&arn)
+        .build()
+        .unwrap();
+    events
+        .put_targets()
+        .rule(rule_name)
+        .targets(target)
+        .send()
+        .await
+        .unwrap();
+    sqs()
+        .set_queue_attributes()
+        .queue_url(&url)
+        .attributes(
+            aws_sdk_sqs::types::QueueAttributeName::Policy,
+            rule["queuePolicy"].to_string(),
+        )
+        .send()
+        .await
+        .unwrap();
+    (url, arn)
+}
+
 #[cfg(test)]
 mod request_log {
     use super::*;
