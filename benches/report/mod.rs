@@ -437,7 +437,9 @@ fn drift(doc: &Value) -> Result<String> {
          policy replaced and the user policy widened in AWS at once, {samples} times; the time \
          from the changes to each correction. Events on: `--drift-events-queue-url` with a \
          one-hour resync, so only the event explains a correction. Events off: \
-         `--resync-period {resync}` (the default, 10m, waits up to 11 minutes).\n\n\
+         `--resync-period {resync}`; each round starts right after the resync that corrected the \
+         previous one, so it waits about a whole period (the default, 10m, waits up to 11 \
+         minutes).\n\n\
          | change | events on: median / worst (s) | events off: median / worst (s) |\n|---|---|---|\n",
         provenance = provenance(doc, d)?,
         samples = num(d, "samples")?,
