@@ -62,6 +62,14 @@ struct PolicyArgs {
     /// AWS partition: aws, aws-cn or aws-us-gov.
     #[arg(long, default_value = "aws")]
     partition: String,
+    /// The operator's --eks-cluster-name: adds the EKS Pod Identity association calls on that
+    /// cluster and iam:PassRole on the roles the operator creates (PodIdentity credentials).
+    /// Without it the policy allows no EKS call.
+    #[arg(long, env = "EKS_CLUSTER_NAME")]
+    eks_cluster_name: Option<String>,
+    /// The operator's --pod-identity-role-arn: the shared role it may pass too.
+    #[arg(long, env = "POD_IDENTITY_ROLE_ARN", requires = "eks_cluster_name")]
+    pod_identity_role_arn: Option<String>,
     /// Print the permissions boundary instead: create it as the managed policy
     /// `<iam path>s3-operator-boundary` before the operator starts.
     #[arg(long)]
@@ -89,6 +97,15 @@ struct RunArgs {
     /// ARN of the cluster's IAM OIDC provider, needed for ServiceAccountRole credentials.
     #[arg(long, env = "OIDC_PROVIDER_ARN")]
     oidc_provider_arn: Option<String>,
+    /// Name of the EKS cluster this operator runs for, needed for PodIdentity credentials (its
+    /// Pod Identity associations are made there).
+    #[arg(long, env = "EKS_CLUSTER_NAME")]
+    eks_cluster_name: Option<String>,
+    /// One IAM role for every PodIdentity access, narrowed per association by a session policy
+    /// (the access's grant), so no IAM write happens per access. Its trust policy admits
+    /// pods.eks.amazonaws.com; its policy covers the operator's buckets. Unset: a role per access.
+    #[arg(long, env = "POD_IDENTITY_ROLE_ARN")]
+    pod_identity_role_arn: Option<String>,
     /// Permissions boundary of every user and role the operator creates (default: the policy
     /// <iam path>s3-operator-boundary in the operator's own account, found through STS).
     #[arg(long, env = "PERMISSIONS_BOUNDARY_ARN")]
@@ -242,10 +259,16 @@ fn main() -> ExitCode {
                 iam_path: naming::iam_path(&p.cluster_name),
                 account: p.account_id,
             };
-            let doc = if p.boundary {
-                policy::boundary_policy(&scope)
-            } else {
-                policy::operator_policy(&scope)
+            let doc = match (p.boundary, p.eks_cluster_name) {
+                (true, _) => policy::boundary_policy(&scope),
+                (false, None) => policy::operator_policy(&scope),
+                (false, Some(cluster)) => {
+                    let eks = policy::PodIdentityScope {
+                        cluster,
+                        shared_role: p.pod_identity_role_arn,
+                    };
+                    policy::with_pod_identity(policy::operator_policy(&scope), &scope, &eks)
+                }
             };
             println!("{doc:#}");
             ExitCode::SUCCESS
@@ -345,6 +368,8 @@ fn reconcile_settings(args: &RunArgs) -> Result<s3_operator::reconcile::Settings
         allowed_notification_targets: listed(args.allowed_notification_targets.clone()),
         default_deletion_policy: args.default_deletion_policy,
         oidc_provider_arn: args.oidc_provider_arn.clone(),
+        eks_cluster_name: args.eks_cluster_name.clone(),
+        pod_identity_role_arn: args.pod_identity_role_arn.clone(),
         resync_period: args.resync_period,
         namespace_aws_write_rate: args.namespace_aws_write_rate,
         namespace_aws_write_burst: args.namespace_aws_write_burst,
