@@ -128,3 +128,307 @@ impl Plan {
         shared.then_some(&self.policy)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::super::plan::{Learned, Revoke, Snapshot, plan, withdrawal};
+    use super::*;
+    use crate::api::condition;
+    use crate::aws::iam::Identity;
+    use crate::aws::policy;
+    use crate::aws::tags::Owner;
+    use crate::reconcile::bucket_access::plan::{BucketFacts, IdentityState};
+
+    const BOUNDARY: &str = "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary";
+    const SHARED: &str = "arn:aws:iam::123456789012:role/platform/s3-shared";
+
+    fn access(prefix: Option<&str>, served: bool) -> BucketAccess {
+        let mut a: BucketAccess = serde_json::from_value(json!({
+            "apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess",
+            "metadata": {"name": "a", "namespace": "ns", "uid": "uid-a", "generation": 1,
+                         "finalizers": [crate::api::FINALIZER]},
+            "spec": {"bucketRef": {"name": "b"}, "permission": "ReadWrite", "prefix": prefix,
+                     "credentials": {"type": "PodIdentity", "serviceAccountName": "app"}},
+        }))
+        .unwrap();
+        if served {
+            let ready = condition::ready(&[], true, Reason::Available, "ok", Some(1), now());
+            a.status = Some(crate::api::BucketAccessStatus {
+                conditions: vec![ready],
+                observed_generation: Some(1),
+                ..Default::default()
+            });
+        }
+        a
+    }
+
+    fn now() -> jiff::Timestamp {
+        jiff::Timestamp::from_second(1_800_000_000).unwrap()
+    }
+
+    fn settings(shared: bool) -> Settings {
+        Settings {
+            pod_identity_role_arn: shared.then(|| SHARED.to_string()),
+            ..Settings::for_tests()
+        }
+    }
+
+    fn owner() -> Owner {
+        Owner {
+            cluster: "c".into(),
+            namespace: "ns".into(),
+            name: "a".into(),
+            uid: "uid-a".into(),
+        }
+    }
+
+    fn grant(prefix: Option<&str>) -> Value {
+        let permission = crate::api::Permission::ReadWrite;
+        policy::access_policy("aws", "s3op-b", permission, prefix)
+    }
+
+    fn observed(identity: Found<IdentityState>, association: Found<Association>) -> Snapshot {
+        Snapshot {
+            bucket: BucketFacts {
+                name: "s3op-b".into(),
+                region: "us-east-1".into(),
+                arn: "arn:aws:s3:::s3op-b".into(),
+            },
+            identity,
+            association,
+            secret: None,
+            now: now(),
+        }
+    }
+
+    fn role_name() -> String {
+        crate::aws::naming::iam_name("ns", "a", "uid-a")
+    }
+
+    fn role_arn() -> String {
+        format!(
+            "arn:aws:iam::123456789012:role/s3-operator/c/{}",
+            role_name()
+        )
+    }
+
+    /// The access's own role as the first pass leaves it.
+    fn role() -> Found<IdentityState> {
+        Found::Ours(IdentityState {
+            arn: role_arn(),
+            boundary: Some(BOUNDARY.into()),
+            policy: Some(grant(None)),
+            trust_policy: Some(policy::pod_identity_trust_policy("eks", "ns", "app")),
+            keys: vec![],
+        })
+    }
+
+    fn association(role: &str, policy: Option<Value>) -> Association {
+        Association {
+            id: "a-1".into(),
+            role_arn: role.into(),
+            disable_session_tags: policy.is_some(),
+            policy,
+            tags: owner().tags(),
+        }
+    }
+
+    fn learned(arn: &str) -> Learned {
+        Learned {
+            arn: arn.into(),
+            key: None,
+            version: None,
+            association: Some("a-1".into()),
+        }
+    }
+
+    /// A role of its own: created with the Pod Identity trust (this cluster, namespace and
+    /// ServiceAccount), its grant, then the association naming it; the Secret carries bucket
+    /// facts only. The next pass writes nothing.
+    #[test]
+    fn a_role_per_access_is_created_then_associated_and_then_left_alone() {
+        let a = access(None, false);
+        let p = plan(
+            &a,
+            &settings(false),
+            &observed(Found::Absent, Found::Absent),
+        )
+        .unwrap();
+        let trust = policy::pod_identity_trust_policy("eks", "ns", "app");
+        assert_eq!(
+            p.changes,
+            [
+                Change::CreateRole(trust),
+                Change::PutPolicy { drift: false },
+                Change::CreateAssociation
+            ]
+        );
+        assert_eq!(p.association_role(Some(&role_arn())), Some(role_arn()));
+        assert_eq!(p.session_policy(), None, "no session policy on an own role");
+        let out = p.outcome(&a, &learned(&role_arn()), Some("http://moto:5000"), now());
+        let keys: Vec<&str> = out.data.keys().map(String::as_str).collect();
+        assert_eq!(
+            keys,
+            [
+                "AWS_ENDPOINT_URL_S3",
+                "AWS_ENDPOINT_URL_STS",
+                "AWS_REGION",
+                "BUCKET_ARN",
+                "BUCKET_NAME"
+            ],
+            "no keys and no role: the Pod Identity agent hands out the credentials"
+        );
+        assert_eq!(out.status.role_arn, Some(role_arn()));
+        assert_eq!(
+            out.status.pod_identity_association_id.as_deref(),
+            Some("a-1")
+        );
+        assert!(condition::is_ready(&out.status.conditions));
+
+        let a = access(None, true);
+        let steady = observed(role(), Found::Ours(association(&role_arn(), None)));
+        let p = plan(&a, &settings(false), &steady).unwrap();
+        assert_eq!(p.changes, []);
+        assert_eq!(p.association.as_ref().unwrap().id.as_deref(), Some("a-1"));
+    }
+
+    /// The shared role: no IAM write at all, one association whose session policy is the
+    /// access's grant (the document a role of its own would carry), with session tags off as
+    /// EKS requires; the next pass writes nothing.
+    #[test]
+    fn the_shared_role_is_narrowed_by_the_grant_without_an_iam_write() {
+        let a = access(Some("team/"), false);
+        let p = plan(&a, &settings(true), &observed(Found::Absent, Found::Absent)).unwrap();
+        assert_eq!(p.changes, [Change::CreateAssociation]);
+        assert_eq!(p.session_policy(), Some(&grant(Some("team/"))));
+        assert_eq!(p.association_role(None).as_deref(), Some(SHARED));
+        let out = p.outcome(&a, &learned(""), None, now());
+        assert_eq!(out.status.role_arn.as_deref(), Some(SHARED));
+        assert!(!out.data.contains_key("AWS_ROLE_ARN"));
+
+        let a = access(Some("team/"), true);
+        let found = association(SHARED, Some(grant(Some("team/"))));
+        let p = plan(
+            &a,
+            &settings(true),
+            &observed(Found::Absent, Found::Ours(found)),
+        );
+        assert_eq!(p.unwrap().changes, []);
+    }
+
+    /// An association whose role, policy or session-tag setting was changed outside is put
+    /// back, as drift once the spec was served.
+    #[test]
+    fn an_association_changed_outside_is_put_back() {
+        let shared = Some(grant(None));
+        let changed = [
+            association("arn:aws:iam::123456789012:role/other", shared.clone()),
+            association(
+                SHARED,
+                Some(json!({"Version": "2012-10-17", "Statement": []})),
+            ),
+            association(SHARED, None),
+            Association {
+                disable_session_tags: false,
+                ..association(SHARED, shared)
+            },
+        ];
+        for found in changed {
+            for served in [false, true] {
+                let o = observed(Found::Absent, Found::Ours(found.clone()));
+                let p = plan(&access(None, served), &settings(true), &o).unwrap();
+                let update = Change::UpdateAssociation { drift: served };
+                assert_eq!(p.changes, [update], "{found:?}");
+            }
+        }
+        // A role of its own: the association must name it.
+        let o = observed(role(), Found::Ours(association(SHARED, None)));
+        let p = plan(&access(None, true), &settings(false), &o).unwrap();
+        assert_eq!(p.changes, [Change::UpdateAssociation { drift: true }]);
+    }
+
+    /// A role deleted outside is created again under the same ARN: the association that
+    /// names it needs no write.
+    #[test]
+    fn a_recreated_role_keeps_its_association() {
+        let o = observed(Found::Absent, Found::Ours(association(&role_arn(), None)));
+        let p = plan(&access(None, true), &settings(false), &o).unwrap();
+        assert!(
+            !p.changes
+                .iter()
+                .any(|c| matches!(c, Change::UpdateAssociation { .. }))
+        );
+        assert!(matches!(p.changes[0], Change::CreateRole(_)), "{p:?}");
+    }
+
+    /// Another object's, installation's or hand-made association on the ServiceAccount is
+    /// never touched, and the refusal names none of them.
+    #[test]
+    fn an_association_of_someone_else_is_never_touched() {
+        for who in [
+            "held by another object of this installation",
+            "held by another installation",
+            "not made by the operator",
+        ] {
+            for shared in [false, true] {
+                let o = observed(Found::Absent, Found::Foreign(who.into()));
+                let refused = plan(&access(None, true), &settings(shared), &o).unwrap_err();
+                assert_eq!(refused.reason, Reason::OwnershipConflict);
+                assert_eq!(
+                    refused.message,
+                    format!(
+                        "the EKS Pod Identity association of ServiceAccount app is {who}; it will not be modified"
+                    )
+                );
+            }
+        }
+    }
+
+    /// Without the operator's EKS cluster nothing can be associated; a grant over EKS's
+    /// 2,048 characters cannot be a session policy (a role of its own takes it).
+    #[test]
+    fn no_cluster_or_a_grant_too_long_is_refused_before_any_write() {
+        let o = observed(Found::Absent, Found::Absent);
+        let s = Settings {
+            eks_cluster_name: None,
+            ..settings(false)
+        };
+        let refused = plan(&access(None, false), &s, &o).unwrap_err();
+        assert_eq!(refused.reason, Reason::InvalidSpec);
+        assert!(refused.message.contains("--eks-cluster-name"), "{refused}");
+
+        let long = "p".repeat(800);
+        let refused = plan(&access(Some(&long), false), &settings(true), &o).unwrap_err();
+        assert_eq!(refused.reason, Reason::InvalidSpec);
+        assert!(refused.message.contains("2,048"), "{refused}");
+        assert!(grant(Some(&long)).to_string().len() > SESSION_POLICY_MAX);
+        let fits = "p".repeat(500);
+        assert!(grant(Some(&fits)).to_string().len() <= SESSION_POLICY_MAX);
+        assert!(plan(&access(Some(&fits), false), &settings(true), &o).is_ok());
+        assert!(plan(&access(Some(&long), false), &settings(false), &o).is_ok());
+    }
+
+    /// A grant that may no longer stand: the shared role's association goes (its session
+    /// policy is all that narrows the role); a role of its own loses its policy and keeps its
+    /// association (then unread, so passed as absent).
+    #[test]
+    fn a_withdrawal_deletes_the_shared_association_or_the_own_roles_policy() {
+        let why = Blocked::new(Reason::BucketNotFound, "Bucket b does not exist");
+        let role_id = Identity::Role(role_name());
+        let ours = Found::Ours(association(SHARED, Some(grant(None))));
+        let w = withdrawal(role_id.clone(), &Found::Absent, &ours, why.clone());
+        assert_eq!(w.changes, [Revoke::DeleteAssociation("a-1".into())]);
+        assert!(
+            w.note()
+                .unwrap()
+                .ends_with("deleted EKS Pod Identity association a-1")
+        );
+        let foreign = Found::Foreign("held by another installation".into());
+        let w = withdrawal(role_id.clone(), &Found::Absent, &foreign, why.clone());
+        assert_eq!(w.changes, [], "someone else's association stays");
+        let w = withdrawal(role_id, &role(), &Found::Absent, why);
+        assert_eq!(w.changes, [Revoke::DeletePolicy]);
+    }
+}
