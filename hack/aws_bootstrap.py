@@ -5,6 +5,9 @@ and every later request must be signed by a key whose policies allow it.
 Then, as that admin, registers the test cluster's ServiceAccount issuer as the account's IAM OIDC
 provider (audience sts.amazonaws.com), as an EKS cluster's is, for ServiceAccountRole (IRSA).
 The thumbprint is the issuer CA's SHA-1, as IAM asks for it (the emulator trusts that CA's file).
+Last, the EKS cluster that stands for the test cluster (its OIDC issuer is the same, set by the
+emulator), and the Pod Identity agent's own user, which may only call
+eks-auth:AssumeRoleForPodIdentity on that cluster (hack/pod_identity_agent.py signs with it).
 Usage: python aws_bootstrap.py ENDPOINT ISSUER CA_FILE
 """
 
@@ -48,3 +51,23 @@ provider = admin.create_open_id_connect_provider(
     Url=issuer, ClientIDList=["sts.amazonaws.com"], ThumbprintList=[thumbprint]
 )["OpenIDConnectProviderArn"]
 print(f"export S3OP_OIDC_PROVIDER_ARN={provider}")
+
+EKS_CLUSTER = "s3op-test"
+boto = dict(endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id=key["AccessKeyId"],
+            aws_secret_access_key=key["SecretAccessKey"])
+cluster_arn = boto3.client("eks", **boto).create_cluster(
+    name=EKS_CLUSTER,
+    roleArn=f"arn:aws:iam::{provider.split(':')[4]}:role/s3op-test-eks-cluster",
+    resourcesVpcConfig={"subnetIds": []},
+)["cluster"]["arn"]
+print(f"export S3OP_EKS_CLUSTER_NAME={EKS_CLUSTER}")
+admin.create_user(UserName="s3op-pod-identity-agent")
+admin.put_user_policy(
+    UserName="s3op-pod-identity-agent",
+    PolicyName="assume-role-for-pod-identity",
+    PolicyDocument=json.dumps({"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Action": "eks-auth:AssumeRoleForPodIdentity", "Resource": cluster_arn}]}),
+)
+agent = admin.create_access_key(UserName="s3op-pod-identity-agent")["AccessKey"]
+print(f"export S3OP_POD_IDENTITY_AGENT_ACCESS_KEY_ID={agent['AccessKeyId']}")
+print(f"export S3OP_POD_IDENTITY_AGENT_SECRET_ACCESS_KEY={agent['SecretAccessKey']}")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Starts and stops the local test environment: etcd, kube-apiserver (TLS, RBAC, ServiceAccount
 # tokens), kube-controller-manager (garbage collection, namespaces, ServiceAccounts, quotas) and moto
-# (S3, IAM, STS with IAM enforcement), all on loopback with free ports.
+# (S3, IAM, STS with IAM enforcement; EKS Pod Identity associations and EKS Auth) with a stand-in
+# for the EKS Pod Identity agent (hack/pod_identity_agent.py), all on loopback with free ports.
 #
 #   hack/env.sh up   [--state DIR] [--owner-pid PID]   start; prints the env file to source
 #   hack/env.sh up --node [--state DIR] [--owner-pid PID]  the same plus a real node (root only)
@@ -14,7 +15,8 @@
 # --node (hack/node.sh says more): the API server and moto are also reached at the node's own
 # bridge address (a relay to loopback), with ServiceAccount admission, the Node authorizer and
 # every default controller; kube-scheduler, kubelet, kube-proxy, containerd and CoreDNS join them. `down` also
-# stops the node and restores the host.
+# stops the node and restores the host. Pods reach the Pod Identity agent stand-in where EKS's agent
+# listens, http://169.254.170.23/v1/credentials (node.sh puts that address on the node's bridge).
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 source "$here/lib.sh"
@@ -182,6 +184,7 @@ up() {
   log "starting moto $MOTO_VERSION (S3, IAM, STS; IAM enforced) on http://$addr:$moto_port"
   local venv="$S3OP_CACHE/venv-moto-$MOTO_VERSION"
   start moto env INITIAL_NO_AUTH_ACTION_COUNT=3 MOTO_PORT="$moto_port" S3OP_OIDC_CA_BUNDLE="$pki/ca.crt" \
+    S3OP_SA_ISSUER="$(cat "$state/sa-issuer")" \
     "$venv/bin/python" "$here/moto_server.py" "$addr" "$moto_port"
   local endpoint="http://$addr:$moto_port"
   wait_for moto 60 python3 -c "import socket; socket.create_connection(('$addr', $moto_port), 1)"
@@ -189,6 +192,10 @@ up() {
 
   if [[ -n $node ]]; then "$here/node.sh" start --state "$state"; fi
 
+  local agent_port agent_listen
+  agent_port=$(free_port)
+  agent_listen=("$addr:$agent_port")
+  if [[ -n $node ]]; then agent_listen+=("$(cat "$state/node/pod-identity-agent-ip"):80"); fi
   {
     echo "# Source this file to use the local environment (written by hack/env.sh)."
     echo "export S3OP_ENV_DIR=$state"
@@ -198,20 +205,38 @@ up() {
     echo "export S3OP_KUBE_AUDIT_LOG=$state/audit.jsonl"
     echo "export S3OP_AWS_ENDPOINT=$endpoint"
     echo "export S3OP_AWS_REGION=us-east-1"
+    echo "export S3OP_POD_IDENTITY_AGENT_URL=http://$addr:$agent_port/v1/credentials"
     echo "export PATH=$bin:\$PATH"
     "$venv/bin/python" "$here/aws_bootstrap.py" "$endpoint" "$(cat "$state/sa-issuer")" "$pki/ca.crt"
     if [[ -n $node ]]; then
       # What Pods use: the API server behind the `kubernetes` Service, moto through its relay.
       echo "export S3OP_NODE_KUBE_SERVER=https://$node_ip:$api_port"
       echo "export S3OP_NODE_AWS_ENDPOINT=http://$node_ip:$moto_port"
+      echo "export S3OP_NODE_POD_IDENTITY_AGENT_URL=http://${agent_listen[1]%:80}/v1/credentials"
       cat "$state/node/env"
     fi
   } >"$state/env.tmp"
   mv "$state/env.tmp" "$state/env"
+  pod_identity_agent "$venv" "$endpoint" "${agent_listen[@]}"
 
   if [[ -z $node ]]; then watchdog; fi
   log "environment up: source $state/env"
   echo "$state/env"
+}
+
+# pod_identity_agent VENV ENDPOINT HOST:PORT...: the agent stand-in, signing with the agent's own
+# key from the env file (passed in its environment, never on its command line).
+pod_identity_agent() {
+  local venv=$1 endpoint=$2; shift 2
+  log "starting the Pod Identity agent stand-in on $*"
+  start pod-identity-agent env -u AWS_SESSION_TOKEN -u AWS_PROFILE \
+    AWS_ACCESS_KEY_ID="$(source "$state/env" && echo "$S3OP_POD_IDENTITY_AGENT_ACCESS_KEY_ID")" \
+    AWS_SECRET_ACCESS_KEY="$(source "$state/env" && echo "$S3OP_POD_IDENTITY_AGENT_SECRET_ACCESS_KEY")" \
+    "$venv/bin/python" "$here/pod_identity_agent.py" "$endpoint" "$(source "$state/env" && echo "$S3OP_EKS_CLUSTER_NAME")" "$@"
+  local listen
+  for listen in "$@"; do
+    wait_for pod-identity-agent 20 python3 -c "import socket; socket.create_connection(('${listen%:*}', ${listen##*:}), 1)"
+  done
 }
 
 # relay PORT: the node's bridge address, same port, forwarded to the server on loopback.

@@ -75,6 +75,28 @@ parts the operator relies on. Everything else is stock moto.
   the role must name the provider as `Federated` with conditions that hold for `<provider>:sub`
   and `<provider>:aud`. Refusals are STS's: InvalidIdentityToken, ExpiredTokenException,
   AccessDenied, IDPCommunicationError. The call is unsigned, as in AWS.
+- EKS Pod Identity associations (stock moto has none): Create/Describe/List/Update/
+  DeletePodIdentityAssociation on EKS's routes, authorized as `eks:<Action>` on the cluster
+  (Create, List) or the association's ARN, Create and Update with a roleArn also as
+  `iam:PassRole` on the role. One association per (cluster, namespace, serviceAccount)
+  (ResourceInUseException), ResourceNotFoundException for an unknown cluster or association,
+  and a `policy` must be JSON of at most 2,048 characters and comes with
+  `disableSessionTags: true` (InvalidParameterException), as EKS documents. Every cluster's OIDC
+  issuer is the environment's ServiceAccount issuer (`S3OP_SA_ISSUER`).
+- EKS Auth AssumeRoleForPodIdentity (stock moto has no eks-auth), signed by the caller and
+  authorized as `eks-auth:AssumeRoleForPodIdentity` on the cluster: the ServiceAccount token
+  must come from the cluster's issuer with audience `pods.eks.amazonaws.com`, an RS256
+  signature of the issuer's keys and an `exp` in the future (InvalidTokenException,
+  ExpiredTokenException); its namespace and ServiceAccount must have an association
+  (ResourceNotFoundException), and the association's role must trust the service
+  `pods.eks.amazonaws.com` for sts:AssumeRole and sts:TagSession (AccessDeniedException). The
+  answer is EKS Auth's, with credentials of a real role session that carries the association's
+  policy and, unless disabled, EKS's six session tags (the Pod's name and uid from the token).
+- Session policies (stock moto stores and ignores them): a role session made with one (AssumeRole's
+  or AssumeRoleWithWebIdentity's `Policy`, a Pod Identity association's `policy`) may do only
+  what both its role (capped by the boundary) and the session policy allow; a bucket policy
+  naming the session itself is not narrowed by it, one naming the role is. A Pod Identity
+  session's tags are its condition keys `aws:PrincipalTag/<key>` (STS's own `Tags` are not kept).
 - A request log the tests read, since the operator's own counters cannot show what it did not
   count: every request is counted by (access key id, operation) when it arrives, before moto
   handles it, whatever the answer. `GET /__s3op/requests?key=ID` answers one key's counts as a
@@ -89,12 +111,15 @@ import fnmatch
 import io
 import json
 import os
+import random
 import re
 import ssl
+import string
 import sys
 import threading
 import time
 import urllib.request
+import uuid
 from collections import Counter, defaultdict
 from urllib.parse import parse_qs, parse_qsl
 
@@ -104,6 +129,15 @@ from cryptography.hazmat.primitives.asymmetric.padding import PKCS1v15
 from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicNumbers
 from cryptography.hazmat.primitives.hashes import SHA256
 from werkzeug.serving import run_simple
+import moto.backend_index as backend_index
+import moto.eks.urls as _eks_urls
+from moto import settings as moto_settings
+from moto.core.authorization import ActionAuthenticatorMixin
+from moto.core.exceptions import JsonRESTError
+from moto.core.responses import ActionResult, BaseResponse
+from moto.core.utils import utcnow
+from moto.eks.models import EKSBackend, eks_backends
+from moto.eks.responses import EKSResponse
 from moto.core.exceptions import AccessDeniedError, InvalidClientTokenIdError
 from moto.core.responses import EmptyResult
 from moto.iam import access_control
@@ -123,6 +157,7 @@ from moto.moto_server.werkzeug_app import (
 from moto.utilities.utils import get_partition
 from moto.sns.models import sns_backends
 from moto.sts.exceptions import STSClientError
+from moto.sts.models import sts_backends
 from moto.sts.responses import TokenResponse
 from moto.sqs.models import sqs_backends
 
@@ -310,6 +345,9 @@ def _request_context(self):
     principal_arn = _caller_principal(self)[0]
     if principal_arn:
         context["aws:PrincipalArn"] = principal_arn
+    session = _role_session(self)
+    for key, value in (getattr(session, "session_tags", None) or {}).items():
+        context[f"aws:PrincipalTag/{key}"] = value
     if self._service == "iam":
         boundary = _first(data.get("PermissionsBoundary"))
         if boundary is None:
@@ -411,6 +449,26 @@ def _caller_boundary(self):
         return None
 
 
+def _role_session(self):
+    """The STS role session of the caller's key (moto's AssumedRole), else None."""
+    key = self._access_key
+    if not hasattr(key, "_owner_role_name"):
+        return None
+    sessions = sts_backends[self.account_id][get_partition(self._region)]
+    return sessions.get_assumed_role_from_access_key(key._access_key_id)
+
+
+def _within_session_policy(self, resource, context):
+    """Whether the caller's session policy, if any, allows the request (its Deny refuses)."""
+    policy = getattr(_role_session(self), "policy", None)
+    if not policy:
+        return True
+    result = IAMPolicy(policy).is_action_permitted(self._action, resource, None, context)
+    if result == PermissionResult.DENIED:
+        self._raise_access_denied()
+    return result == PermissionResult.PERMITTED
+
+
 def _check_action_permitted(self, resource):
     if self._action == "sts:GetCallerIdentity":
         return
@@ -429,11 +487,13 @@ def _check_action_permitted(self, resource):
         IAMPolicy(boundary).is_action_permitted(self._action, resource, None, context)
         == PermissionResult.PERMITTED
     )
-    # Same account: an identity-policy or a resource-policy Allow suffices; the boundary caps
-    # both, except a resource policy that names the user or role session itself.
+    within_session = _within_session_policy(self, resource, context)
+    # Same account: an identity-policy or a resource-policy Allow suffices; the boundary and
+    # the session policy cap both, except a resource policy that names the user or role
+    # session itself.
     permitted = (
         "direct" in resource_policy
-        or ((permitted or "capped" in resource_policy) and within_boundary)
+        or ((permitted or "capped" in resource_policy) and within_boundary and within_session)
     )
     if self._is_assuming_role_operation(resource):
         permitted = permitted and self._check_role_trust_relationship(resource)
@@ -1006,6 +1066,344 @@ def _authenticate_unless_web_identity(self, resource="*"):
 
 TokenResponse.assume_role_with_web_identity = _assume_with_verified_web_identity
 TokenResponse._authenticate_and_authorize_normal_action = _authenticate_unless_web_identity
+
+# ---------------------------------------------------------------- EKS Pod Identity
+
+POD_IDENTITY_AUDIENCE = "pods.eks.amazonaws.com"
+# Every cluster of this emulator stands for the environment's own: its OIDC issuer is the
+# environment's ServiceAccount issuer, as an EKS cluster's issuer is its API server's.
+CLUSTER_ISSUER = os.environ.get("S3OP_SA_ISSUER")
+SESSION_POLICY_MAX = 2048  # STS's limit for an inline session policy, which EKS hands on
+_ASSOCIATION_PATH = re.compile(r"^/clusters/([^/]+)(?:/pod-identity-associations(?:/([^/?]+))?)?")
+_ASSOCIATION_ACTIONS = {"CreatePodIdentityAssociation", "DescribePodIdentityAssociation",
+                        "ListPodIdentityAssociations", "UpdatePodIdentityAssociation",
+                        "DeletePodIdentityAssociation"}
+
+
+def _eks_error(code, message, status=400):
+    """EKS's REST-JSON error: the code in `__type` (and X-Amzn-ErrorType), the HTTP status EKS
+    uses for it."""
+    error = JsonRESTError(code, message)
+    error.code = status
+    return error
+
+
+_create_cluster = EKSBackend.create_cluster
+
+
+def _create_cluster_with_issuer(self, *args, **kwargs):
+    cluster = _create_cluster(self, *args, **kwargs)
+    if CLUSTER_ISSUER:
+        cluster.identity = {"oidc": {"issuer": CLUSTER_ISSUER}}
+    return cluster
+
+
+EKSBackend.create_cluster = _create_cluster_with_issuer
+
+
+def _cluster_arn(response, name):
+    return f"arn:{response.partition}:eks:{response.region}:{response.current_account}:cluster/{name}"
+
+
+def _association_arn(response, cluster, association_id):
+    return (f"arn:{response.partition}:eks:{response.region}:{response.current_account}"
+            f":podidentityassociation/{cluster}/{association_id}")
+
+
+def _eks_resource(self):
+    """The ARN EKS authorizes a call on: the association for Describe/Update/Delete, else the
+    cluster named in the path (stock moto authorizes every EKS call on `*`)."""
+    found = _ASSOCIATION_PATH.match(self.path)
+    if not found:
+        return "*"
+    if found.group(2):
+        return _association_arn(self, found.group(1), found.group(2))
+    return _cluster_arn(self, found.group(1))
+
+
+EKSResponse._determine_resource = _eks_resource
+
+
+def _authorize_also(self, action, resource):
+    """Authorizes the signed caller of this request for one more action (iam:PassRole), as
+    the service does on the caller's behalf."""
+    if ActionAuthenticatorMixin.request_count < moto_settings.INITIAL_NO_AUTH_ACTION_COUNT:
+        return
+    request = access_control.IAMRequest(
+        account_id=self.current_account, method=self.method, path=self.raw_path, data=self.data,
+        body=self.raw_body, headers=self.headers, action=action)
+    request._action = action
+    request.check_action_permitted(resource)
+
+
+def _cluster_of(self, name):
+    cluster = eks_backends[self.current_account][self.region].clusters.get(name)
+    if cluster is None:
+        raise _eks_error("ResourceNotFoundException", f"No cluster found for name: {name}.", 404)
+    if not hasattr(cluster, "pod_identity_associations"):
+        cluster.pod_identity_associations = {}
+    return cluster
+
+
+def _association_of(self, cluster):
+    association_id = self._get_param("associationId")
+    association = cluster.pod_identity_associations.get(association_id)
+    if association is None:
+        raise _eks_error("ResourceNotFoundException",
+                         f"No Pod Identity Association found for id {association_id}.", 404)
+    return association
+
+
+def _check_policy(policy, disable_session_tags):
+    """EKS's rules for the association's session policy: JSON, at most STS's inline session
+    policy size, and only with the session tags disabled (both are packed into the session)."""
+    if policy is None:
+        return
+    if len(policy) > SESSION_POLICY_MAX:
+        raise _eks_error("InvalidParameterException",
+                         f"policy must be at most {SESSION_POLICY_MAX} characters.")
+    try:
+        json.loads(policy)["Statement"]
+    except Exception:
+        raise _eks_error("InvalidParameterException", "policy is not a valid IAM policy document.")
+    if not disable_session_tags:
+        raise _eks_error("InvalidParameterException",
+                         "disableSessionTags must be true when a policy is given.")
+
+
+def _association_answer(association):
+    return ActionResult({"association": dict(association)})
+
+
+def _create_pod_identity_association(self):
+    name = self._get_param("name")
+    cluster = _cluster_of(self, name)
+    namespace, account = self._get_param("namespace"), self._get_param("serviceAccount")
+    role_arn = self._get_param("roleArn")
+    if not (namespace and account and role_arn):
+        raise _eks_error("InvalidParameterException",
+                         "namespace, serviceAccount and roleArn are required.")
+    policy, disable = self._get_param("policy"), bool(self._get_param("disableSessionTags"))
+    _check_policy(policy, disable)
+    for existing in cluster.pod_identity_associations.values():
+        if (existing["namespace"], existing["serviceAccount"]) == (namespace, account):
+            raise _eks_error("ResourceInUseException",
+                             f"Association already exists: {existing['associationId']}", 409)
+    _authorize_also(self, "iam:PassRole", role_arn)
+    association_id = "a-" + "".join(random.choices(string.ascii_lowercase + string.digits, k=17))
+    now = utcnow()
+    association = {
+        "clusterName": name, "namespace": namespace, "serviceAccount": account,
+        "roleArn": role_arn, "associationArn": _association_arn(self, name, association_id),
+        "associationId": association_id, "tags": self._get_param("tags") or {},
+        "createdAt": now, "modifiedAt": now, "disableSessionTags": disable,
+    }
+    if policy is not None:
+        association["policy"] = policy
+    cluster.pod_identity_associations[association_id] = association
+    return _association_answer(association)
+
+
+def _describe_pod_identity_association(self):
+    cluster = _cluster_of(self, self._get_param("name"))
+    return _association_answer(_association_of(self, cluster))
+
+
+def _list_pod_identity_associations(self):
+    cluster = _cluster_of(self, self._get_param("name"))
+    namespace, account = self._get_param("namespace"), self._get_param("serviceAccount")
+    found = [
+        {k: a[k] for k in ("clusterName", "namespace", "serviceAccount", "associationArn",
+                           "associationId")}
+        for a in cluster.pod_identity_associations.values()
+        if namespace in (None, a["namespace"]) and account in (None, a["serviceAccount"])
+    ]
+    start = int(self._get_param("nextToken") or 0)
+    size = int(self._get_param("maxResults") or 100)
+    answer = {"associations": found[start:start + size]}
+    if start + size < len(found):
+        answer["nextToken"] = str(start + size)
+    return ActionResult(answer)
+
+
+def _update_pod_identity_association(self):
+    cluster = _cluster_of(self, self._get_param("name"))
+    association = _association_of(self, cluster)
+    role_arn, policy = self._get_param("roleArn"), self._get_param("policy")
+    disable = self._get_param("disableSessionTags")
+    disable = association["disableSessionTags"] if disable is None else bool(disable)
+    # An empty policy removes it.
+    policy = association.get("policy") if policy is None else (policy or None)
+    _check_policy(policy, disable)
+    if role_arn:
+        _authorize_also(self, "iam:PassRole", role_arn)
+        association["roleArn"] = role_arn
+    association["disableSessionTags"] = disable
+    association.pop("policy", None)
+    if policy is not None:
+        association["policy"] = policy
+    association["modifiedAt"] = utcnow()
+    return _association_answer(association)
+
+
+def _delete_pod_identity_association(self):
+    cluster = _cluster_of(self, self._get_param("name"))
+    association = _association_of(self, cluster)
+    del cluster.pod_identity_associations[association["associationId"]]
+    return _association_answer(association)
+
+
+EKSResponse.create_pod_identity_association = _create_pod_identity_association
+EKSResponse.describe_pod_identity_association = _describe_pod_identity_association
+EKSResponse.list_pod_identity_associations = _list_pod_identity_associations
+EKSResponse.update_pod_identity_association = _update_pod_identity_association
+EKSResponse.delete_pod_identity_association = _delete_pod_identity_association
+
+
+def _pod_identity_claims(cluster, token):
+    """What EKS Auth checks of a Pod's ServiceAccount token: the cluster's issuer, the Pod
+    Identity audience, the issuer's signature, the expiry. Returns the claims."""
+    try:
+        claims = json.loads(_b64url(token.split(".")[1]))
+    except Exception:
+        raise _eks_error("InvalidTokenException", "The token is not a JWT.")
+    issuer = cluster.identity["oidc"]["issuer"]
+    if claims.get("iss") != issuer:
+        raise _eks_error("InvalidTokenException", "The token's issuer is not the cluster's.")
+    if POD_IDENTITY_AUDIENCE not in _as_list(claims.get("aud")):
+        raise _eks_error("InvalidTokenException", f"The token's audience is not {POD_IDENTITY_AUDIENCE}.")
+    try:
+        keys = _issuer_keys(issuer)
+    except STSClientError as e:
+        raise _eks_error("InternalServerException", e.message, 500)
+    if not _signature_holds(token, keys):
+        raise _eks_error("InvalidTokenException", "The token's signature does not match the cluster's keys.")
+    if time.time() >= claims.get("exp", 0):
+        raise _eks_error("ExpiredTokenException", "The token is expired.")
+    return claims
+
+
+def _session_tags(cluster, claims):
+    """The session tags EKS Pod Identity sets (the Pod's only when the token is bound to one)."""
+    k8s = claims.get("kubernetes.io") or {}
+    pod = k8s.get("pod") or {}
+    tags = {
+        "eks-cluster-arn": cluster.arn,
+        "eks-cluster-name": cluster.name,
+        "kubernetes-namespace": k8s.get("namespace", ""),
+        "kubernetes-service-account": (k8s.get("serviceaccount") or {}).get("name", ""),
+        "kubernetes-pod-name": pod.get("name"),
+        "kubernetes-pod-uid": pod.get("uid"),
+    }
+    return {k: v for k, v in tags.items() if v}
+
+
+def _trusts_pod_identity(iam, role_arn, context):
+    """The role's trust policy lets the Pod Identity service assume it and tag the session."""
+    try:
+        trust = json.loads(iam.get_role_by_arn(role_arn).assume_role_policy_document)
+    except Exception:
+        return False
+    allowed = set()
+    for st in _as_list(trust.get("Statement")):
+        services = _as_list((st.get("Principal") or {}).get("Service"))
+        if (st.get("Effect") == "Allow" and POD_IDENTITY_AUDIENCE in services
+                and condition_holds(st.get("Condition", {}), context)):
+            for action in ("sts:AssumeRole", "sts:TagSession"):
+                if any(_iam_like(a, action, True) for a in _as_list(st.get("Action"))):
+                    allowed.add(action)
+    return allowed == {"sts:AssumeRole", "sts:TagSession"}
+
+
+class EKSAuthResponse(BaseResponse):
+    """EKS Auth (signing name eks-auth): AssumeRoleForPodIdentity, the Pod Identity agent's call."""
+
+    def __init__(self):
+        super().__init__(service_name="eks-auth")
+
+    def _determine_resource(self):
+        return _cluster_arn(self, self.path.split("/")[2])
+
+    def assume_role_for_pod_identity(self):
+        name = self.path.split("/")[2]
+        cluster = eks_backends[self.current_account][self.region].clusters.get(name)
+        if cluster is None:
+            raise _eks_error("ResourceNotFoundException", f"No cluster found for name: {name}.", 404)
+        body = json.loads(self.body or "{}")
+        claims = _pod_identity_claims(cluster, body.get("token") or "")
+        k8s = claims.get("kubernetes.io") or {}
+        namespace = k8s.get("namespace")
+        account = (k8s.get("serviceaccount") or {}).get("name")
+        association = next(
+            (a for a in getattr(cluster, "pod_identity_associations", {}).values()
+             if (a["namespace"], a["serviceAccount"]) == (namespace, account)), None)
+        if association is None:
+            raise _eks_error("ResourceNotFoundException",
+                             f"No Pod Identity Association found for {namespace}/{account}.", 404)
+        tags = {} if association["disableSessionTags"] else _session_tags(cluster, claims)
+        context = {"aws:SourceAccount": self.current_account, "aws:SourceArn": cluster.arn,
+                   **{f"aws:RequestTag/{k}": v for k, v in tags.items()}}
+        iam = iam_backends[self.current_account][self.partition]
+        if not _trusts_pod_identity(iam, association["roleArn"], context):
+            raise _eks_error("AccessDeniedException",
+                             f"{POD_IDENTITY_AUDIENCE} is not allowed to assume {association['roleArn']}"
+                             " and tag its session.", 400)
+        pod = (k8s.get("pod") or {}).get("name") or account
+        session = sts_backends[self.current_account][self.partition].assume_role(
+            region_name=self.region, role_session_name=f"eks-{name}-{pod}-{uuid.uuid4()}"[:64],
+            role_arn=association["roleArn"], policy=association.get("policy"),
+            duration=6 * 3600, external_id=None)
+        session.session_tags = tags
+        return ActionResult({
+            "subject": {"namespace": namespace, "serviceAccount": account},
+            "audience": POD_IDENTITY_AUDIENCE,
+            "podIdentityAssociation": {k: association[k] for k in ("associationArn", "associationId")},
+            "assumedRoleUser": {"arn": session.arn, "assumeRoleId": session.user_id},
+            "credentials": {"accessKeyId": session.access_key_id,
+                            "secretAccessKey": session.secret_access_key,
+                            "sessionToken": session.session_token,
+                            "expiration": session.expiration},
+        })
+
+
+_eks_urls.url_paths.update({
+    "{0}/clusters/(?P<name>[^/]+)/pod-identity-associations$": EKSResponse.dispatch,
+    "{0}/clusters/(?P<name>[^/]+)/pod-identity-associations/(?P<associationId>[^/]+)$":
+        EKSResponse.dispatch,
+    "{0}/clusters/(?P<clusterName>[^/]+)/assume-role-for-pod-identity$": EKSAuthResponse.dispatch,
+})
+# Requests signed for eks-auth reach the EKS application, which routes them by path.
+backend_index.backend_url_patterns.insert(
+    0, ("eks", re.compile(r"https?://eks-auth\.(.+)\.amazonaws\.com")))
+
+_signed_request = access_control.IAMRequestBase._create_aws_request
+
+
+def _signed_request_with_its_body(self):
+    # Stock moto signs a bodiless request's query parameters, or its headers, as a form body, so
+    # every signed EKS GET (Describe, List) failed with SignatureDoesNotMatch.
+    request = _signed_request(self)
+    if self._service in ("eks", "eks-auth"):
+        request.data = self._body or b""
+    return request
+
+
+access_control.IAMRequestBase._create_aws_request = _signed_request_with_its_body
+
+_access_denied = access_control.IAMRequest._raise_access_denied
+
+
+def _access_denied_for_eks(self):
+    # EKS and EKS Auth speak REST-JSON: the SDKs read the code from `__type`, not from XML.
+    if self._service in ("eks", "eks-auth"):
+        status = 403 if self._service == "eks" else 400
+        raise _eks_error("AccessDeniedException",
+                         f"User: {self._access_key.arn} is not authorized to perform: {self._action}",
+                         status)
+    _access_denied(self)
+
+
+access_control.IAMRequest._raise_access_denied = _access_denied_for_eks
 
 # ---------------------------------------------------------------- request log
 

@@ -37,6 +37,9 @@ POD_CIDR=${S3OP_NODE_POD_CIDR:-10.244.0.0/24}
 BRIDGE_IP=${POD_CIDR%.*}.1
 SVC_CIDR=10.96.0.0/16 # hack/env.sh's --service-cluster-ip-range
 DNS_IP=10.96.0.10
+# Where EKS's Pod Identity agent listens on every node; the agent stand-in (env.sh) binds it on the
+# bridge, where the Pods' default route leads.
+POD_IDENTITY_AGENT_IP=169.254.170.23
 NODE_NAME=s3op-node
 CGROUP_ROOT=/s3op-node # kubelet's cgroupRoot in every cgroup v1 hierarchy (or in cgroup v2)
 # What kubelet, kube-proxy, the CNI plugins and this script may change, restored by `down`
@@ -131,8 +134,10 @@ EOF
   echo "$BRIDGE" >"$hs/created-link"
   sysctl -qw "net.ipv6.conf.$BRIDGE.disable_ipv6=1"  # no IPv6 chatter on it
   ip addr add "$BRIDGE_IP/${POD_CIDR#*/}" dev "$BRIDGE"
+  ip addr add "$POD_IDENTITY_AGENT_IP/32" dev "$BRIDGE"
   ip link set "$BRIDGE" up
   echo "$BRIDGE_IP" >"$nd/bridge-ip"
+  echo "$POD_IDENTITY_AGENT_IP" >"$nd/pod-identity-agent-ip"
 
   # Pods on the bridge may talk to each other, to services (DNAT to a pod or to this host) and to
   # this host; nothing of the pod or service ranges passes any other interface, in either direction.
@@ -152,11 +157,13 @@ EOF
     iptables -w -A S3OP-OUTPUT -s "$r" -j DROP
     iptables -w -A S3OP-OUTPUT -d "$r" -j DROP
   done
-  # The API server and moto listen on $BRIDGE_IP: only this host and its Pods may reach it.
+  # The API server and moto listen on $BRIDGE_IP, the agent stand-in on $POD_IDENTITY_AGENT_IP:
+  # only this host and its Pods may reach them.
   iptables -w -N S3OP-INPUT
   iptables -w -A S3OP-INPUT -i lo -j RETURN
   iptables -w -A S3OP-INPUT -i "$BRIDGE" -j RETURN
   iptables -w -A S3OP-INPUT -d "$POD_CIDR" -j DROP
+  iptables -w -A S3OP-INPUT -d "$POD_IDENTITY_AGENT_IP" -j DROP
   iptables -w -I FORWARD 1 -j S3OP-FORWARD
   iptables -w -I OUTPUT 1 -j S3OP-OUTPUT
   iptables -w -I INPUT 1 -j S3OP-INPUT
@@ -561,7 +568,10 @@ down() {
     for l in $(ip -o link show master "$BRIDGE" 2>/dev/null | awk -F': ' '{print $2}' | sed 's/@.*//'); do
       ip link delete "$l" 2>/dev/null || true
     done
-    if [[ -f $hs/created-link ]]; then ip link delete "$BRIDGE" 2>/dev/null || true; fi
+    if [[ -f $hs/created-link ]]; then
+      ip addr del "$POD_IDENTITY_AGENT_IP/32" dev "$BRIDGE" 2>/dev/null || true
+      ip link delete "$BRIDGE" 2>/dev/null || true
+    fi
     fw_restore iptables
     fw_restore ip6tables
     nft_restore

@@ -66,6 +66,14 @@ if ! envfile="$(hack/env.sh up --node --state "$state" --owner-pid $$ | tail -n 
 fi
 export S3OP_ENV_FILE="$envfile"
 
+# The emulator's own extensions (Pod Identity, EKS Auth, session policies and tags, IRSA) and the
+# Pod Identity agent stand-in, tested against this environment before the operator relies on them.
+log "emulator tests: hack/emulator_test.py (env file $S3OP_ENV_FILE)"
+emulator_out="$state/emulator-test.out"
+emulator_rc=0
+"$S3OP_CACHE/venv-moto-$MOTO_VERSION/bin/python" hack/emulator_test.py 2>&1 | tee "$emulator_out" || emulator_rc=$?
+if [[ $emulator_rc -ne 0 ]]; then log "EMULATOR TESTS FAILED (hack/emulator_test.py, above); the Rust tests run anyway"; fi
+
 # Logs left by an earlier run would be mistaken for this run's.
 rm -rf "$e2e_logs" "$e2e_logs.first"
 
@@ -121,6 +129,12 @@ if [[ $# -eq 0 ]]; then
     rc=1
   fi
 fi
+if [[ $emulator_rc -ne 0 ]]; then
+  totals="$totals; EMULATOR TESTS FAILED ($(grep -E '^(FAILED|OK)' "$emulator_out" | tail -n 1))"
+  rc=1
+else
+  totals="$totals; emulator tests: $(grep -oE '^Ran [0-9]+ tests' "$emulator_out" | cut -d' ' -f2) passed"
+fi
 if [[ $rc -ne 0 ]]; then
   dump_logs
   # Last, so the tail of a long log still names what failed and why.
@@ -132,6 +146,7 @@ if [[ $rc -ne 0 ]]; then
        names && /^    [a-z0-9_]+(::[a-z0-9_]+)+$/ { failed[$1] = 1 }
        /^test result:/ { names = 0 }
        END { for (t in failed) print "FAILED: " t }' "$out" >&2
+  grep -E '^(FAIL|ERROR): ' "$emulator_out" | sed 's/^/EMULATOR /' >&2 || true
   log "tests failed (exit code $rc)"
 elif (( ${#flaky[@]} > 0 )); then
   log "all tests passed; FLAKY (failed once, passed on retry): ${flaky[*]}"

@@ -1,0 +1,476 @@
+"""Tests of the emulator's workload identity extensions (hack/moto_server.py) and of the Pod
+Identity agent stand-in (hack/pod_identity_agent.py), against a running test environment:
+EKS Pod Identity associations, EKS Auth AssumeRoleForPodIdentity, session policies and session
+tags, AssumeRoleWithWebIdentity (IRSA), and the agent's container credentials endpoint.
+
+ServiceAccount tokens are real ones (kubectl create token); the expired one is signed with the
+environment's own ServiceAccount key, the forged one with a fresh key.
+
+Usage: S3OP_ENV_FILE=<env file of hack/env.sh up> <moto venv>/bin/python hack/emulator_test.py
+"""
+
+import base64
+import json
+import os
+import secrets
+import subprocess
+import time
+import unittest
+import urllib.error
+import urllib.request
+
+import boto3
+from botocore.exceptions import ClientError
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import padding, rsa
+
+
+def load_env(path):
+    """The environment the env file exports (it is a shell script)."""
+    out = subprocess.run(["bash", "-c", f"source '{path}' && env -0"], check=True,
+                         capture_output=True).stdout
+    return dict(item.split("=", 1) for item in out.decode().split("\0") if "=" in item)
+
+
+ENV = load_env(os.environ["S3OP_ENV_FILE"])
+ENDPOINT = ENV["S3OP_AWS_ENDPOINT"]
+CLUSTER = ENV["S3OP_EKS_CLUSTER_NAME"]
+ACCOUNT = "123456789012"
+CLUSTER_ARN = f"arn:aws:eks:us-east-1:{ACCOUNT}:cluster/{CLUSTER}"
+PODS = "pods.eks.amazonaws.com"
+RUN = secrets.token_hex(3)  # names of this run, so a rerun against the same env starts clean
+NS, OTHER_NS = f"emu-{RUN}", f"emu-other-{RUN}"
+
+
+def client(service, key=None, secret=None, token=None):
+    return boto3.client(
+        service, endpoint_url=ENDPOINT, region_name="us-east-1",
+        aws_access_key_id=key or ENV["S3OP_AWS_ADMIN_ACCESS_KEY_ID"],
+        aws_secret_access_key=secret or ENV["S3OP_AWS_ADMIN_SECRET_ACCESS_KEY"],
+        aws_session_token=token)
+
+
+def session_client(service, creds):
+    """A client signed with role session credentials in STS's or EKS Auth's shape."""
+    get = lambda *names: next(creds[n] for n in names if n in creds)  # noqa: E731
+    return client(service, get("AccessKeyId", "accessKeyId"),
+                  get("SecretAccessKey", "secretAccessKey"), get("SessionToken", "sessionToken"))
+
+
+IAM, S3, EKS = client("iam"), client("s3"), client("eks")
+AGENT_AUTH = client("eks-auth", ENV["S3OP_POD_IDENTITY_AGENT_ACCESS_KEY_ID"],
+                    ENV["S3OP_POD_IDENTITY_AGENT_SECRET_ACCESS_KEY"])
+
+
+def kubectl(*args, stdin=None):
+    return subprocess.run(["kubectl", *args], check=True, capture_output=True, text=True,
+                          input=stdin, env=ENV).stdout.strip()
+
+
+def service_account(namespace, name):
+    kubectl("create", "serviceaccount", name, "-n", namespace)
+
+
+def pod(namespace, name, account):
+    """A Pod that never runs (its node does not exist), to bind tokens to. Returns its uid."""
+    kubectl("apply", "-f", "-", stdin=json.dumps({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": namespace},
+        "spec": {"serviceAccountName": account, "nodeName": "s3op-no-such-node",
+                 "automountServiceAccountToken": False,
+                 "containers": [{"name": "c", "image": "localhost/s3op/none:0"}]}}))
+    return kubectl("get", "pod", name, "-n", namespace, "-o", "jsonpath={.metadata.uid}")
+
+
+def sa_token(namespace, account, audience, bound_pod=None):
+    args = ["create", "token", account, "-n", namespace, "--audience", audience]
+    if bound_pod:
+        args += ["--bound-object-kind", "Pod", "--bound-object-name", bound_pod[0],
+                 "--bound-object-uid", bound_pod[1]]
+    return kubectl(*args)
+
+
+def _b64(data):
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _unb64(part):
+    return base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
+
+
+def resign(token, key, **claims):
+    """The token's header and claims (changed by `claims`), signed RS256 with `key`."""
+    head, payload, _ = token.split(".")
+    body = {**json.loads(_unb64(payload)), **claims}
+    signing_input = f"{head}.{_b64(json.dumps(body).encode())}"
+    signature = key.sign(signing_input.encode(), padding.PKCS1v15(), hashes.SHA256())
+    return f"{signing_input}.{_b64(signature)}"
+
+
+def env_sa_key():
+    with open(os.path.join(ENV["S3OP_ENV_DIR"], "pki", "sa.key"), "rb") as f:
+        return serialization.load_pem_private_key(f.read(), password=None)
+
+
+def fresh_key():
+    return rsa.generate_private_key(public_exponent=65537, key_size=2048)
+
+
+def role(name, trust, policy=None):
+    arn = IAM.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]["Arn"]
+    if policy:
+        IAM.put_role_policy(RoleName=name, PolicyName="p", PolicyDocument=json.dumps(policy))
+    return arn
+
+
+def statement(action, resource, **extra):
+    return {"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Action": action, "Resource": resource, **extra}]}
+
+
+POD_TRUST = {"Version": "2012-10-17", "Statement": [{
+    "Effect": "Allow", "Principal": {"Service": PODS}, "Action": ["sts:AssumeRole", "sts:TagSession"]}]}
+
+
+BUCKETS = []
+
+
+def bucket_with_objects(name):
+    S3.create_bucket(Bucket=name)
+    BUCKETS.append(name)
+    for key in ("a/x", "b/x"):
+        S3.put_object(Bucket=name, Key=key, Body=b"data")
+    return name
+
+
+def associate(namespace, account, role_arn, **extra):
+    return EKS.create_pod_identity_association(
+        clusterName=CLUSTER, namespace=namespace, serviceAccount=account, roleArn=role_arn,
+        **extra)["association"]
+
+
+def error_code(call, *args, **kwargs):
+    try:
+        call(*args, **kwargs)
+    except ClientError as e:
+        return e.response["Error"]["Code"]
+    return None
+
+
+def user_client(service, name, policy):
+    """A client of a new IAM user whose only policy is `policy`."""
+    IAM.create_user(UserName=name)
+    IAM.put_user_policy(UserName=name, PolicyName="p", PolicyDocument=json.dumps(policy))
+    key = IAM.create_access_key(UserName=name)["AccessKey"]
+    return client(service, key["AccessKeyId"], key["SecretAccessKey"])
+
+
+def setUpModule():
+    for namespace in (NS, OTHER_NS):
+        kubectl("create", "namespace", namespace)
+    for account in ("app", "crud", "dup", "polrules", "noassoc", "untrusted", "narrow", "tagged",
+                    "notags", "irsa", "agent"):
+        service_account(NS, account)
+    service_account(OTHER_NS, "tagged")
+
+
+def tearDownModule():
+    """Leaves the environment's cluster, EKS cluster and S3 as they were for the Rust tests."""
+    for namespace in (NS, OTHER_NS):
+        kubectl("delete", "namespace", namespace, "--wait=false")
+        listed = EKS.list_pod_identity_associations(clusterName=CLUSTER, namespace=namespace)
+        for association in listed["associations"]:
+            EKS.delete_pod_identity_association(clusterName=CLUSTER, associationId=association["associationId"])
+    for bucket in BUCKETS:
+        for listed in S3.list_objects_v2(Bucket=bucket).get("Contents", []):
+            S3.delete_object(Bucket=bucket, Key=listed["Key"])
+        S3.delete_bucket(Bucket=bucket)
+
+
+class PodIdentityAssociations(unittest.TestCase):
+    def test_create_describe_list_update_delete(self):
+        arn = role(f"crud-{RUN}", POD_TRUST)
+        created = associate(NS, "crud", arn, tags={"team": "a"})
+        self.assertRegex(created["associationId"], r"^a-[a-z0-9]{17}$")
+        self.assertEqual(created["associationArn"], f"arn:aws:eks:us-east-1:{ACCOUNT}:"
+                         f"podidentityassociation/{CLUSTER}/{created['associationId']}")
+        self.assertEqual((created["namespace"], created["serviceAccount"], created["roleArn"]),
+                         (NS, "crud", arn))
+        self.assertEqual(created["tags"], {"team": "a"})
+        self.assertIn("createdAt", created)
+        ids = dict(clusterName=CLUSTER, associationId=created["associationId"])
+        self.assertEqual(EKS.describe_pod_identity_association(**ids)["association"]["roleArn"], arn)
+
+        def listed(**filters):
+            answer = EKS.list_pod_identity_associations(clusterName=CLUSTER, **filters)
+            return [a["associationId"] for a in answer["associations"]]
+
+        self.assertEqual(listed(namespace=NS, serviceAccount="crud"), [created["associationId"]])
+        self.assertIn(created["associationId"], listed(namespace=NS))
+        self.assertNotIn(created["associationId"], listed(namespace=OTHER_NS))
+        self.assertEqual(listed(namespace=NS, serviceAccount="x"), [])
+
+        policy = json.dumps(statement("s3:GetObject", "*"))
+        self.assertEqual(error_code(EKS.update_pod_identity_association, **ids, policy=policy),
+                         "InvalidParameterException")  # session tags still on
+        updated = EKS.update_pod_identity_association(**ids, policy=policy, disableSessionTags=True)
+        self.assertEqual((updated["association"]["policy"], updated["association"]["disableSessionTags"]),
+                         (policy, True))
+        self.assertGreaterEqual(updated["association"]["modifiedAt"], created["createdAt"])
+
+        EKS.delete_pod_identity_association(**ids)
+        self.assertEqual(error_code(EKS.describe_pod_identity_association, **ids),
+                         "ResourceNotFoundException")
+
+    def test_one_association_per_service_account(self):
+        arn = role(f"dup-{RUN}", POD_TRUST)
+        associate(NS, "dup", arn)
+        self.assertEqual(error_code(associate, NS, "dup", arn), "ResourceInUseException")
+
+    def test_unknown_cluster(self):
+        self.assertEqual(error_code(EKS.create_pod_identity_association, clusterName="nope",
+                                    namespace=NS, serviceAccount="app", roleArn="arn:aws:iam::1:role/x"),
+                         "ResourceNotFoundException")
+        self.assertEqual(error_code(EKS.list_pod_identity_associations, clusterName="nope"),
+                         "ResourceNotFoundException")
+
+    def test_policy_rules(self):
+        arn = role(f"pol-{RUN}", POD_TRUST)
+        policy = json.dumps(statement("s3:GetObject", "*"))
+        self.assertEqual(error_code(associate, NS, "polrules", arn, policy=policy),
+                         "InvalidParameterException")
+        too_long = json.dumps(statement("s3:GetObject", ["arn:aws:s3:::b/" + "x" * 40] * 60))
+        self.assertEqual(error_code(associate, NS, "polrules", arn, policy=too_long,
+                                    disableSessionTags=True), "InvalidParameterException")
+
+    def test_create_needs_eks_permission_and_pass_role(self):
+        arn = role(f"pass-{RUN}", POD_TRUST)
+        eks_only = statement("eks:*PodIdentityAssociation*", [CLUSTER_ARN, CLUSTER_ARN.replace(
+            ":cluster/", ":podidentityassociation/") + "/*"])
+        no_pass = user_client("eks", f"nopass-{RUN}", eks_only)
+        call = dict(clusterName=CLUSTER, namespace=OTHER_NS, serviceAccount="x", roleArn=arn)
+        self.assertEqual(error_code(no_pass.create_pod_identity_association, **call), "AccessDeniedException")
+        eks_only["Statement"].append({"Effect": "Allow", "Action": "iam:PassRole", "Resource": arn})
+        with_pass = user_client("eks", f"pass-{RUN}", eks_only)
+        made = with_pass.create_pod_identity_association(**call)["association"]
+        nothing = user_client("eks", f"noeks-{RUN}", statement("iam:PassRole", arn))
+        self.assertEqual(error_code(nothing.describe_pod_identity_association, clusterName=CLUSTER,
+                                    associationId=made["associationId"]), "AccessDeniedException")
+        with_pass.delete_pod_identity_association(clusterName=CLUSTER, associationId=made["associationId"])
+
+
+class AssumeRoleForPodIdentity(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.bucket = bucket_with_objects(f"pod-id-{RUN}")
+        cls.role = role(f"app-{RUN}", POD_TRUST, statement("s3:*", [
+            f"arn:aws:s3:::{cls.bucket}", f"arn:aws:s3:::{cls.bucket}/*"]))
+        cls.association = associate(NS, "app", cls.role)
+        cls.pod = ("app-pod", pod(NS, "app-pod", "app"))
+
+    def assume(self, token):
+        return AGENT_AUTH.assume_role_for_pod_identity(clusterName=CLUSTER, token=token)
+
+    def test_a_pod_token_gets_the_associations_role(self):
+        answer = self.assume(sa_token(NS, "app", PODS, self.pod))
+        self.assertEqual(answer["subject"], {"namespace": NS, "serviceAccount": "app"})
+        self.assertEqual(answer["audience"], PODS)
+        self.assertEqual(answer["podIdentityAssociation"]["associationId"], self.association["associationId"])
+        self.assertRegex(answer["assumedRoleUser"]["arn"],
+                         rf"^arn:aws:sts::{ACCOUNT}:assumed-role/app-{RUN}/eks-{CLUSTER}-app-pod-")
+        creds = answer["credentials"]
+        me = session_client("sts", creds).get_caller_identity()["Arn"]
+        self.assertEqual(me, answer["assumedRoleUser"]["arn"])
+        got = session_client("s3", creds).get_object(Bucket=self.bucket, Key="b/x")["Body"].read()
+        self.assertEqual(got, b"data")
+
+    def test_refusals(self):
+        real = sa_token(NS, "app", PODS, self.pod)
+        cases = {
+            "wrong audience": (sa_token(NS, "app", "sts.amazonaws.com"), "InvalidTokenException"),
+            "forged signature": (resign(real, fresh_key()), "InvalidTokenException"),
+            "expired": (resign(real, env_sa_key(), exp=int(time.time()) - 60), "ExpiredTokenException"),
+            "no association": (sa_token(NS, "noassoc", PODS), "ResourceNotFoundException"),
+        }
+        for name, (token, code) in cases.items():
+            with self.subTest(name):
+                self.assertEqual(error_code(self.assume, token), code)
+
+    def test_the_env_key_signs_a_token_that_is_accepted(self):
+        # The expired-token case above is refused for its expiry, not for its signature.
+        fresh = resign(sa_token(NS, "app", PODS), env_sa_key(), exp=int(time.time()) + 600)
+        self.assertEqual(self.assume(fresh)["subject"]["serviceAccount"], "app")
+
+    def test_role_that_does_not_trust_pod_identity(self):
+        trust = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": {"Service": PODS}, "Action": "sts:AssumeRole"}]}
+        associate(NS, "untrusted", role(f"untrusted-{RUN}", trust))
+        self.assertEqual(error_code(self.assume, sa_token(NS, "untrusted", PODS)), "AccessDeniedException")
+
+    def test_caller_needs_eks_auth_permission(self):
+        admin_less = user_client("eks-auth", f"noauth-{RUN}", statement("s3:*", "*"))
+        self.assertEqual(error_code(admin_less.assume_role_for_pod_identity, clusterName=CLUSTER,
+                                    token=sa_token(NS, "app", PODS)), "AccessDeniedException")
+
+
+class SessionPolicies(unittest.TestCase):
+    """The role allows s3:* on the bucket; the session policy only GetObject under a/."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.bucket = bucket_with_objects(f"session-{RUN}")
+        cls.narrow = json.dumps(statement("s3:GetObject", f"arn:aws:s3:::{cls.bucket}/a/*"))
+        everything = statement("s3:*", [f"arn:aws:s3:::{cls.bucket}", f"arn:aws:s3:::{cls.bucket}/*"])
+        cls.pod_role = role(f"shared-{RUN}", POD_TRUST, everything)
+        # moto evaluates a trust policy statement naming a Service against a user as a Deny:
+        # STS's callers get a role of their own.
+        trust = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:user/s3op-test-admin"},
+            "Action": "sts:AssumeRole"}]}
+        cls.role_name = f"sts-{RUN}"
+        cls.role = role(cls.role_name, trust, everything)
+
+    def assert_narrowed(self, s3):
+        self.assertEqual(s3.get_object(Bucket=self.bucket, Key="a/x")["Body"].read(), b"data")
+        self.assertEqual(error_code(s3.get_object, Bucket=self.bucket, Key="b/x"), "AccessDenied")
+        self.assertEqual(error_code(s3.put_object, Bucket=self.bucket, Key="a/y", Body=b"x"), "AccessDenied")
+
+    def test_association_policy_narrows_the_role(self):
+        associate(NS, "narrow", self.pod_role, policy=self.narrow, disableSessionTags=True)
+        creds = AGENT_AUTH.assume_role_for_pod_identity(
+            clusterName=CLUSTER, token=sa_token(NS, "narrow", PODS))["credentials"]
+        self.assert_narrowed(session_client("s3", creds))
+
+    def test_assume_role_policy_narrows_the_role_and_the_bucket_policy_naming_the_role(self):
+        session = f"s-{RUN}"
+        creds = client("sts").assume_role(RoleArn=self.role, RoleSessionName=session,
+                                          Policy=self.narrow)["Credentials"]
+        s3 = session_client("s3", creds)
+        self.assert_narrowed(s3)
+        session_arn = f"arn:aws:sts::{ACCOUNT}:assumed-role/{self.role_name}/{session}"
+        for principal, allowed in ((self.role, False), (session_arn, True)):
+            with self.subTest(principal=principal):
+                S3.put_bucket_policy(Bucket=self.bucket, Policy=json.dumps({
+                    "Version": "2012-10-17", "Statement": [{
+                        "Effect": "Allow", "Principal": {"AWS": principal}, "Action": "s3:GetObject",
+                        "Resource": f"arn:aws:s3:::{self.bucket}/b/*"}]}))
+                code = error_code(s3.get_object, Bucket=self.bucket, Key="b/x")
+                self.assertEqual(code, None if allowed else "AccessDenied")
+        S3.delete_bucket_policy(Bucket=self.bucket)
+
+    def test_unrestricted_session_keeps_the_roles_permissions(self):
+        creds = client("sts").assume_role(RoleArn=self.role, RoleSessionName="full")["Credentials"]
+        session_client("s3", creds).put_object(Bucket=self.bucket, Key="b/y", Body=b"x")
+
+
+class SessionTags(unittest.TestCase):
+    def test_principal_tags_of_a_pod_identity_session(self):
+        bucket = bucket_with_objects(f"tags-{RUN}")
+        condition = {"StringEquals": {"aws:PrincipalTag/kubernetes-namespace": NS,
+                                      "aws:PrincipalTag/kubernetes-pod-name": "tagged-pod",
+                                      "aws:PrincipalTag/eks-cluster-name": CLUSTER}}
+        arn = role(f"tagged-{RUN}", POD_TRUST, statement(
+            "s3:GetObject", f"arn:aws:s3:::{bucket}/*", Condition=condition))
+        associate(NS, "tagged", arn)
+        associate(OTHER_NS, "tagged", arn)
+        other = associate(NS, "notags", arn, disableSessionTags=True)
+        self.assertTrue(other["disableSessionTags"])
+
+        def s3_for(namespace, account, bound=None):
+            answer = AGENT_AUTH.assume_role_for_pod_identity(
+                clusterName=CLUSTER, token=sa_token(namespace, account, PODS, bound))
+            return session_client("s3", answer["credentials"])
+
+        tagged_pod = ("tagged-pod", pod(NS, "tagged-pod", "tagged"))
+        self.assertEqual(s3_for(NS, "tagged", tagged_pod).get_object(Bucket=bucket, Key="a/x")["Body"].read(),
+                         b"data")
+        other_pod = ("tagged-pod", pod(OTHER_NS, "tagged-pod", "tagged"))
+        for name, s3 in (("another namespace", s3_for(OTHER_NS, "tagged", other_pod)),
+                         ("no pod claim", s3_for(NS, "tagged")),
+                         ("session tags disabled", s3_for(NS, "notags"))):
+            with self.subTest(name):
+                self.assertEqual(error_code(s3.get_object, Bucket=bucket, Key="a/x"), "AccessDenied")
+
+
+class WebIdentity(unittest.TestCase):
+    """AssumeRoleWithWebIdentity (IRSA) as STS checks it."""
+
+    @classmethod
+    def setUpClass(cls):
+        provider = ENV["S3OP_OIDC_PROVIDER_ARN"]
+        host = provider.split(":oidc-provider/", 1)[1]
+        trust = {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Principal": {"Federated": provider},
+            "Action": "sts:AssumeRoleWithWebIdentity",
+            "Condition": {"StringEquals": {f"{host}:sub": f"system:serviceaccount:{NS}:irsa",
+                                           f"{host}:aud": "sts.amazonaws.com"}}}]}
+        cls.role = role(f"irsa-{RUN}", trust, statement("s3:ListAllMyBuckets", "*"))
+        cls.sts = boto3.client("sts", endpoint_url=ENDPOINT, region_name="us-east-1",
+                               aws_access_key_id="unused", aws_secret_access_key="unused")
+
+    def assume(self, token):
+        return self.sts.assume_role_with_web_identity(
+            RoleArn=self.role, RoleSessionName="irsa", WebIdentityToken=token)
+
+    def test_the_service_account_assumes_its_role(self):
+        creds = self.assume(sa_token(NS, "irsa", "sts.amazonaws.com"))["Credentials"]
+        self.assertIn(f"assumed-role/irsa-{RUN}/irsa", session_client("sts", creds).get_caller_identity()["Arn"])
+
+    def test_refusals(self):
+        real = sa_token(NS, "irsa", "sts.amazonaws.com")
+        cases = {
+            "another service account": (sa_token(NS, "app", "sts.amazonaws.com"), "AccessDenied"),
+            "another namespace": (sa_token(OTHER_NS, "tagged", "sts.amazonaws.com"), "AccessDenied"),
+            "wrong audience": (sa_token(NS, "irsa", PODS), "InvalidIdentityToken"),
+            "expired": (resign(real, env_sa_key(), exp=int(time.time()) - 60), "ExpiredTokenException"),
+            "forged signature": (resign(real, fresh_key()), "InvalidIdentityToken"),
+        }
+        for name, (token, code) in cases.items():
+            with self.subTest(name):
+                self.assertEqual(error_code(self.assume, token), code)
+
+
+class AgentStandIn(unittest.TestCase):
+    """hack/pod_identity_agent.py's container credentials endpoint, as the SDKs call it."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.bucket = bucket_with_objects(f"agent-{RUN}")
+        associate(NS, "agent", role(f"agent-{RUN}", POD_TRUST,
+                                    statement("s3:GetObject", f"arn:aws:s3:::{cls.bucket}/*")))
+
+    def get(self, token=None, url=ENV["S3OP_POD_IDENTITY_AGENT_URL"]):
+        request = urllib.request.Request(url)
+        if token:
+            request.add_header("Authorization", token)
+        try:
+            with urllib.request.urlopen(request, timeout=10) as r:
+                return r.status, json.load(r)
+        except urllib.error.HTTPError as e:
+            return e.code, json.load(e)
+
+    def test_credentials_for_a_pod_token(self):
+        bucket = self.bucket
+        status, creds = self.get(sa_token(NS, "agent", PODS))
+        self.assertEqual(status, 200)
+        self.assertEqual(set(creds), {"AccessKeyId", "SecretAccessKey", "Token", "AccountId", "Expiration"})
+        self.assertEqual(creds["AccountId"], ACCOUNT)
+        self.assertRegex(creds["Expiration"], r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ$")
+        s3 = session_client("s3", {**creds, "SessionToken": creds["Token"]})
+        self.assertEqual(s3.get_object(Bucket=bucket, Key="a/x")["Body"].read(), b"data")
+        self.assertEqual(error_code(s3.put_object, Bucket=bucket, Key="a/y", Body=b""), "AccessDenied")
+
+    @unittest.skipUnless(ENV.get("S3OP_NODE_POD_IDENTITY_AGENT_URL"), "no node")
+    def test_the_nodes_agent_address(self):
+        url = ENV["S3OP_NODE_POD_IDENTITY_AGENT_URL"]
+        self.assertEqual(url, "http://169.254.170.23/v1/credentials")
+        status, creds = self.get(sa_token(NS, "agent", PODS), url)
+        self.assertEqual((status, creds["AccountId"]), (200, ACCOUNT))
+
+    def test_refusals(self):
+        self.assertEqual(self.get()[0], 400)
+        status, body = self.get(sa_token(NS, "agent", "sts.amazonaws.com"))
+        self.assertEqual((status, body["code"]), (400, "InvalidTokenException"))
+
+
+if __name__ == "__main__":
+    unittest.main(verbosity=2)
