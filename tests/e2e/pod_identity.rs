@@ -347,6 +347,12 @@ async fn end_to_end(shared: bool) {
     })
     .await;
 
+    let notes = [
+        "Set role and session policy of",
+        "Recreated EKS Pod Identity association",
+    ];
+    wait_event(&s.ns, "DriftCorrected", &notes).await;
+
     // A second access on the same ServiceAccount: refused, naming no other object, and nothing
     // written to AWS.
     let conflict = writes_during(&s, async {

@@ -199,7 +199,7 @@ async fn apply_change(
             events.add(false, "KeyReactivated", note);
         }
         Change::CreateKey => learned.key = Some(create_key(ctx, name, events).await?),
-        Change::CreateAssociation | Change::UpdateAssociation { .. } => {
+        Change::CreateAssociation { .. } | Change::UpdateAssociation { .. } => {
             associate(ctx, plan, step, learned, events).await?
         }
     }
@@ -231,7 +231,7 @@ async fn associate(
             let note = format!("Set role and session policy of EKS Pod Identity association {id}");
             drift_or_update(events, *drift, "podIdentityAssociation", note);
         }
-        _ => {
+        (step, _) => {
             let (ns, tags) = (&target.namespace, &plan.tags);
             let id = match aws.create_association(cluster, ns, sa, &want, tags).await {
                 // Made by someone since this pass read: the next pass judges whose it is.
@@ -243,8 +243,16 @@ async fn associate(
                 }
                 other => other?,
             };
-            let note = format!("Created EKS Pod Identity association {id} for ServiceAccount {sa}");
-            events.add(false, "Created", note);
+            let note = format!("EKS Pod Identity association {id} for ServiceAccount {sa}");
+            match step {
+                Change::CreateAssociation { drift: true } => drift_or_update(
+                    events,
+                    true,
+                    "podIdentityAssociation",
+                    format!("Recreated {note}"),
+                ),
+                _ => events.add(false, "Created", format!("Created {note}")),
+            }
             learned.association = Some(id);
         }
     }

@@ -85,8 +85,11 @@ pub enum Change {
     /// Brings back a kept key that a revoked grant deactivated.
     ReactivateKey(String),
     CreateKey,
-    /// The ServiceAccount's Pod Identity association, after the role it names.
-    CreateAssociation,
+    /// The ServiceAccount's Pod Identity association, after the role it names; `drift`: it
+    /// was deleted outside.
+    CreateAssociation {
+        drift: bool,
+    },
     /// Puts the association's role and session policy back.
     UpdateAssociation {
         drift: bool,

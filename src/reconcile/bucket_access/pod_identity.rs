@@ -83,7 +83,7 @@ pub(super) fn plan_association(
             );
             return Err(Blocked::new(Reason::OwnershipConflict, msg));
         }
-        Found::Absent => Some(Change::CreateAssociation),
+        Found::Absent => Some(Change::CreateAssociation { drift: served }),
         Found::Ours(a) => {
             let role = plan.association_role(None).unwrap_or_else(|| {
                 // The access's role is being created now, under the same ARN as before.
@@ -262,7 +262,7 @@ mod tests {
             [
                 Change::CreateRole(trust),
                 Change::PutPolicy { drift: false },
-                Change::CreateAssociation
+                Change::CreateAssociation { drift: false }
             ]
         );
         assert_eq!(p.association_role(Some(&role_arn())), Some(role_arn()));
@@ -301,7 +301,7 @@ mod tests {
     fn the_shared_role_is_narrowed_by_the_grant_without_an_iam_write() {
         let a = access(Some("team/"), false);
         let p = plan(&a, &settings(true), &observed(Found::Absent, Found::Absent)).unwrap();
-        assert_eq!(p.changes, [Change::CreateAssociation]);
+        assert_eq!(p.changes, [Change::CreateAssociation { drift: false }]);
         assert_eq!(p.session_policy(), Some(&grant(Some("team/"))));
         assert_eq!(p.association_role(None).as_deref(), Some(SHARED));
         let out = p.outcome(&a, &learned(""), None, now());
@@ -343,6 +343,10 @@ mod tests {
                 assert_eq!(p.changes, [update], "{found:?}");
             }
         }
+        // Deleted outside: made again, as drift.
+        let o = observed(Found::Absent, Found::Absent);
+        let p = plan(&access(None, true), &settings(true), &o).unwrap();
+        assert_eq!(p.changes, [Change::CreateAssociation { drift: true }]);
         // A role of its own: the association must name it.
         let o = observed(role(), Found::Ours(association(SHARED, None)));
         let p = plan(&access(None, true), &settings(false), &o).unwrap();
