@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess, Permission};
 use s3_operator::aws::{policy, tags};
@@ -15,8 +15,9 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::access::access;
-use crate::node::{images, node, phase, strings};
+use crate::node::{images, node, strings};
 use crate::support::*;
+use crate::workload_identity::{App, Token, run_app, token};
 
 const T: Duration = Duration::from_secs(60);
 /// The audience of the tokens the Pod Identity agent takes.
@@ -171,25 +172,6 @@ fn policy_of(a: &aws_sdk_eks::types::PodIdentityAssociation) -> Option<Value> {
     a.policy
         .as_deref()
         .map(|p| serde_json::from_str(p).expect("JSON"))
-}
-
-/// A token the API server issues for `sa` (TokenRequest, as kubelet's projected volume does).
-async fn token(ns: &str, sa: &str, audience: &str) -> String {
-    let request = k8s_openapi::api::authentication::v1::TokenRequest {
-        spec: k8s_openapi::api::authentication::v1::TokenRequestSpec {
-            audiences: vec![audience.into()],
-            expiration_seconds: Some(600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<ServiceAccount>::namespaced(admin().await, ns)
-        .create_token_request(sa, &PostParams::default(), &request)
-        .await
-        .unwrap()
-        .status
-        .expect("a token")
-        .token
 }
 
 /// Credentials from the agent stand-in's loopback URL for `token`, as the SDK's container
@@ -455,48 +437,25 @@ async fn run_pod_identity_app(
     endpoint: &str,
     key: &str,
 ) -> (bool, String) {
-    const TOKEN_DIR: &str = "/var/run/secrets/pods.eks.amazonaws.com/serviceaccount";
+    let token = Token {
+        audience: AUDIENCE,
+        dir: "/var/run/secrets/pods.eks.amazonaws.com/serviceaccount",
+        file: "eks-pod-identity-token",
+        seconds: 86400,
+    };
     // The Secret's endpoint is the operator's (loopback here); the Pod reaches moto at the node.
     let env = json!([
         {"name": "AWS_CONTAINER_CREDENTIALS_FULL_URI", "value": "http://169.254.170.23/v1/credentials"},
-        {"name": "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "value": format!("{TOKEN_DIR}/eks-pod-identity-token")},
+        {"name": "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", "value": format!("{}/{}", token.dir, token.file)},
         {"name": "AWS_ENDPOINT_URL_S3", "value": endpoint},
     ]);
-    let pod: Pod = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "spec": {
-            "serviceAccountName": sa,
-            "restartPolicy": "Never",
-            "automountServiceAccountToken": false,
-            "enableServiceLinks": false,
-            "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-            "volumes": [{"name": "eks-pod-identity-token", "projected": {"sources": [{"serviceAccountToken": {
-                "audience": AUDIENCE, "expirationSeconds": 86400, "path": "eks-pod-identity-token"}}]}}],
-            "containers": [{
-                "name": "app",
-                "image": image,
-                "imagePullPolicy": "Never",
-                "args": [key],
-                "envFrom": [{"secretRef": {"name": "pi"}}],
-                "env": env,
-                "volumeMounts": [{"name": "eks-pod-identity-token", "readOnly": true, "mountPath": TOKEN_DIR}],
-                "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
-                    "capabilities": {"drop": ["ALL"]}},
-            }],
-        },
-    }))
-    .unwrap();
-    let api = Api::<Pod>::namespaced(admin().await, ns);
-    api.create(&PostParams::default(), &pod).await.unwrap();
-    let done = wait_for(
-        &format!("Pod {ns}/{name} to finish"),
-        crate::node::T,
-        || async {
-            let p = api.get(name).await.ok()?;
-            matches!(phase(&p), "Succeeded" | "Failed").then_some(p)
-        },
-    )
-    .await;
-    let (_, logs, _) = try_tool("kubectl", &["logs", "-n", ns, name], None);
-    (phase(&done) == "Succeeded", logs)
+    let app = App {
+        ns,
+        name,
+        sa,
+        image,
+        key,
+        secret: "pi",
+    };
+    run_app(&app, token, env).await
 }
