@@ -14,6 +14,8 @@ use s3_operator::aws::{policy, tags};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+type Association = aws_sdk_eks::types::PodIdentityAssociation;
+
 use crate::access::access;
 use crate::node::{images, node, strings};
 use crate::support::*;
@@ -147,7 +149,7 @@ fn pod_access(name: &str, prefix: Option<&str>) -> BucketAccess {
 }
 
 /// The association of `sa` in `ns`, as EKS describes it.
-async fn association_of(ns: &str, sa: &str) -> Option<aws_sdk_eks::types::PodIdentityAssociation> {
+async fn association_of(ns: &str, sa: &str) -> Option<Association> {
     let eks = admin_eks();
     let listed = eks
         .list_pod_identity_associations()
@@ -168,7 +170,7 @@ async fn association_of(ns: &str, sa: &str) -> Option<aws_sdk_eks::types::PodIde
     described.association
 }
 
-fn policy_of(a: &aws_sdk_eks::types::PodIdentityAssociation) -> Option<Value> {
+fn policy_of(a: &Association) -> Option<Value> {
     a.policy
         .as_deref()
         .map(|p| serde_json::from_str(p).expect("JSON"))
@@ -210,7 +212,7 @@ async fn through_agent(token: &str) -> Result<aws_sdk_s3::Client, String> {
 /// The association is the operator's (tagged for this access), names the right role (the
 /// access's own, trusted by Pod Identity for this ServiceAccount only, or the shared one with
 /// the grant as its session policy), and status and Secret say so without any key.
-async fn association_is_as_designed(s: &Setup) -> aws_sdk_eks::types::PodIdentityAssociation {
+async fn association_is_as_designed(s: &Setup) -> Association {
     let access = s.accesses.get("pi").await.unwrap();
     let status = access.status.clone().unwrap();
     let a = association_of(&s.ns, "reporter")
@@ -291,9 +293,15 @@ async fn end_to_end(shared: bool) {
     only_the_service_account_gets_its_prefix(&s).await;
     let quiet = writes_during(&s, async {}).await;
     assert!(quiet.is_empty(), "steady state wrote {quiet:?}");
+    let again = drift_is_put_back(&s, &a).await;
+    a_second_access_is_refused_without_a_write(&s, &again).await;
+    deletion_removes_the_association_then_the_role(&s, &again).await;
+}
 
-    // Changed outside: the shared role's session policy widened to the whole bucket, or the
-    // access's own association pointed at another role.
+/// The association `a` changed outside (the shared role's session policy widened to the whole
+/// bucket, or the access's own association pointed at another role) is put back; deleted
+/// outside, it is made again and the status names the new one. Returns the new one.
+async fn drift_is_put_back(s: &Setup, a: &Association) -> Association {
     let id = a.association_id.clone().unwrap();
     let update = admin_eks()
         .update_pod_identity_association()
@@ -309,11 +317,9 @@ async fn end_to_end(shared: bool) {
     update.send().await.expect("change the association");
     wait_for("the association put back", T, || async {
         let now = association_of(&s.ns, "reporter").await?;
-        (now.role_arn == a.role_arn && policy_of(&now) == policy_of(&a)).then_some(())
+        (now.role_arn == a.role_arn && policy_of(&now) == policy_of(a)).then_some(())
     })
     .await;
-
-    // Deleted outside: made again, and the status names the new one.
     admin_eks()
         .delete_pod_identity_association()
         .cluster_name(eks_cluster())
@@ -328,16 +334,18 @@ async fn end_to_end(shared: bool) {
         (now.association_id != Some(id.clone()) && named).then_some(now)
     })
     .await;
-
     let notes = [
         "Set role and session policy of",
         "Recreated EKS Pod Identity association",
     ];
     wait_event(&s.ns, "DriftCorrected", &notes).await;
+    again
+}
 
-    // A second access on the same ServiceAccount: refused, naming no other object, and nothing
-    // written to AWS.
-    let conflict = writes_during(&s, async {
+/// A second access on the same ServiceAccount is refused, naming no other object, and nothing
+/// is written to AWS; the association (`current`) stays as it is.
+async fn a_second_access_is_refused_without_a_write(s: &Setup, current: &Association) {
+    let conflict = writes_during(s, async {
         s.accesses
             .create(&PostParams::default(), &pod_access("pi2", None))
             .await
@@ -355,10 +363,16 @@ async fn end_to_end(shared: bool) {
     let kept = policy_of(&still).is_some();
     assert_eq!(
         (still.association_id, still.role_arn, kept),
-        (again.association_id, again.role_arn.clone(), shared)
+        (
+            current.association_id.clone(),
+            current.role_arn.clone(),
+            s.shared.is_some()
+        )
     );
+}
 
-    // Deletion: the association goes first, then the access's own role.
+/// Deleting the accesses removes the association, then the access's own role.
+async fn deletion_removes_the_association_then_the_role(s: &Setup, current: &Association) {
     for name in ["pi2", "pi"] {
         s.accesses
             .delete(name, &DeleteParams::default())
@@ -375,8 +389,8 @@ async fn end_to_end(shared: bool) {
     })
     .await;
     assert!(association_of(&s.ns, "reporter").await.is_none());
-    if !shared {
-        let role = again.role_arn.unwrap();
+    if s.shared.is_none() {
+        let role = current.role_arn.clone().unwrap();
         let name = role.rsplit('/').next().unwrap();
         let gone = admin_iam().get_role().role_name(name).send().await;
         assert!(gone.is_err(), "the access's role deleted");

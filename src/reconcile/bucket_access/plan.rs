@@ -218,10 +218,8 @@ pub fn plan(
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
-    let association = pod_identity::target(access, settings, &plan)?;
-    let shared = association
-        .as_ref()
-        .is_some_and(|a| a.shared_role.is_some());
+    plan.association = pod_identity::target(access, settings, &plan)?;
+    let shared = plan.session_policy().is_some();
     let trust = match identity {
         Identity::User(_) => None,
         Identity::Role(_) => Some(role_trust(&mut plan, access, settings, &owner, shared)?),
@@ -236,7 +234,6 @@ pub fn plan(
             plan_user_keys(&mut plan, access, keys, observed);
         }
     }
-    plan.association = association;
     pod_identity::plan_association(&mut plan, &observed.association, served)?;
     Ok(plan)
 }
