@@ -83,6 +83,25 @@ async fn pod_role(cluster: &str, name: &str) -> String {
     role.role.expect("a role").arn
 }
 
+/// The operator's IAM policy as `s3-operator iam-policy` prints it for the installation of
+/// `cluster` run with `args` (its EKS flags).
+fn rendered_policy(cluster: &str, args: &[String]) -> Value {
+    let mut render = strings(&[
+        "iam-policy",
+        "--account-id",
+        ACCOUNT,
+        "--cluster-name",
+        cluster,
+    ]);
+    render.extend(args.iter().cloned());
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_s3-operator"))
+        .args(&render)
+        .output()
+        .expect("s3-operator iam-policy");
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).expect("a policy")
+}
+
 async fn setup(tag: &str, shared: bool) -> Setup {
     let client = admin().await;
     let ns = namespace(&client, tag).await;
@@ -98,13 +117,7 @@ async fn setup(tag: &str, shared: bool) -> Setup {
             .iter()
             .flat_map(|r| strings(&["--pod-identity-role-arn", r])),
     );
-    let pod_scope = policy::PodIdentityScope {
-        cluster: eks,
-        shared_role: shared.clone(),
-    };
-    // Exactly what `s3-operator iam-policy --eks-cluster-name ... [--pod-identity-role-arn ...]`
-    // prints for this installation.
-    let doc = policy::with_pod_identity(operator_policy(&cluster), &scope(&cluster), &pod_scope);
+    let doc = rendered_policy(&cluster, &args);
     let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
         cluster: Some(cluster.clone()),
