@@ -267,29 +267,36 @@ async fn a_pod_uses_its_role_through_the_default_chain() {
         );
         async move { run_web_identity_app(&ns, name, sa, &image, &endpoint, &key).await }
     };
+    let intruder = prefix_pods(&irsa.bucket, &key, run).await;
+    assert!(
+        !intruder.0 && intruder.1.contains("AssumeRoleWithWebIdentity"),
+        "another ServiceAccount:\n{}",
+        intruder.1
+    );
+}
+
+/// Runs `run` as ServiceAccount `reporter` on `key` (under its grant's prefix) and on a key
+/// outside it, and as `intruder` (no grant) on `key`, at once: the first writes and reads its
+/// object, the second is refused with AccessDenied. Returns the intruder's (succeeded, log).
+pub(crate) async fn prefix_pods<F, R>(bucket: &str, key: &str, run: F) -> (bool, String)
+where
+    F: Fn(&'static str, &'static str, String) -> R,
+    R: Future<Output = (bool, String)>,
+{
     let (inside, outside, intruder) = futures::join!(
-        run("inside", "reporter", key.clone()),
+        run("inside", "reporter", key.to_string()),
         run("outside", "reporter", "elsewhere.txt".into()),
-        run("intruder", "intruder", key.clone()),
+        run("intruder", "intruder", key.to_string()),
     );
     assert!(inside.0, "the Pod's log:\n{}", inside.1);
-    let body = admin_s3()
-        .get_object()
-        .bucket(&irsa.bucket)
-        .key(&key)
-        .send()
-        .await;
+    let body = admin_s3().get_object().bucket(bucket).key(key).send().await;
     assert!(body.is_ok(), "the Pod's object: {body:?}");
     assert!(
         !outside.0 && outside.1.contains("AccessDenied"),
         "outside the prefix:\n{}",
         outside.1
     );
-    assert!(
-        !intruder.0 && intruder.1.contains("AssumeRoleWithWebIdentity"),
-        "another ServiceAccount:\n{}",
-        intruder.1
-    );
+    intruder
 }
 
 /// Runs bucket-app as `sa` with the web identity settings; (succeeded, log).
