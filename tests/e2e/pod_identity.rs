@@ -308,6 +308,7 @@ async fn end_to_end(shared: bool) {
     assert!(quiet.is_empty(), "steady state wrote {quiet:?}");
     let again = drift_is_put_back(&s, &a).await;
     a_second_access_is_refused_without_a_write(&s, &again).await;
+    a_bucket_gone_withdraws_the_grant(&s).await;
     deletion_removes_the_association_then_the_role(&s, &again).await;
 }
 
@@ -382,6 +383,40 @@ async fn a_second_access_is_refused_without_a_write(s: &Setup, current: &Associa
             s.shared.is_some()
         )
     );
+}
+
+/// The Bucket deleted: the grant is withdrawn. The shared role's association goes (its session
+/// policy is all that narrows the role); the access's own role loses its policy and keeps its
+/// association.
+async fn a_bucket_gone_withdraws_the_grant(s: &Setup) {
+    let buckets = Api::<Bucket>::namespaced(admin().await, &s.ns);
+    buckets.delete("b", &DeleteParams::default()).await.unwrap();
+    wait_reason(&s.accesses, "pi", "BucketNotFound", T).await;
+    match &s.shared {
+        Some(_) => {
+            let gone = || async {
+                association_of(&s.ns, "reporter")
+                    .await
+                    .is_none()
+                    .then_some(())
+            };
+            wait_for("the shared role's association deleted", T, gone).await;
+        }
+        None => {
+            let role = s.accesses.get("pi").await.unwrap().status.unwrap().role_arn;
+            let name = role.unwrap().rsplit('/').next().unwrap().to_string();
+            wait_for("the role's policy removed", T, || async {
+                let iam = admin_iam();
+                let read = iam
+                    .get_role_policy()
+                    .role_name(&name)
+                    .policy_name("s3-operator-access");
+                read.send().await.is_err().then_some(())
+            })
+            .await;
+            assert!(association_of(&s.ns, "reporter").await.is_some());
+        }
+    }
 }
 
 /// Deleting the accesses removes the association, then the access's own role.
