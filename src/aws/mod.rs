@@ -1,5 +1,5 @@
-//! Every call the operator makes to AWS: S3, IAM and EKS clients, error classification, naming, tags
-//! and policy documents. Each call is traced in one place ([`Aws::call`]); the clients' [`Recorder`]
+//! Every call the operator makes to AWS: S3, IAM and EKS clients, error classification, naming,
+//! tags and policy documents. Each call is traced in one place ([`Aws::call`]); the clients' [`Recorder`]
 //! times each call and counts each HTTP attempt, SDK retries included, into the [`Metrics`] the
 //! clients were made with.
 

@@ -2,9 +2,10 @@
 //! Identity association ([`pod_identity`]), and the Secret that hands its credentials (or only
 //! the bucket's facts) to the application.
 //!
-//! Each pass observes (`observe`: the Bucket cache, the Secret, the bucket's tags and the IAM
-//! identity, reading only), plans with a pure function ([`plan::plan`], keys in [`keys`]; a
-//! grant that may not stand, [`plan::withdrawal`]) and applies only the difference.
+//! Each pass observes (`observe`: the Bucket cache, the Secret, the bucket's tags, the IAM
+//! identity and the association, reading only), plans with a pure function ([`plan::plan`],
+//! keys in [`keys`]; a grant that may not stand, [`plan::withdrawal`]) and applies only the
+//! difference.
 
 #[cfg(test)]
 mod io_tests;

@@ -1,5 +1,6 @@
 //! What a pass reads: the Bucket (its cache, else the API server), the bucket's ownership tags,
-//! the Secret, the IAM identity and the Pod Identity association; and the versions of those inputs that `Settled` compares.
+//! the Secret, the IAM identity and the Pod Identity association; and the versions of those
+//! inputs that `Settled` compares.
 
 use std::sync::Arc;
 use std::time::Duration;
