@@ -62,6 +62,14 @@ struct PolicyArgs {
     /// AWS partition: aws, aws-cn or aws-us-gov.
     #[arg(long, default_value = "aws")]
     partition: String,
+    /// The operator's --eks-cluster-name: adds the EKS Pod Identity association calls on that
+    /// cluster and iam:PassRole on the roles the operator creates (PodIdentity credentials).
+    /// Without it the policy allows no EKS call.
+    #[arg(long, env = "EKS_CLUSTER_NAME")]
+    eks_cluster_name: Option<String>,
+    /// The operator's --pod-identity-role-arn: the shared role it may pass too.
+    #[arg(long, env = "POD_IDENTITY_ROLE_ARN", requires = "eks_cluster_name")]
+    pod_identity_role_arn: Option<String>,
     /// Print the permissions boundary instead: create it as the managed policy
     /// `<iam path>s3-operator-boundary` before the operator starts.
     #[arg(long, conflicts_with = "drift_events_rule")]
@@ -97,6 +105,15 @@ struct RunArgs {
     /// ARN of the cluster's IAM OIDC provider, needed for ServiceAccountRole credentials.
     #[arg(long, env = "OIDC_PROVIDER_ARN")]
     oidc_provider_arn: Option<String>,
+    /// Name of the EKS cluster this operator runs for, needed for PodIdentity credentials (its
+    /// Pod Identity associations are made there).
+    #[arg(long, env = "EKS_CLUSTER_NAME")]
+    eks_cluster_name: Option<String>,
+    /// One IAM role for every PodIdentity access, narrowed per association by a session policy
+    /// (the access's grant), so no IAM write happens per access. Its trust policy admits
+    /// pods.eks.amazonaws.com; its policy covers the operator's buckets. Unset: a role per access.
+    #[arg(long, env = "POD_IDENTITY_ROLE_ARN")]
+    pod_identity_role_arn: Option<String>,
     /// Permissions boundary of every user and role the operator creates (default: the policy
     /// <iam path>s3-operator-boundary in the operator's own account, found through STS).
     #[arg(long, env = "PERMISSIONS_BOUNDARY_ARN")]
@@ -235,6 +252,48 @@ fn cluster_name(s: &str) -> Result<String, String> {
     naming::check_cluster_name(s).map(|()| s.to_string())
 }
 
+/// `s3-operator iam-policy`: the operator's policy (with what the flags add), the boundary, or
+/// the drift-event rule and queue policy.
+fn iam_policy(p: PolicyArgs) -> ExitCode {
+    let prefix = naming::bucket_prefix(&p.cluster_name, p.bucket_name_prefix.as_deref());
+    let bucket_prefix = match prefix {
+        Ok(prefix) => prefix,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let scope = policy::Scope {
+        partition: p.partition,
+        bucket_prefix,
+        iam_path: naming::iam_path(&p.cluster_name),
+        account: p.account_id,
+    };
+    let queue = p.drift_events_queue_arn.as_deref();
+    let doc = match queue {
+        _ if p.boundary => policy::boundary_policy(&scope),
+        Some(queue) if p.drift_events_rule => {
+            let region = queue.split(':').nth(3).unwrap_or("us-east-1");
+            let (partition, account) = (&scope.partition, &scope.account);
+            let (cluster, prefix) = (&p.cluster_name, &scope.bucket_prefix);
+            drift_queue::rule(partition, account, region, cluster, prefix, queue)
+        }
+        _ => {
+            let mut doc = policy::operator_policy(&scope);
+            if let Some(cluster) = p.eks_cluster_name {
+                let eks = policy::PodIdentityScope {
+                    cluster,
+                    shared_role: p.pod_identity_role_arn,
+                };
+                doc = policy::with_pod_identity(doc, &scope, &eks);
+            }
+            policy::with_drift_queue(doc, queue)
+        }
+    };
+    println!("{doc:#}");
+    ExitCode::SUCCESS
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
@@ -242,35 +301,7 @@ fn main() -> ExitCode {
             print!("{}", s3_operator::api::crds_yaml());
             ExitCode::SUCCESS
         }
-        Some(Command::IamPolicy(p)) => {
-            let prefix = naming::bucket_prefix(&p.cluster_name, p.bucket_name_prefix.as_deref());
-            let bucket_prefix = match prefix {
-                Ok(prefix) => prefix,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::FAILURE;
-                }
-            };
-            let scope = policy::Scope {
-                partition: p.partition,
-                bucket_prefix,
-                iam_path: naming::iam_path(&p.cluster_name),
-                account: p.account_id,
-            };
-            let queue = p.drift_events_queue_arn.as_deref();
-            let doc = match queue {
-                _ if p.boundary => policy::boundary_policy(&scope),
-                Some(queue) if p.drift_events_rule => {
-                    let region = queue.split(':').nth(3).unwrap_or("us-east-1");
-                    let (partition, account) = (&scope.partition, &scope.account);
-                    let (cluster, prefix) = (&p.cluster_name, &scope.bucket_prefix);
-                    drift_queue::rule(partition, account, region, cluster, prefix, queue)
-                }
-                _ => policy::with_drift_queue(policy::operator_policy(&scope), queue),
-            };
-            println!("{doc:#}");
-            ExitCode::SUCCESS
-        }
+        Some(Command::IamPolicy(p)) => iam_policy(p),
         Some(Command::Probe(p)) => {
             match s3_operator::probe::get_within(&p.url, p.timeout, p.wait) {
                 Ok(code) if (200..300).contains(&code) => {
@@ -373,6 +404,8 @@ fn reconcile_settings(args: &RunArgs) -> Result<s3_operator::reconcile::Settings
         allowed_notification_targets: listed(args.allowed_notification_targets.clone()),
         default_deletion_policy: args.default_deletion_policy,
         oidc_provider_arn: args.oidc_provider_arn.clone(),
+        eks_cluster_name: args.eks_cluster_name.clone(),
+        pod_identity_role_arn: args.pod_identity_role_arn.clone(),
         resync_period: resync_period(args.resync_period, args.drift_events_queue_url.is_some()),
         namespace_aws_write_rate: args.namespace_aws_write_rate,
         namespace_aws_write_burst: args.namespace_aws_write_burst,

@@ -82,18 +82,22 @@ pub enum CredentialsType {
     /// An IAM role the named ServiceAccount assumes through the cluster's OIDC provider (IRSA).
     /// No long-lived keys; the Secret carries the role ARN and bucket facts.
     ServiceAccountRole,
+    /// An EKS Pod Identity association for the named ServiceAccount: to an IAM role of this
+    /// access, or (operator flag `--pod-identity-role-arn`) to one shared role narrowed to this
+    /// grant by the association's session policy. No keys; the Secret carries bucket facts only.
+    PodIdentity,
 }
 
 /// How credentials are issued and delivered.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
-#[x_kube(validation = Rule::new("self.type != 'ServiceAccountRole' || has(self.serviceAccountName)").message("spec.credentials.serviceAccountName is required when type is ServiceAccountRole"))]
-#[x_kube(validation = Rule::new("self.type == 'ServiceAccountRole' || !has(self.serviceAccountName)").message("spec.credentials.serviceAccountName is only allowed when type is ServiceAccountRole"))]
+#[x_kube(validation = Rule::new("self.type == 'AccessKey' || has(self.serviceAccountName)").message("spec.credentials.serviceAccountName is required when type is ServiceAccountRole or PodIdentity"))]
+#[x_kube(validation = Rule::new("self.type != 'AccessKey' || !has(self.serviceAccountName)").message("spec.credentials.serviceAccountName is only allowed when type is ServiceAccountRole or PodIdentity"))]
 #[x_kube(validation = Rule::new("self.type == 'AccessKey' || !has(self.rotation)").message("spec.credentials.rotation is only allowed when type is AccessKey"))]
 #[x_kube(validation = Rule::new("self.type == oldSelf.type").message("spec.credentials.type is immutable"))]
 #[x_kube(validation = Rule::new("has(self.secretName) == has(oldSelf.secretName) && (!has(self.secretName) || self.secretName == oldSelf.secretName)").message("spec.credentials.secretName is immutable").field_path(".secretName"))]
 pub struct Credentials {
-    /// `AccessKey` (default) or `ServiceAccountRole`.
+    /// `AccessKey` (default), `ServiceAccountRole` or `PodIdentity`.
     #[serde(default, rename = "type")]
     pub type_: CredentialsType,
     /// Name of the Secret to write. Defaults to the BucketAccess name. Immutable.
@@ -101,7 +105,8 @@ pub struct Credentials {
     #[schemars(length(min = 1, max = 253))]
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.credentials.secretName must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"))]
     pub secret_name: Option<String>,
-    /// ServiceAccount of this namespace allowed to assume the role (`ServiceAccountRole` only).
+    /// ServiceAccount of this namespace whose Pods get the credentials (`ServiceAccountRole` and
+    /// `PodIdentity` only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub service_account_name: Option<String>,
@@ -141,9 +146,13 @@ pub struct BucketAccessStatus {
     /// ARN of the IAM user (`AccessKey`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_arn: Option<String>,
-    /// ARN of the IAM role (`ServiceAccountRole`).
+    /// ARN of the IAM role (`ServiceAccountRole`; `PodIdentity`: the access's role or the
+    /// shared one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub role_arn: Option<String>,
+    /// Id of the EKS Pod Identity association (`PodIdentity`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_identity_association_id: Option<String>,
     /// Id of the access key in the Secret (the id only, never the secret).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub access_key_id: Option<String>,

@@ -180,9 +180,9 @@ pub(super) fn spend() -> Result<(), Exhausted> {
     .unwrap_or(Ok(()))
 }
 
-/// Whether an AWS operation changes something: everything but reads.
+/// Whether an AWS operation changes something: everything but reads (EKS's are `Describe`).
 pub(super) fn is_write(operation: &str) -> bool {
-    !["Get", "List", "Head"]
+    !["Get", "List", "Head", "Describe"]
         .iter()
         .any(|read| operation.starts_with(read))
 }
@@ -267,7 +267,13 @@ mod tests {
 
     #[test]
     fn reads_are_not_writes() {
-        for read in ["GetBucketPolicy", "ListAccessKeys", "HeadBucket", "GetUser"] {
+        for read in [
+            "GetBucketPolicy",
+            "ListAccessKeys",
+            "HeadBucket",
+            "GetUser",
+            "DescribePodIdentityAssociation",
+        ] {
             assert!(!is_write(read), "{read}");
         }
         for write in [
@@ -275,6 +281,7 @@ mod tests {
             "PutBucketPolicy",
             "DeleteObjects",
             "TagUser",
+            "UpdatePodIdentityAssociation",
         ] {
             assert!(is_write(write), "{write}");
         }

@@ -1,10 +1,11 @@
-//! Every call the operator makes to AWS: S3 and IAM clients, error classification, naming, tags
-//! and policy documents. Each call is traced in one place ([`Aws::call`]); the clients' [`Recorder`]
+//! Every call the operator makes to AWS: S3, IAM and EKS clients, error classification, naming,
+//! tags and policy documents. Each call is traced in one place ([`Aws::call`]); the clients' [`Recorder`]
 //! times each call and counts each HTTP attempt, SDK retries included, into the [`Metrics`] the
 //! clients were made with.
 
 pub mod budget;
 pub mod drift_queue;
+pub mod eks;
 mod fence;
 pub mod iam;
 pub mod naming;
@@ -42,13 +43,15 @@ pub struct Settings {
     pub endpoint_url: Option<String>,
 }
 
-/// Clients for S3 (one per region, made on first use) and IAM.
+/// Clients for S3 (one per region, made on first use), IAM and EKS.
 #[derive(Clone)]
 pub struct Aws {
     base: SdkConfig,
     pub region: String,
     pub endpoint_url: Option<String>,
     iam: aws_sdk_iam::Client,
+    /// Pod Identity associations, in the operator's region.
+    eks: aws_sdk_eks::Client,
     s3: Arc<Mutex<HashMap<String, aws_sdk_s3::Client>>>,
     /// Checked before every request leaves (see `crate::fence`).
     fence: Fence,
@@ -110,6 +113,9 @@ impl Error {
                 "inline policy size (2,048 characters per user, 10,240 per role)"
             }
             ("s3", "CreateBucket") => "S3 buckets per account (10,000 by default, adjustable)",
+            ("eks", "CreatePodIdentityAssociation") => {
+                "EKS Pod Identity associations per cluster (5,000)"
+            }
             ("iam", _) => "an IAM quota",
             ("s3", _) => "an S3 quota",
             _ => "an AWS quota",
@@ -132,6 +138,8 @@ const NOT_FOUND: &[&str] = &[
     "ObjectLockConfigurationNotFoundError",
     // An intelligent-tiering configuration id the bucket does not have.
     "NoSuchConfiguration",
+    // EKS: an unknown cluster or association.
+    "ResourceNotFoundException",
 ];
 const ACCESS_DENIED: &[&str] = &[
     "AccessDenied",
@@ -149,10 +157,17 @@ const CONFLICT: &[&str] = &[
     "BucketNotEmpty",
     "PermanentRedirect",
     "IllegalLocationConstraintException",
+    // EKS: the ServiceAccount already has an association.
+    "ResourceInUseException",
 ];
-/// IAM's `LimitExceeded` (users, roles, keys per user, policy size) and S3's bucket quota; not
+/// IAM's `LimitExceeded` (users, roles, keys per user, policy size), S3's bucket quota and EKS's
+/// (associations per cluster); not
 /// `RequestLimitExceeded`, which is throttling.
-const QUOTA: &[&str] = &["LimitExceeded", "TooManyBuckets"];
+const QUOTA: &[&str] = &[
+    "LimitExceeded",
+    "TooManyBuckets",
+    "ResourceLimitExceededException",
+];
 const THROTTLED: &[&str] = &[
     "Throttling",
     "ThrottlingException",
@@ -251,11 +266,19 @@ impl Aws {
                 .interceptor(fence::FenceCheck(fence.clone()))
                 .build(),
         );
+        let eks = aws_sdk_eks::Client::from_conf(
+            aws_sdk_eks::config::Builder::from(&base)
+                .http_client(http.clone())
+                .interceptor(Recorder(metrics.clone()))
+                .interceptor(fence::FenceCheck(fence.clone()))
+                .build(),
+        );
         Self {
             base,
             region,
             endpoint_url,
             iam,
+            eks,
             s3: Default::default(),
             fence,
             http,
@@ -615,6 +638,16 @@ mod tests {
             classify("RequestLimitExceeded", Some(400)),
             ErrorKind::Transient
         );
+        // EKS's codes.
+        let eks = [
+            ("ResourceLimitExceededException", ErrorKind::QuotaExceeded),
+            ("ResourceNotFoundException", ErrorKind::NotFound),
+            ("ResourceInUseException", ErrorKind::Conflict),
+            ("InvalidParameterException", ErrorKind::Invalid),
+        ];
+        for (code, kind) in eks {
+            assert_eq!(classify(code, Some(400)), kind, "{code}");
+        }
         // What passes by itself is retried, never reported as a spec or policy problem.
         for code in [
             "ExpiredToken",
@@ -659,5 +692,9 @@ mod tests {
             "S3 buckets per account (10,000 by default, adjustable)"
         );
         assert_eq!(named("iam", "AttachRolePolicy"), "an IAM quota");
+        assert_eq!(
+            named("eks", "CreatePodIdentityAssociation"),
+            "EKS Pod Identity associations per cluster (5,000)"
+        );
     }
 }

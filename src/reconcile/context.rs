@@ -27,6 +27,11 @@ pub struct Settings {
     pub default_deletion_policy: DeletionPolicy,
     /// ARN of the cluster's IAM OIDC provider, for `ServiceAccountRole` credentials.
     pub oidc_provider_arn: Option<String>,
+    /// Name of the EKS cluster whose Pod Identity associations `PodIdentity` credentials are.
+    pub eks_cluster_name: Option<String>,
+    /// One IAM role every `PodIdentity` association uses, narrowed per association by a session
+    /// policy (no IAM write per access); `None`: a role per access.
+    pub pod_identity_role_arn: Option<String>,
     /// How often a Ready object is re-read from AWS to find drift (jittered by up to 10%).
     pub resync_period: Duration,
     /// ARN of the permissions boundary every created user and role carries.
@@ -67,6 +72,8 @@ impl Settings {
             oidc_provider_arn: Some(
                 "arn:aws:iam::123456789012:oidc-provider/oidc.example.com".into(),
             ),
+            eks_cluster_name: Some("eks".into()),
+            pod_identity_role_arn: None,
             resync_period: Duration::from_secs(600),
             boundary_arn: "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary"
                 .into(),

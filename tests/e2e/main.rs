@@ -23,6 +23,7 @@ mod node;
 mod observability;
 mod olm;
 mod packaging;
+mod pod_identity;
 mod proxy;
 mod reconcile_now;
 mod runtime;

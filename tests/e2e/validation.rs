@@ -160,6 +160,20 @@ async fn access_permission_credentials_and_rotation_are_checked(accesses: &Api<B
     assert!(msg.contains("spec.permission"), "{msg}");
     let msg = refused(accesses, bka("a", json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"type": "ServiceAccountRole"}}))).await;
     assert!(msg.contains("serviceAccountName is required"), "{msg}");
+    let msg = refused(accesses, bka("a", json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"type": "PodIdentity"}}))).await;
+    assert!(
+        msg.contains(
+            "serviceAccountName is required when type is ServiceAccountRole or PodIdentity"
+        ),
+        "{msg}"
+    );
+    let msg = refused(accesses, bka("a", json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"serviceAccountName": "app"}}))).await;
+    assert!(
+        msg.contains(
+            "serviceAccountName is only allowed when type is ServiceAccountRole or PodIdentity"
+        ),
+        "{msg}"
+    );
     let rot = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "credentials": {"rotation": {"interval": "1h", "gracePeriod": "2h"}}});
     assert!(
         refused(accesses, bka("a", rot))

@@ -73,7 +73,7 @@ async fn irsa(tag: &str) -> Irsa {
 }
 
 /// A token the API server issues for `sa` (TokenRequest, as kubelet's projected volume does).
-async fn token(ns: &str, sa: &str, audience: &str) -> String {
+pub(crate) async fn token(ns: &str, sa: &str, audience: &str) -> String {
     let request = TokenRequest {
         spec: TokenRequestSpec {
             audiences: vec![audience.into()],
@@ -267,29 +267,36 @@ async fn a_pod_uses_its_role_through_the_default_chain() {
         );
         async move { run_web_identity_app(&ns, name, sa, &image, &endpoint, &key).await }
     };
+    let intruder = prefix_pods(&irsa.bucket, &key, run).await;
+    assert!(
+        !intruder.0 && intruder.1.contains("AssumeRoleWithWebIdentity"),
+        "another ServiceAccount:\n{}",
+        intruder.1
+    );
+}
+
+/// Runs `run` as ServiceAccount `reporter` on `key` (under its grant's prefix) and on a key
+/// outside it, and as `intruder` (no grant) on `key`, at once: the first writes and reads its
+/// object, the second is refused with AccessDenied. Returns the intruder's (succeeded, log).
+pub(crate) async fn prefix_pods<F, R>(bucket: &str, key: &str, run: F) -> (bool, String)
+where
+    F: Fn(&'static str, &'static str, String) -> R,
+    R: Future<Output = (bool, String)>,
+{
     let (inside, outside, intruder) = futures::join!(
-        run("inside", "reporter", key.clone()),
+        run("inside", "reporter", key.to_string()),
         run("outside", "reporter", "elsewhere.txt".into()),
-        run("intruder", "intruder", key.clone()),
+        run("intruder", "intruder", key.to_string()),
     );
     assert!(inside.0, "the Pod's log:\n{}", inside.1);
-    let body = admin_s3()
-        .get_object()
-        .bucket(&irsa.bucket)
-        .key(&key)
-        .send()
-        .await;
+    let body = admin_s3().get_object().bucket(bucket).key(key).send().await;
     assert!(body.is_ok(), "the Pod's object: {body:?}");
     assert!(
         !outside.0 && outside.1.contains("AccessDenied"),
         "outside the prefix:\n{}",
         outside.1
     );
-    assert!(
-        !intruder.0 && intruder.1.contains("AssumeRoleWithWebIdentity"),
-        "another ServiceAccount:\n{}",
-        intruder.1
-    );
+    intruder
 }
 
 /// Runs bucket-app as `sa` with the web identity settings; (succeeded, log).
@@ -301,12 +308,60 @@ async fn run_web_identity_app(
     endpoint: &str,
     key: &str,
 ) -> (bool, String) {
+    const TOKEN_DIR: &str = "/var/run/secrets/eks.amazonaws.com/serviceaccount";
     // The Secret's endpoints are the operator's (loopback here); the Pod reaches moto at the node.
     let env = json!([
-        {"name": "AWS_WEB_IDENTITY_TOKEN_FILE", "value": "/var/run/secrets/eks.amazonaws.com/serviceaccount/token"},
+        {"name": "AWS_WEB_IDENTITY_TOKEN_FILE", "value": format!("{TOKEN_DIR}/token")},
         {"name": "AWS_ENDPOINT_URL_S3", "value": endpoint},
         {"name": "AWS_ENDPOINT_URL_STS", "value": endpoint},
     ]);
+    let token = Token {
+        audience: STS_AUDIENCE,
+        dir: TOKEN_DIR,
+        file: "token",
+        seconds: 3600,
+    };
+    let app = App {
+        ns,
+        name,
+        sa,
+        image,
+        key,
+        secret: "irsa",
+    };
+    run_app(&app, token, env).await
+}
+
+/// An application Pod: bucket-app (restricted, as `sa`) on `key`, with `secret` through
+/// `envFrom`.
+pub(crate) struct App<'a> {
+    pub(crate) ns: &'a str,
+    pub(crate) name: &'a str,
+    pub(crate) sa: &'a str,
+    pub(crate) image: &'a str,
+    pub(crate) key: &'a str,
+    pub(crate) secret: &'a str,
+}
+
+/// The projected ServiceAccount token an application Pod is given: its audience, where it is
+/// mounted, and how long it lives.
+pub(crate) struct Token {
+    pub(crate) audience: &'static str,
+    pub(crate) dir: &'static str,
+    pub(crate) file: &'static str,
+    pub(crate) seconds: i64,
+}
+
+/// Runs `app` with `token` projected and `env`; (succeeded, log).
+pub(crate) async fn run_app(app: &App<'_>, token: Token, env: Value) -> (bool, String) {
+    let App {
+        ns,
+        name,
+        sa,
+        image,
+        key,
+        secret,
+    } = *app;
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name},
         "spec": {
@@ -315,17 +370,16 @@ async fn run_web_identity_app(
             "automountServiceAccountToken": false,
             "enableServiceLinks": false,
             "securityContext": {"runAsNonRoot": true, "runAsUser": 65532, "seccompProfile": {"type": "RuntimeDefault"}},
-            "volumes": [{"name": "aws-iam-token", "projected": {"sources": [{"serviceAccountToken": {
-                "audience": STS_AUDIENCE, "expirationSeconds": 3600, "path": "token"}}]}}],
+            "volumes": [{"name": "token", "projected": {"sources": [{"serviceAccountToken": {
+                "audience": token.audience, "expirationSeconds": token.seconds, "path": token.file}}]}}],
             "containers": [{
                 "name": "app",
                 "image": image,
                 "imagePullPolicy": "Never",
                 "args": [key],
-                "envFrom": [{"secretRef": {"name": "irsa"}}],
+                "envFrom": [{"secretRef": {"name": secret}}],
                 "env": env,
-                "volumeMounts": [{"name": "aws-iam-token", "readOnly": true,
-                    "mountPath": "/var/run/secrets/eks.amazonaws.com/serviceaccount"}],
+                "volumeMounts": [{"name": "token", "readOnly": true, "mountPath": token.dir}],
                 "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
                     "capabilities": {"drop": ["ALL"]}},
             }],

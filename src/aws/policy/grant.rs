@@ -119,6 +119,29 @@ pub fn irsa_trust_policy(oidc_provider_arn: &str, namespace: &str, service_accou
     })
 }
 
+/// The service EKS Pod Identity assumes roles as, and the audience of the ServiceAccount tokens
+/// its agent exchanges.
+pub const POD_IDENTITY_SERVICE: &str = "pods.eks.amazonaws.com";
+
+/// Trust policy letting EKS Pod Identity assume a role for one ServiceAccount of one cluster:
+/// the session tags it sets (EKS's documented way to narrow such a role) must name them, so an
+/// association made elsewhere for this role gets nothing.
+pub fn pod_identity_trust_policy(cluster: &str, namespace: &str, service_account: &str) -> Value {
+    json!({
+        "Version": VERSION,
+        "Statement": [{
+            "Effect": "Allow",
+            "Principal": {"Service": POD_IDENTITY_SERVICE},
+            "Action": ["sts:AssumeRole", "sts:TagSession"],
+            "Condition": {"StringEquals": {
+                "aws:RequestTag/eks-cluster-name": cluster,
+                "aws:RequestTag/kubernetes-namespace": namespace,
+                "aws:RequestTag/kubernetes-service-account": service_account,
+            }},
+        }],
+    })
+}
+
 /// Every S3 action any access policy grants; the boundary allows no other.
 pub(super) fn app_actions() -> (Vec<&'static str>, Vec<&'static str>) {
     let mut objects = Vec::new();
@@ -204,5 +227,17 @@ mod tests {
         );
         assert_eq!(cond["oidc.example.com/id/ABC:aud"], "sts.amazonaws.com");
         assert_eq!(doc["Statement"][0]["Principal"]["Federated"], arn);
+    }
+
+    #[test]
+    fn pod_identity_trust_names_the_service_and_exactly_one_service_account() {
+        let doc = pod_identity_trust_policy("prod", "team", "app");
+        let st = &doc["Statement"][0];
+        assert_eq!(st["Principal"]["Service"], "pods.eks.amazonaws.com");
+        assert_eq!(st["Action"], json!(["sts:AssumeRole", "sts:TagSession"]));
+        let cond = &st["Condition"]["StringEquals"];
+        assert_eq!(cond["aws:RequestTag/eks-cluster-name"], "prod");
+        assert_eq!(cond["aws:RequestTag/kubernetes-namespace"], "team");
+        assert_eq!(cond["aws:RequestTag/kubernetes-service-account"], "app");
     }
 }

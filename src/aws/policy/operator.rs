@@ -205,6 +205,52 @@ pub fn with_drift_queue(mut policy: Value, queue_arn: Option<&str>) -> Value {
     policy
 }
 
+/// Where an installation that serves `PodIdentity` credentials acts in EKS: one cluster, and
+/// the shared role when it uses one (`--pod-identity-role-arn`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodIdentityScope {
+    pub cluster: String,
+    pub shared_role: Option<String>,
+}
+
+/// `doc` (the operator's policy) with what `PodIdentity` credentials need: the association
+/// calls on this cluster and its associations only, and passing to EKS only the roles the
+/// operator creates (boundary-capped) and the shared role. `iam:PassRole` carries no
+/// `iam:PassedToService` condition: the policy lets the operator call no other service that
+/// takes a role.
+pub fn with_pod_identity(mut doc: Value, scope: &Scope, eks: &PodIdentityScope) -> Value {
+    let (p, account, cluster) = (&scope.partition, &scope.account, &eks.cluster);
+    let mut roles = vec![scope.iam_arn("role")];
+    roles.extend(eks.shared_role.clone());
+    let statements = [
+        json!({
+            "Sid": "PodIdentityAssociations",
+            "Effect": "Allow",
+            "Action": [
+                "eks:CreatePodIdentityAssociation", "eks:ListPodIdentityAssociations",
+                "eks:DescribePodIdentityAssociation", "eks:UpdatePodIdentityAssociation",
+                "eks:DeletePodIdentityAssociation",
+                // Creating with the ownership tags needs it too.
+                "eks:TagResource",
+            ],
+            "Resource": [
+                format!("arn:{p}:eks:*:{account}:cluster/{cluster}"),
+                format!("arn:{p}:eks:*:{account}:podidentityassociation/{cluster}/*"),
+            ],
+        }),
+        json!({
+            "Sid": "PassRolesToPodIdentity",
+            "Effect": "Allow",
+            "Action": ["iam:PassRole"],
+            "Resource": roles,
+        }),
+    ];
+    if let Some(list) = doc["Statement"].as_array_mut() {
+        list.extend(statements);
+    }
+    doc
+}
+
 /// The condition operator and key that exempt the operator from a tenant's `Deny`.
 pub const OPERATOR_EXEMPTION: (&str, &str) = ("ArnNotLike", "aws:PrincipalArn");
 
@@ -423,5 +469,53 @@ mod tests {
         ] {
             assert_eq!(operator_principals(caller), want, "{caller}");
         }
+    }
+
+    /// PodIdentity adds only the association calls on one cluster and passing the operator's own
+    /// roles (and the shared one); nothing else changes.
+    #[test]
+    fn pod_identity_adds_only_its_cluster_and_its_roles() {
+        let eks = PodIdentityScope {
+            cluster: "prod-eks".into(),
+            shared_role: Some("arn:aws:iam::123456789012:role/platform/s3-shared".into()),
+        };
+        let base = operator_policy(&scope());
+        let doc = with_pod_identity(base.clone(), &scope(), &eks);
+        let statements = doc["Statement"].as_array().unwrap();
+        let n = base["Statement"].as_array().unwrap().len();
+        assert_eq!(statements[..n], base["Statement"].as_array().unwrap()[..]);
+        assert_eq!(
+            statements[n]["Resource"],
+            json!([
+                "arn:aws:eks:*:123456789012:cluster/prod-eks",
+                "arn:aws:eks:*:123456789012:podidentityassociation/prod-eks/*"
+            ])
+        );
+        assert!(
+            actions_of(&statements[n])
+                .iter()
+                .all(|a| a.starts_with("eks:"))
+        );
+        assert_eq!(actions_of(&statements[n + 1]), ["iam:PassRole"]);
+        assert_eq!(
+            statements[n + 1]["Resource"],
+            json!([
+                "arn:aws:iam::123456789012:role/s3-operator/prod/*",
+                "arn:aws:iam::123456789012:role/platform/s3-shared"
+            ])
+        );
+        let alone = with_pod_identity(
+            base,
+            &scope(),
+            &PodIdentityScope {
+                shared_role: None,
+                ..eks
+            },
+        );
+        let passed = &alone["Statement"].as_array().unwrap()[n + 1]["Resource"];
+        assert_eq!(
+            passed,
+            &json!(["arn:aws:iam::123456789012:role/s3-operator/prod/*"])
+        );
     }
 }

@@ -529,6 +529,65 @@ async fn a_user_of_another_cluster_or_object_is_never_touched_by_deletion() {
     }
 }
 
+/// A PodIdentity access's deletion removes its association (ours) before its role; a refused
+/// removal keeps the finalizer, deletes nothing else and says why.
+#[tokio::test]
+async fn deletion_removes_the_association_first_and_fails_closed() {
+    let list = "GET /clusters/eks/pod-identity-associations";
+    let one = "/clusters/eks/pod-identity-associations/a-1";
+    let found = json!({"association": {"associationId": "a-1", "tags": user_tags(),
+        "roleArn": "arn:aws:iam::123456789012:role/s3-operator/c/r"}});
+    let mut a = deleting();
+    a.spec.credentials =
+        serde_json::from_value(json!({"type": "PodIdentity", "serviceAccountName": "app"}))
+            .unwrap();
+    let denied = Reply::Body {
+        status: 403,
+        content_type: "application/json",
+        body: json!({"__type": "AccessDeniedException", "message": "no"}).to_string(),
+    };
+    for refused in [true, false] {
+        let fakes = Fakes::start().await;
+        fakes.accept_events("ns");
+        let listed = json!({"associations": [{"associationId": "a-1"}]});
+        fakes
+            .aws
+            .on(list, Reply::json(200, listed))
+            .on(&format!("GET {one}"), Reply::json(200, &found))
+            .on(&iam("GetRole"), Reply::query_error(404, "NoSuchEntity"));
+        match refused {
+            true => fakes.aws.on(&format!("DELETE {one}"), denied.clone()),
+            false => fakes
+                .aws
+                .on(&format!("DELETE {one}"), Reply::json(200, &found)),
+        };
+        (fakes.kube)
+            .on(
+                &kube("PATCH", &format!("{ACCESS}/status")),
+                Reply::json(200, &a),
+            )
+            .on(&kube("PATCH", ACCESS), Reply::json(200, &a));
+        let out = pass(&fakes, &a).await;
+        let mut sent = vec![
+            list.to_string(),
+            format!("GET {one}"),
+            format!("DELETE {one}"),
+        ];
+        if refused {
+            assert!(matches!(out, Err(Error::DeletionBlocked(_))), "{out:?}");
+            assert_eq!(fakes.aws.requests(), sent, "nothing after the refusal");
+            let patched = fakes.kube.matching(&kube("PATCH", ACCESS));
+            assert!(patched.is_empty(), "the finalizer stays");
+        } else {
+            assert!(matches!(out, Ok(Requeue::OnChange)), "{out:?}");
+            sent.push(iam("GetRole"));
+            assert_eq!(fakes.aws.requests(), sent, "the association, then the role");
+            let note = &fakes.kube.bodies(&event())[0]["note"];
+            assert_eq!(note, "Deleted EKS Pod Identity association a-1");
+        }
+    }
+}
+
 /// No grant may stand: the plan's withdrawal deletes the policy and deactivates the active key
 /// (the inactive one is left), and the access reports why.
 fn assert_withdrawn(fakes: &Fakes, reason: &str) {

@@ -1,5 +1,6 @@
 //! What a pass reads: the Bucket (its cache, else the API server), the bucket's ownership tags,
-//! the Secret and the IAM identity; and the versions of those inputs that `Settled` compares.
+//! the Secret, the IAM identity and the Pod Identity association; and the versions of those
+//! inputs that `Settled` compares.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +13,7 @@ use super::plan::{BucketFacts, Found, IdentityState, Snapshot};
 use super::{POLICY_NAME, iam_identity, revoking_failed, secret_name};
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketAccess, CredentialsType};
+use crate::aws::eks::Association;
 use crate::aws::iam::Identity;
 use crate::aws::tags::{Owner, Ownership};
 use crate::aws::{ErrorKind, naming, policy};
@@ -151,9 +153,9 @@ fn secret_versions(secret: Option<&Secret>) -> Vec<String> {
 pub(super) enum Observation {
     /// Every input is at a version the last pass saw or wrote: wait this long.
     Settled(Duration),
-    /// No grant may stand (why), and the access's identity as found: the pass withdraws what
-    /// it is granted.
-    Withdraw(Blocked, Found<IdentityState>),
+    /// No grant may stand (why), and the access's identity and (shared role) association as
+    /// found: the pass withdraws what they grant.
+    Withdraw(Blocked, Found<IdentityState>, Found<Association>),
     Seen(Box<Snapshot>, Versions),
 }
 
@@ -222,19 +224,95 @@ async fn withdrawn(
     why: Blocked,
 ) -> Result<Observation, Error> {
     let owner = owner(access, &ctx.settings.cluster_name);
-    let found = observe_identity(ctx, access, &owner).await;
-    withdrawal_of(why, found)
+    let (found, association) = tokio::join!(
+        observe_identity(ctx, access, &owner),
+        shared_association(ctx, access, &owner)
+    );
+    withdrawal_of(why, found, association)
 }
 
-/// What the pass withdraws, once the identity is read.
+/// What the pass withdraws, once the identity (and association) are read.
 fn withdrawal_of(
     why: Blocked,
     found: Result<Found<IdentityState>, crate::aws::Error>,
+    association: Result<Found<Association>, crate::aws::Error>,
 ) -> Result<Observation, Error> {
-    match found {
-        Ok(found) => Ok(Observation::Withdraw(why, found)),
-        Err(e) => Err(revoking_failed(&why, e)),
+    match (found, association) {
+        (Ok(found), Ok(association)) => Ok(Observation::Withdraw(why, found, association)),
+        (Err(e), _) | (_, Err(e)) => Err(revoking_failed(&why, e)),
     }
+}
+
+/// A `PodIdentity` access's association with the shared role: all a withdrawal takes back (a
+/// role of its own loses its policy instead, and its association is not read).
+async fn shared_association(
+    ctx: &Context,
+    access: &BucketAccess,
+    owner: &Owner,
+) -> Result<Found<Association>, crate::aws::Error> {
+    if ctx.settings.pod_identity_role_arn.is_none() {
+        return Ok(Found::Absent);
+    }
+    association(ctx, access, owner, false).await
+}
+
+/// The Pod Identity association of a `PodIdentity` access's ServiceAccount, judged by its
+/// ownership tags (`Absent` for other types). Without `--eks-cluster-name` none can be found:
+/// `strict` (a deletion, which fails closed) says so as an error; a pass's plan refuses anyway.
+pub(super) async fn association(
+    ctx: &Context,
+    access: &BucketAccess,
+    owner: &Owner,
+    strict: bool,
+) -> Result<Found<Association>, crate::aws::Error> {
+    let credentials = &access.spec.credentials;
+    if credentials.type_ != CredentialsType::PodIdentity {
+        return Ok(Found::Absent);
+    }
+    let no_cluster = |message: String| crate::aws::Error {
+        service: "eks",
+        operation: "ListPodIdentityAssociations",
+        code: "ClusterNotFound".into(),
+        message,
+        kind: ErrorKind::Invalid,
+    };
+    let Some(cluster) = ctx.settings.eks_cluster_name.as_deref() else {
+        let msg = "the operator's --eks-cluster-name is not set, so the ServiceAccount's association cannot be found";
+        return if strict {
+            Err(no_cluster(msg.into()))
+        } else {
+            Ok(Found::Absent)
+        };
+    };
+    let sa = credentials
+        .service_account_name
+        .as_deref()
+        .unwrap_or_default();
+    let found = match ctx
+        .aws
+        .find_association(cluster, &owner.namespace, sa)
+        .await
+    {
+        Ok(found) => found,
+        Err(e) if e.not_found() => {
+            let msg = format!(
+                "EKS cluster {cluster} (--eks-cluster-name) does not exist: {}",
+                e.message
+            );
+            return Err(no_cluster(msg));
+        }
+        Err(e) => return Err(e),
+    };
+    let Some(found) = found else {
+        return Ok(Found::Absent);
+    };
+    Ok(match owner.judge(&found.tags) {
+        Ownership::Ours => Found::Ours(found),
+        Ownership::Unowned | Ownership::Released { .. } => {
+            Found::Foreign("not made by the operator".to_string())
+        }
+        Ownership::Foreign(who) => Found::Foreign(who),
+    })
 }
 
 /// A Bucket not Ready: the access waits, and its grant stays only while AWS says the bucket it
@@ -280,18 +358,24 @@ async fn read_grant(
     } else {
         ctx.settings.resync_period.mul_f64(1.1) + Duration::from_secs(30)
     };
-    // Both only read; the plan needs both.
-    let (facts, identity) = tokio::join!(
+    // All only read; the plan needs all.
+    let (facts, identity, association) = tokio::join!(
         confirm(ctx, d, bucket_owner, &access.spec.bucket_ref.name, within),
-        observe_identity(ctx, access, &owner)
+        observe_identity(ctx, access, &owner),
+        association(ctx, access, &owner, false),
     );
     let facts = match facts {
-        Err(Error::Blocked(why)) => return withdrawal_of(why, identity),
+        Err(Error::Blocked(why)) => {
+            let shared = ctx.settings.pod_identity_role_arn.is_some();
+            let association = association.map(|a| if shared { a } else { Found::Absent });
+            return withdrawal_of(why, identity, association);
+        }
         other => other?,
     };
     let observed = Snapshot {
         bucket: facts,
         identity: identity?,
+        association: association?,
         secret,
         now: jiff::Timestamp::now(),
     };
@@ -319,6 +403,11 @@ async fn observe_identity(
     owner: &Owner,
 ) -> Result<Found<IdentityState>, crate::aws::Error> {
     let aws = &ctx.aws;
+    let shared = ctx.settings.pod_identity_role_arn.is_some();
+    if shared && access.spec.credentials.type_ == CredentialsType::PodIdentity {
+        // The shared role is the administrator's: this access has no identity to read.
+        return Ok(Found::Absent);
+    }
     let identity = iam_identity(access, owner);
     let Some(found) = aws.get_identity(&identity).await? else {
         return Ok(Found::Absent);

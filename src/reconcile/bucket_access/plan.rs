@@ -4,16 +4,15 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use serde_json::Value;
 
-use super::keys::{
-    ANN_KEY_HASH, ANN_KEY_ID, ANN_PREVIOUS, ANN_ROTATED_AT, KeyPlan, PreviousKey, RotationPolicy,
-    add, plan_keys, secret_creds,
-};
+use super::keys::{KeyPlan, PreviousKey, RotationPolicy, plan_keys, secret_creds};
+pub use super::outcome::Outcome;
+use super::pod_identity::{self, AssociationPlan};
 use super::{iam_identity, is_served, secret_name};
-use crate::api::condition::{self, Reason};
-use crate::api::{BucketAccess, BucketAccessStatus};
+use crate::api::condition::Reason;
+use crate::api::{BucketAccess, CredentialsType};
+use crate::aws::eks::Association;
 use crate::aws::iam::{AccessKey, Identity, Secret as SecretValue};
 use crate::aws::naming::{self, sha256_hex};
 use crate::aws::policy;
@@ -56,6 +55,8 @@ pub struct IdentityState {
 pub struct Snapshot {
     pub bucket: BucketFacts,
     pub identity: Found<IdentityState>,
+    /// The Pod Identity association of the access's ServiceAccount (`PodIdentity` only).
+    pub association: Found<Association>,
     /// The Secret this access writes, as read at the start of the pass (never someone else's).
     pub secret: Option<Secret>,
     pub now: jiff::Timestamp,
@@ -84,6 +85,15 @@ pub enum Change {
     /// Brings back a kept key that a revoked grant deactivated.
     ReactivateKey(String),
     CreateKey,
+    /// The ServiceAccount's Pod Identity association, after the role it names; `drift`: it
+    /// was deleted outside.
+    CreateAssociation {
+        drift: bool,
+    },
+    /// Puts the association's role and session policy back.
+    UpdateAssociation {
+        drift: bool,
+    },
 }
 
 /// One write that takes a grant back. Keys stay, inactive, so the same Secret works again if
@@ -92,6 +102,8 @@ pub enum Change {
 pub enum Revoke {
     DeletePolicy,
     DeactivateKey(String),
+    /// A shared role's association: its session policy is all that narrows the role.
+    DeleteAssociation(String),
 }
 
 /// Grants never outlive ownership: the writes that take this access's grant back, and why no
@@ -121,6 +133,11 @@ pub enum Kind {
     Role {
         service_account: String,
     },
+    /// No identity of its own: this ServiceAccount's Pods get the shared role, narrowed by the
+    /// association's session policy (`PodIdentity` with `--pod-identity-role-arn`).
+    Shared {
+        service_account: String,
+    },
 }
 
 /// The writes that bring IAM in line with the spec, and what the Secret and status then say.
@@ -145,6 +162,8 @@ pub struct Plan {
     pub secret_name: String,
     pub bucket: BucketFacts,
     pub rotation: RotationPolicy,
+    /// The ServiceAccount's Pod Identity association (`PodIdentity` only).
+    pub association: Option<AssociationPlan>,
 }
 
 /// What only the apply learns: a new user's or role's ARN, a new access key, and the
@@ -154,25 +173,8 @@ pub struct Learned {
     pub arn: String,
     pub key: Option<ActiveKey>,
     pub version: Option<String>,
-}
-
-/// The Secret's data and annotations and the status, once the plan is applied.
-#[derive(Clone, PartialEq)]
-pub struct Outcome {
-    pub data: BTreeMap<String, String>,
-    pub annotations: BTreeMap<String, String>,
-    pub status: BucketAccessStatus,
-}
-
-/// The data holds a secret key: only its keys print.
-impl std::fmt::Debug for Outcome {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Outcome")
-            .field("data", &self.data.keys().collect::<Vec<_>>())
-            .field("annotations", &self.annotations)
-            .field("status", &self.status)
-            .finish()
-    }
+    /// The Pod Identity association's id.
+    pub association: Option<String>,
 }
 
 /// The pure heart of the BucketAccess reconciler: which writes turn `observed` into what
@@ -205,6 +207,7 @@ pub fn plan(
         secret_name: secret_name(access),
         bucket: facts.clone(),
         rotation: RotationPolicy::of(access),
+        association: None,
     };
     if let Some(interval) = plan.rotation.interval
         && interval < settings.min_rotation_interval
@@ -215,40 +218,62 @@ pub fn plan(
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
+    plan.association = pod_identity::target(access, settings, &plan)?;
+    let shared = plan.session_policy().is_some();
     let trust = match identity {
         Identity::User(_) => None,
-        Identity::Role(_) => Some(role_trust(&mut plan, access, settings, &owner)?),
+        Identity::Role(_) => Some(role_trust(&mut plan, access, settings, &owner, shared)?),
     };
     if !has_finalizer(access) {
         plan.changes.push(Change::AddFinalizer);
     }
-    let keys = plan_identity(&mut plan, &observed.identity, trust, is_served(access))?;
-    if plan.kind == Kind::User {
-        plan_user_keys(&mut plan, access, keys, observed);
+    let served = is_served(access);
+    if !shared {
+        let keys = plan_identity(&mut plan, &observed.identity, trust, served)?;
+        if plan.kind == Kind::User {
+            plan_user_keys(&mut plan, access, keys, observed);
+        }
     }
+    pod_identity::plan_association(&mut plan, &observed.association, served)?;
     Ok(plan)
 }
 
-/// The trust policy of the role the access's ServiceAccount assumes; makes `plan` a role's.
+/// The trust policy of the role the access's ServiceAccount assumes (through the cluster's
+/// OIDC provider, or EKS Pod Identity); makes `plan` a role's, or the shared role's (`shared`:
+/// no role of its own, no trust).
 fn role_trust(
     plan: &mut Plan,
     access: &BucketAccess,
     settings: &Settings,
     owner: &Owner,
+    shared: bool,
 ) -> Result<Value, Blocked> {
-    let Some(oidc) = &settings.oidc_provider_arn else {
-        let msg = "ServiceAccountRole credentials need the operator's --oidc-provider-arn, which is not set";
-        return Err(Blocked::new(Reason::InvalidSpec, msg));
-    };
     let sa = access
         .spec
         .credentials
         .service_account_name
         .clone()
         .unwrap_or_default();
-    let trust = policy::irsa_trust_policy(oidc, &owner.namespace, &sa);
-    plan.kind = Kind::Role {
-        service_account: sa,
+    let (ns, eks) = (&owner.namespace, settings.eks_cluster_name.as_deref());
+    let trust = match (access.spec.credentials.type_, &settings.oidc_provider_arn) {
+        // `pod_identity::target` refused an operator without an EKS cluster.
+        (CredentialsType::PodIdentity, _) => {
+            policy::pod_identity_trust_policy(eks.unwrap_or_default(), ns, &sa)
+        }
+        (_, Some(oidc)) => policy::irsa_trust_policy(oidc, ns, &sa),
+        (_, None) => {
+            let msg = "ServiceAccountRole credentials need the operator's --oidc-provider-arn, which is not set";
+            return Err(Blocked::new(Reason::InvalidSpec, msg));
+        }
+    };
+    plan.kind = if shared {
+        Kind::Shared {
+            service_account: sa,
+        }
+    } else {
+        Kind::Role {
+            service_account: sa,
+        }
     };
     Ok(trust)
 }
@@ -347,8 +372,18 @@ fn plan_user_keys(plan: &mut Plan, access: &BucketAccess, keys: &[AccessKey], ob
 }
 
 /// Takes back all that `found` is granted: its access policy and its active keys.
-pub fn withdrawal(identity: Identity, found: &Found<IdentityState>, why: Blocked) -> Withdrawal {
+/// `association`: the ServiceAccount's association when it names the shared role, which goes
+/// with the grant (a role of its own keeps it, and loses its policy).
+pub fn withdrawal(
+    identity: Identity,
+    found: &Found<IdentityState>,
+    association: &Found<Association>,
+    why: Blocked,
+) -> Withdrawal {
     let mut changes = Vec::new();
+    if let Found::Ours(a) = association {
+        changes.push(Revoke::DeleteAssociation(a.id.clone()));
+    }
     if let Found::Ours(o) = found {
         if o.policy.is_some() {
             changes.push(Revoke::DeletePolicy);
@@ -372,6 +407,9 @@ impl Withdrawal {
             .map(|step| match step {
                 Revoke::DeletePolicy => format!("removed the access policy of {}", self.identity),
                 Revoke::DeactivateKey(id) => format!("deactivated access key {id}"),
+                Revoke::DeleteAssociation(id) => {
+                    format!("deleted EKS Pod Identity association {id}")
+                }
             })
             .collect();
         (!done.is_empty()).then(|| format!("{}: {}", self.why.message, done.join(", ")))
@@ -390,104 +428,8 @@ impl Plan {
     pub fn identity(&self) -> Identity {
         match self.kind {
             Kind::User => Identity::User(self.name.clone()),
-            Kind::Role { .. } => Identity::Role(self.name.clone()),
+            Kind::Role { .. } | Kind::Shared { .. } => Identity::Role(self.name.clone()),
         }
-    }
-
-    /// The Secret's contents and the status once the plan is applied (pure). `endpoint`: the
-    /// custom S3 endpoint, handed on to the application.
-    pub fn outcome(
-        &self,
-        access: &BucketAccess,
-        learned: &Learned,
-        endpoint: Option<&str>,
-        now: jiff::Timestamp,
-    ) -> Outcome {
-        let facts = &self.bucket;
-        let mut data = BTreeMap::from([
-            ("AWS_REGION".to_string(), facts.region.clone()),
-            ("BUCKET_NAME".to_string(), facts.name.clone()),
-            ("BUCKET_ARN".to_string(), facts.arn.clone()),
-        ]);
-        if let Some(endpoint) = endpoint {
-            // STS too: an SDK assumes a ServiceAccountRole there (a custom endpoint serves both).
-            data.insert("AWS_ENDPOINT_URL_S3".into(), endpoint.to_string());
-            data.insert("AWS_ENDPOINT_URL_STS".into(), endpoint.to_string());
-        }
-        let mut status = BucketAccessStatus {
-            observed_generation: access.metadata.generation,
-            secret_name: Some(self.secret_name.clone()),
-            ..Default::default()
-        };
-        let (annotations, message) = match (&self.kind, &learned.key) {
-            (Kind::Role { service_account }, _) => {
-                data.insert("AWS_ROLE_ARN".into(), learned.arn.clone());
-                status.role_arn = Some(learned.arn.clone());
-                let message = format!(
-                    "IAM role {} is ready for ServiceAccount {service_account}",
-                    self.name
-                );
-                (BTreeMap::new(), message)
-            }
-            (Kind::User, Some(key)) => self.hand_out(key, &learned.arn, &mut data, &mut status),
-            (Kind::User, None) => unreachable!("plan_keys either keeps a key or creates one"),
-        };
-        status.conditions = vec![condition::ready(
-            &access.status.clone().unwrap_or_default().conditions,
-            true,
-            Reason::Available,
-            message,
-            access.metadata.generation,
-            now,
-        )];
-        Outcome {
-            data,
-            annotations,
-            status,
-        }
-    }
-
-    /// Puts the user's key pair in the Secret's `data` and its facts in `status`; returns the
-    /// Secret's annotations and the Ready message.
-    fn hand_out(
-        &self,
-        key: &ActiveKey,
-        arn: &str,
-        data: &mut BTreeMap<String, String>,
-        status: &mut BucketAccessStatus,
-    ) -> (BTreeMap<String, String>, String) {
-        data.insert("AWS_ACCESS_KEY_ID".into(), key.id.clone());
-        data.insert(
-            "AWS_SECRET_ACCESS_KEY".into(),
-            key.secret.expose().to_string(),
-        );
-        status.user_arn = Some(arn.to_string());
-        status.access_key_id = Some(key.id.clone());
-        status.last_rotation_time = Some(Time(key.created));
-        status.next_rotation_time = self.rotation.interval.map(|i| Time(add(key.created, i)));
-        let message = format!(
-            "credentials for bucket {} are in Secret {}",
-            self.bucket.name, self.secret_name
-        );
-        (self.key_annotations(key), message)
-    }
-
-    /// What the Secret vouches for: the key, a hash of its secret, and the previous key with
-    /// the start of its grace period (in the same write that introduces its successor).
-    fn key_annotations(&self, key: &ActiveKey) -> BTreeMap<String, String> {
-        let previous = self.previous.as_ref();
-        BTreeMap::from([
-            (ANN_KEY_HASH.to_string(), key.secret_sha256.clone()),
-            (ANN_KEY_ID.to_string(), key.id.clone()),
-            (
-                ANN_PREVIOUS.to_string(),
-                previous.map(|p| p.id.clone()).unwrap_or_default(),
-            ),
-            (
-                ANN_ROTATED_AT.to_string(),
-                previous.map_or(key.created, |p| p.since).to_string(),
-            ),
-        ])
     }
 }
 
@@ -496,10 +438,13 @@ mod tests {
     use std::time::Duration;
 
     use k8s_openapi::ByteString;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
     use serde_json::json;
 
+    use super::super::keys::{ANN_KEY_HASH, ANN_KEY_ID, ANN_PREVIOUS, ANN_ROTATED_AT};
     use super::*;
+    use crate::api::BucketAccessStatus;
+    use crate::api::condition;
 
     const BOUNDARY: &str = "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary";
     const USER_ARN: &str = "arn:aws:iam::123456789012:user/s3-operator/c/u";
@@ -586,6 +531,7 @@ mod tests {
         Snapshot {
             bucket: facts(),
             identity,
+            association: Found::Absent,
             secret,
             now: t(now),
         }
@@ -624,6 +570,7 @@ mod tests {
             arn: USER_ARN.into(),
             key: Some(new_key("A", 0, "s3cr3t")),
             version: None,
+            association: None,
         };
         let out = p.outcome(&a, &learned, Some("http://moto:5000"), t(0));
         assert_eq!(out.data["AWS_ACCESS_KEY_ID"], "A");
@@ -651,6 +598,7 @@ mod tests {
                 arn: USER_ARN.into(),
                 key: next.key.clone(),
                 version: None,
+                association: None,
             },
             Some("http://moto:5000"),
             t(5),
@@ -713,6 +661,7 @@ mod tests {
             arn: USER_ARN.into(),
             key: Some(new_key("B", 100, "new")),
             version: None,
+            association: None,
         };
         let out = p.outcome(&a, &learned, None, t(100));
         assert_eq!(out.data["AWS_ACCESS_KEY_ID"], "B");
@@ -787,6 +736,7 @@ mod tests {
             arn: role_arn.into(),
             key: None,
             version: None,
+            association: None,
         };
         let out = p.outcome(&a, &learned, Some("http://moto:5000"), t(0));
         assert_eq!(out.data["AWS_ROLE_ARN"], role_arn);
@@ -848,7 +798,12 @@ mod tests {
         let mut inactive = key("B", 5);
         inactive.active = false;
         let user = Identity::User("u".into());
-        let w = withdrawal(user, &ours(&a, vec![key("A", 0), inactive]), gone());
+        let w = withdrawal(
+            user,
+            &ours(&a, vec![key("A", 0), inactive]),
+            &Found::Absent,
+            gone(),
+        );
         assert_eq!(
             w.changes,
             [Revoke::DeletePolicy, Revoke::DeactivateKey("A".into())]
@@ -883,7 +838,7 @@ mod tests {
         });
         let foreign = Found::Foreign("owned by ns-b/other".into());
         for found in [Found::Absent, foreign, revoked] {
-            let w = withdrawal(role.clone(), &found, gone());
+            let w = withdrawal(role.clone(), &found, &Found::Absent, gone());
             assert_eq!(
                 (w.changes.as_slice(), w.note()),
                 (&[][..], None),
@@ -891,7 +846,7 @@ mod tests {
             );
             assert!(w.reported().message.ends_with("; no access is granted"));
         }
-        let w = withdrawal(role, &ours(&a, vec![]), gone());
+        let w = withdrawal(role, &ours(&a, vec![]), &Found::Absent, gone());
         assert_eq!(w.changes, [Revoke::DeletePolicy]);
         assert!(w.note().unwrap().contains("access policy of IAM role r"));
     }

@@ -228,6 +228,13 @@ mod tests {
             refused(json!({"permission": "ReadOnly"}), types),
             "spec.credentials.type AccessKey breaks BucketAccessClass sandbox: allowedCredentialTypes is [ServiceAccountRole]"
         );
+        let pod = json!({"permission": "ReadOnly",
+            "credentials": {"type": "PodIdentity", "serviceAccountName": "app"}});
+        let types = json!({"allowedCredentialTypes": ["ServiceAccountRole"]});
+        assert_eq!(
+            refused(pod, types),
+            "spec.credentials.type PodIdentity breaks BucketAccessClass sandbox: allowedCredentialTypes is [ServiceAccountRole]"
+        );
         let perms = json!({"allowedPermissions": ["ReadOnly"]});
         assert_eq!(
             refused(json!({"permission": "ReadWrite"}), perms),

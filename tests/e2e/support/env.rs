@@ -74,6 +74,10 @@ pub struct Env {
     pub(crate) admin_key: (String, String),
     /// The account's IAM OIDC provider for this cluster's ServiceAccount issuer.
     pub oidc_provider_arn: String,
+    /// The emulator's EKS cluster standing for this one, and the Pod Identity agent stand-in's
+    /// loopback URL (absent from environments started before they were).
+    pub eks_cluster_name: Option<String>,
+    pub pod_identity_agent_url: Option<String>,
 }
 
 pub(crate) static ENV: OnceLock<Env> = OnceLock::new();
@@ -114,6 +118,8 @@ pub fn env() -> &'static Env {
                 get("S3OP_AWS_ADMIN_SECRET_ACCESS_KEY"),
             ),
             oidc_provider_arn: get("S3OP_OIDC_PROVIDER_ARN"),
+            eks_cluster_name: vars.get("S3OP_EKS_CLUSTER_NAME").cloned(),
+            pod_identity_agent_url: vars.get("S3OP_POD_IDENTITY_AGENT_URL").cloned(),
         }
     })
 }

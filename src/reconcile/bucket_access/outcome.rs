@@ -1,0 +1,154 @@
+//! What a pass hands out once its plan is applied: the Secret's data and annotations, and the
+//! status (pure).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
+use super::keys::{ANN_KEY_HASH, ANN_KEY_ID, ANN_PREVIOUS, ANN_ROTATED_AT, add};
+use super::plan::{ActiveKey, Kind, Learned, Plan};
+use crate::api::condition::{self, Reason};
+use crate::api::{BucketAccess, BucketAccessStatus};
+
+/// The Secret's data and annotations and the status, once the plan is applied.
+#[derive(Clone, PartialEq)]
+pub struct Outcome {
+    pub data: BTreeMap<String, String>,
+    pub annotations: BTreeMap<String, String>,
+    pub status: BucketAccessStatus,
+}
+
+/// The data holds a secret key: only its keys print.
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Outcome")
+            .field("data", &self.data.keys().collect::<Vec<_>>())
+            .field("annotations", &self.annotations)
+            .field("status", &self.status)
+            .finish()
+    }
+}
+
+impl Plan {
+    /// The Secret's contents and the status once the plan is applied (pure). `endpoint`: the
+    /// custom S3 endpoint, handed on to the application.
+    pub fn outcome(
+        &self,
+        access: &BucketAccess,
+        learned: &Learned,
+        endpoint: Option<&str>,
+        now: jiff::Timestamp,
+    ) -> Outcome {
+        let facts = &self.bucket;
+        let mut data = BTreeMap::from([
+            ("AWS_REGION".to_string(), facts.region.clone()),
+            ("BUCKET_NAME".to_string(), facts.name.clone()),
+            ("BUCKET_ARN".to_string(), facts.arn.clone()),
+        ]);
+        if let Some(endpoint) = endpoint {
+            // STS too: an SDK assumes a ServiceAccountRole there (a custom endpoint serves both).
+            data.insert("AWS_ENDPOINT_URL_S3".into(), endpoint.to_string());
+            data.insert("AWS_ENDPOINT_URL_STS".into(), endpoint.to_string());
+        }
+        let mut status = BucketAccessStatus {
+            observed_generation: access.metadata.generation,
+            secret_name: Some(self.secret_name.clone()),
+            ..Default::default()
+        };
+        let (annotations, message) = match (&self.kind, &learned.key) {
+            // The Pod Identity agent hands out the credentials: nothing of them in the Secret.
+            (_, _) if self.association.is_some() => {
+                (BTreeMap::new(), self.associated(learned, &mut status))
+            }
+            (Kind::Role { service_account }, _) => {
+                data.insert("AWS_ROLE_ARN".into(), learned.arn.clone());
+                status.role_arn = Some(learned.arn.clone());
+                let message = format!(
+                    "IAM role {} is ready for ServiceAccount {service_account}",
+                    self.name
+                );
+                (BTreeMap::new(), message)
+            }
+            (Kind::User, Some(key)) => self.hand_out(key, &learned.arn, &mut data, &mut status),
+            (Kind::User, None) => unreachable!("plan_keys either keeps a key or creates one"),
+            (Kind::Shared { .. }, _) => unreachable!("a shared role comes with an association"),
+        };
+        status.conditions = vec![condition::ready(
+            &access.status.clone().unwrap_or_default().conditions,
+            true,
+            Reason::Available,
+            message,
+            access.metadata.generation,
+            now,
+        )];
+        Outcome {
+            data,
+            annotations,
+            status,
+        }
+    }
+
+    /// Puts the association's facts in `status`; returns the Ready message.
+    fn associated(&self, learned: &Learned, status: &mut BucketAccessStatus) -> String {
+        let target = self.association.as_ref().expect("a PodIdentity plan");
+        let role = self
+            .association_role(Some(&learned.arn))
+            .unwrap_or_default();
+        let id = learned.association.clone().unwrap_or_default();
+        status.role_arn = Some(role.clone());
+        status.pod_identity_association_id = Some(id.clone());
+        let sa = &target.service_account;
+        match target.shared_role {
+            Some(_) => format!(
+                "EKS Pod Identity association {id} gives ServiceAccount {sa} the shared role {role}, narrowed to this grant"
+            ),
+            None => format!(
+                "EKS Pod Identity association {id} gives ServiceAccount {sa} IAM role {}",
+                self.name
+            ),
+        }
+    }
+
+    /// Puts the user's key pair in the Secret's `data` and its facts in `status`; returns the
+    /// Secret's annotations and the Ready message.
+    fn hand_out(
+        &self,
+        key: &ActiveKey,
+        arn: &str,
+        data: &mut BTreeMap<String, String>,
+        status: &mut BucketAccessStatus,
+    ) -> (BTreeMap<String, String>, String) {
+        data.insert("AWS_ACCESS_KEY_ID".into(), key.id.clone());
+        data.insert(
+            "AWS_SECRET_ACCESS_KEY".into(),
+            key.secret.expose().to_string(),
+        );
+        status.user_arn = Some(arn.to_string());
+        status.access_key_id = Some(key.id.clone());
+        status.last_rotation_time = Some(Time(key.created));
+        status.next_rotation_time = self.rotation.interval.map(|i| Time(add(key.created, i)));
+        let message = format!(
+            "credentials for bucket {} are in Secret {}",
+            self.bucket.name, self.secret_name
+        );
+        (self.key_annotations(key), message)
+    }
+
+    /// What the Secret vouches for: the key, a hash of its secret, and the previous key with
+    /// the start of its grace period (in the same write that introduces its successor).
+    fn key_annotations(&self, key: &ActiveKey) -> BTreeMap<String, String> {
+        let previous = self.previous.as_ref();
+        BTreeMap::from([
+            (ANN_KEY_HASH.to_string(), key.secret_sha256.clone()),
+            (ANN_KEY_ID.to_string(), key.id.clone()),
+            (
+                ANN_PREVIOUS.to_string(),
+                previous.map(|p| p.id.clone()).unwrap_or_default(),
+            ),
+            (
+                ANN_ROTATED_AT.to_string(),
+                previous.map_or(key.created, |p| p.since).to_string(),
+            ),
+        ])
+    }
+}
