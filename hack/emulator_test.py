@@ -1,7 +1,8 @@
 """Tests of the emulator's workload identity extensions (hack/moto_server.py) and of the Pod
 Identity agent stand-in (hack/pod_identity_agent.py), against a running test environment:
 EKS Pod Identity associations, EKS Auth AssumeRoleForPodIdentity, session policies and session
-tags, AssumeRoleWithWebIdentity (IRSA), and the agent's container credentials endpoint.
+tags, AssumeRoleWithWebIdentity (IRSA), the agent's container credentials endpoint, and the
+CloudTrail management events the emulator puts on EventBridge.
 
 ServiceAccount tokens are real ones (kubectl create token); the expired one is signed with the
 environment's own ServiceAccount key, the forged one with a fresh key.
@@ -470,6 +471,59 @@ class AgentStandIn(unittest.TestCase):
         self.assertEqual(self.get()[0], 400)
         status, body = self.get(sa_token(NS, "agent", "sts.amazonaws.com"))
         self.assertEqual((status, body["code"]), (400, "InvalidTokenException"))
+
+
+class CloudTrailEvents(unittest.TestCase):
+    """Successful S3 bucket-level writes and IAM writes reach EventBridge's default bus as
+    CloudTrail "AWS API Call" events, which a rule sends to SQS; reads, object writes (data
+    events) and refused calls do not."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.sqs, events = client("sqs"), client("events")
+        cls.url = cls.sqs.create_queue(QueueName=f"ct-{RUN}")["QueueUrl"]
+        arn = cls.sqs.get_queue_attributes(
+            QueueUrl=cls.url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        cls.bucket = cls.user = f"ct-{RUN}"
+        pattern = {"source": ["aws.s3", "aws.iam"], "detail-type": ["AWS API Call via CloudTrail"],
+                   "detail": {"$or": [{"requestParameters": {"bucketName": [cls.bucket]}},
+                                      {"requestParameters": {"userName": [cls.user]}}]}}
+        events.put_rule(Name=f"ct-{RUN}", EventPattern=json.dumps(pattern))
+        events.put_targets(Rule=f"ct-{RUN}", Targets=[{"Id": "queue", "Arn": arn}])
+
+    def received(self):
+        out = []
+        while True:
+            got = self.sqs.receive_message(QueueUrl=self.url, MaxNumberOfMessages=10,
+                                           WaitTimeSeconds=1).get("Messages", [])
+            if not got:
+                return out
+            out += [json.loads(m["Body"]) for m in got]
+
+    def test_writes_become_events_and_nothing_else_does(self):
+        S3.create_bucket(Bucket=self.bucket)
+        S3.put_public_access_block(Bucket=self.bucket, PublicAccessBlockConfiguration={
+            "BlockPublicAcls": True, "IgnorePublicAcls": True, "BlockPublicPolicy": True,
+            "RestrictPublicBuckets": True})
+        S3.get_public_access_block(Bucket=self.bucket)
+        S3.put_object(Bucket=self.bucket, Key="k", Body=b"x")
+        self.assertEqual(error_code(S3.delete_bucket, Bucket=self.bucket), "BucketNotEmpty")
+        IAM.create_user(UserName=self.user)
+        IAM.get_user(UserName=self.user)
+        events = self.received()
+        self.assertEqual(sorted((e["source"], e["detail"]["eventName"]) for e in events), [
+            ("aws.iam", "CreateUser"), ("aws.s3", "CreateBucket"),
+            ("aws.s3", "PutBucketPublicAccessBlock")])
+        self.assertEqual({e["detail-type"] for e in events}, {"AWS API Call via CloudTrail"})
+        user = next(e["detail"] for e in events if e["detail"]["eventName"] == "CreateUser")
+        self.assertEqual((user["eventSource"], user["awsRegion"], user["requestParameters"]),
+                         ("iam.amazonaws.com", "us-east-1", {"userName": self.user}))
+        self.assertEqual(user["userIdentity"]["type"], "IAMUser")
+        self.assertTrue(user["userIdentity"]["arn"].endswith(":user/s3op-test-admin"))
+        pab = next(e["detail"] for e in events if e["detail"]["eventName"] != "CreateUser"
+                   and e["detail"]["eventName"] != "CreateBucket")
+        self.assertEqual((pab["eventSource"], pab["requestParameters"], pab["managementEvent"]),
+                         ("s3.amazonaws.com", {"bucketName": self.bucket}, True))
 
 
 if __name__ == "__main__":
