@@ -147,13 +147,20 @@ async fn a_tag_change_on_an_abac_bucket_is_refused_clearly_and_nothing_is_lost()
     let tag_writes = |c: &std::collections::BTreeMap<String, u64>| {
         c.get("PUT bucket?tagging").copied().unwrap_or(0)
     };
-    let before = emulator_requests(&op.aws_key_id).await;
+    // Other tests' class changes wake every Bucket too, so the bound is per pass, not per time.
+    let passes = || async {
+        let labels = [("controller", "bucket")];
+        op.metric("controller_runtime_reconcile_total", &labels)
+            .await as u64
+    };
+    let (before, passes_before) = (emulator_requests(&op.aws_key_id).await, passes().await);
     tokio::time::sleep(Duration::from_secs(6)).await;
     let after = emulator_requests(&op.aws_key_id).await;
     let refused = tag_writes(&after) - tag_writes(&before);
+    let ran = passes().await - passes_before;
     assert!(
-        (1..=5).contains(&refused),
-        "{refused} refused tag writes in 6s"
+        refused >= 1 && refused <= ran,
+        "{refused} refused tag writes in 6s, by {ran} passes"
     );
     assert!(after.contains_key("GET bucket?abac"), "{after:?}");
 

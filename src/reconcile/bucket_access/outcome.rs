@@ -46,9 +46,7 @@ impl Plan {
             ("BUCKET_ARN".to_string(), facts.arn.clone()),
         ]);
         if let Some(endpoint) = endpoint {
-            // STS too: an SDK assumes a ServiceAccountRole there (a custom endpoint serves both).
             data.insert("AWS_ENDPOINT_URL_S3".into(), endpoint.to_string());
-            data.insert("AWS_ENDPOINT_URL_STS".into(), endpoint.to_string());
         }
         let mut status = BucketAccessStatus {
             observed_generation: access.metadata.generation,
@@ -62,6 +60,11 @@ impl Plan {
             }
             (Kind::Role { service_account }, _) => {
                 data.insert("AWS_ROLE_ARN".into(), learned.arn.clone());
+                // The SDK assumes the role through STS, which a custom endpoint serves too. Only
+                // here: the other kinds' Secrets stay as they were before this key existed.
+                if let Some(endpoint) = endpoint {
+                    data.insert("AWS_ENDPOINT_URL_STS".into(), endpoint.to_string());
+                }
                 status.role_arn = Some(learned.arn.clone());
                 let message = format!(
                     "IAM role {} is ready for ServiceAccount {service_account}",

@@ -273,7 +273,6 @@ mod tests {
             keys,
             [
                 "AWS_ENDPOINT_URL_S3",
-                "AWS_ENDPOINT_URL_STS",
                 "AWS_REGION",
                 "BUCKET_ARN",
                 "BUCKET_NAME"
