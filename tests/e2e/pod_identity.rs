@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess, Permission};
 use s3_operator::aws::{policy, tags};
@@ -19,7 +19,7 @@ type Association = aws_sdk_eks::types::PodIdentityAssociation;
 use crate::access::access;
 use crate::node::{images, node, strings};
 use crate::support::*;
-use crate::workload_identity::{App, Token, prefix_pods, run_app, token};
+use crate::workload_identity::{App, Token, prefix_pods, run_app, token, workload_scene};
 
 const T: Duration = Duration::from_secs(60);
 /// The audience of the tokens the Pod Identity agent takes.
@@ -126,24 +126,8 @@ async fn setup(tag: &str, shared: bool) -> Setup {
         ..Default::default()
     })
     .await;
-    let sas = Api::<ServiceAccount>::namespaced(client.clone(), &ns);
-    for sa in ["reporter", "intruder"] {
-        let obj = serde_json::from_value(json!({"metadata": {"name": sa}})).unwrap();
-        sas.create(&PostParams::default(), &obj).await.unwrap();
-    }
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let spec = json!({"deletionPolicy": "Delete", "forceDelete": true});
-    buckets
-        .create(&PostParams::default(), &bucket("b", spec))
-        .await
-        .unwrap();
-    let bucket = wait_ready(&buckets, "b").await;
+    let bucket = workload_scene(&ns, pod_access("pi", Some(PREFIX))).await;
     let accesses = Api::<BucketAccess>::namespaced(client, &ns);
-    accesses
-        .create(&PostParams::default(), &pod_access("pi", Some(PREFIX)))
-        .await
-        .unwrap();
-    wait_reason(&accesses, "pi", "Available", T).await;
     Setup {
         ns,
         bucket,

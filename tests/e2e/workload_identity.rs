@@ -43,26 +43,10 @@ async fn irsa(tag: &str) -> Irsa {
         ..Default::default()
     })
     .await;
-    let sas = Api::<ServiceAccount>::namespaced(client.clone(), &ns);
-    for sa in ["reporter", "intruder"] {
-        let obj = serde_json::from_value(json!({"metadata": {"name": sa}})).unwrap();
-        sas.create(&PostParams::default(), &obj).await.unwrap();
-    }
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let spec = json!({"deletionPolicy": "Delete"});
-    buckets
-        .create(&PostParams::default(), &bucket("b", spec))
-        .await
-        .unwrap();
-    let bucket = wait_ready(&buckets, "b").await;
-    let accesses = Api::<BucketAccess>::namespaced(client, &ns);
     let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite", "prefix": PREFIX,
         "credentials": {"type": "ServiceAccountRole", "serviceAccountName": "reporter"}});
-    accesses
-        .create(&PostParams::default(), &access("irsa", spec))
-        .await
-        .unwrap();
-    wait_reason(&accesses, "irsa", "Available", T).await;
+    let bucket = workload_scene(&ns, access("irsa", spec)).await;
+    let accesses = Api::<BucketAccess>::namespaced(client, &ns);
     let status = accesses.get("irsa").await.unwrap().status.unwrap();
     Irsa {
         ns,
@@ -70,6 +54,33 @@ async fn irsa(tag: &str) -> Irsa {
         role_arn: status.role_arn.expect("status.roleArn"),
         _op: op,
     }
+}
+
+/// What both workload identity kinds are tested in, in `ns` (whose operator runs):
+/// ServiceAccounts `reporter` and `intruder`, a Ready Bucket `b` (deleted with its objects), and
+/// `access` (for `reporter`), Available. Returns the S3 bucket's name.
+pub(crate) async fn workload_scene(ns: &str, access: BucketAccess) -> String {
+    let client = admin().await;
+    let sas = Api::<ServiceAccount>::namespaced(client.clone(), ns);
+    for sa in ["reporter", "intruder"] {
+        let obj = serde_json::from_value(json!({"metadata": {"name": sa}})).unwrap();
+        sas.create(&PostParams::default(), &obj).await.unwrap();
+    }
+    let buckets = Api::<Bucket>::namespaced(client.clone(), ns);
+    let spec = json!({"deletionPolicy": "Delete", "forceDelete": true});
+    buckets
+        .create(&PostParams::default(), &bucket("b", spec))
+        .await
+        .unwrap();
+    let name = wait_ready(&buckets, "b").await;
+    let accesses = Api::<BucketAccess>::namespaced(client, ns);
+    let access_name = access.metadata.name.clone().expect("a named access");
+    accesses
+        .create(&PostParams::default(), &access)
+        .await
+        .unwrap();
+    wait_reason(&accesses, &access_name, "Available", T).await;
+    name
 }
 
 /// A token the API server issues for `sa` (TokenRequest, as kubelet's projected volume does).
