@@ -185,10 +185,17 @@ pub async fn drift(samples: usize, off_resync: &'static str, idle: Duration) -> 
             .await
     };
     let read = || async { on.op.metric("s3_operator_drift_events_total", &[]).await };
-    let (polls, s3, iam) = (calls("sqs").await, calls("s3").await, calls("iam").await);
+    // Polls only: each answer that brought messages is also followed by a DeleteMessageBatch.
+    let receives = || async {
+        let labels = [("service", "sqs"), ("operation", "ReceiveMessage")];
+        on.op
+            .metric("s3_operator_aws_requests_total", &labels)
+            .await
+    };
+    let (polls, s3, iam) = (receives().await, calls("s3").await, calls("iam").await);
     let messages = read().await;
     tokio::time::sleep(idle).await;
-    let polled = calls("sqs").await - polls;
+    let polled = receives().await - polls;
     let idle_messages = read().await - messages;
     let other = calls("s3").await - s3 + calls("iam").await - iam;
     let off = pair(false, off_resync).await;
