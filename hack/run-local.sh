@@ -14,29 +14,62 @@ state="$root/.local/env"
 ns=s3-operator-system
 team="team-a"
 
-log "[1/8] building or reusing the tools (Kubernetes, etcd, moto, helm, the node's packages)"
+log "[1/9] building or reusing the tools (Kubernetes, etcd, moto, helm, the node's packages)"
 hack/tools.sh etcd kube moto helm node_pkgs kube_node coredns
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
-log "[2/8] building the operator ($RELEASE_BUILD) and the example application"
+log "[2/9] building the operator ($RELEASE_BUILD) and the example application"
 $RELEASE_BUILD
 cargo build --locked --example bucket-app
 
-log "[3/8] starting the local cluster and moto in $state (kept running)"
+log "[3/9] starting the local cluster and moto in $state (kept running)"
 envfile="$(hack/env.sh up --node --state "$state" | tail -n 1)"
 # shellcheck source=/dev/null
 source "$envfile"
 py="$S3OP_CACHE/venv-moto-$MOTO_VERSION/bin/python"
 
-log "[4/8] building the images (./Dockerfile on a local base image; the application) and loading them into the node"
+log "[4/9] building the images (./Dockerfile on a local base image; the application) and loading them into the node"
 version=$(crate_version)
 read -r op_image op_archive < <(hack/images/build.sh operator "$version" | tail -n 1)
 read -r app_image app_archive < <(hack/images/build.sh app | tail -n 1)
 hack/node.sh load "$op_archive" "$app_archive" --state "$state"
 
-log "[5/8] creating the permissions boundary and the operator's IAM user (config/iam/*.json) in moto"
+log "[5/9] the drift-event queue and its EventBridge rule, the permissions boundary and the operator's IAM user in moto"
+# Drift found by events, set up as the README's "Drift found by events" says: out-of-band changes
+# are put back within seconds instead of at the resync. The rule, the queue policy and the
+# operator's policy (the shipped one plus reading that one queue) are what `s3-operator
+# iam-policy` renders.
+operator_bin="$CARGO_TARGET_DIR/release/s3-operator"
+queue_name=s3op-drift-default
+queue_arn="arn:aws:sqs:$S3OP_AWS_REGION:123456789012:$queue_name"
+"$operator_bin" iam-policy --account-id 123456789012 --cluster-name default --drift-events-queue-arn "$queue_arn" >"$state/operator-policy.json"
+"$operator_bin" iam-policy --account-id 123456789012 --cluster-name default --drift-events-queue-arn "$queue_arn" --drift-events-rule >"$state/drift-rule.json"
+queue_url="$("$py" - "$S3OP_AWS_ENDPOINT" "$S3OP_AWS_REGION" "$queue_name" "$queue_arn" "$state/drift-rule.json" <<'EOF'
+import json, os, sys
+
+import boto3
+
+endpoint, region, name, arn, rule_file = sys.argv[1:6]
+admin = dict(
+    endpoint_url=endpoint,
+    region_name=region,
+    aws_access_key_id=os.environ["S3OP_AWS_ADMIN_ACCESS_KEY_ID"],
+    aws_secret_access_key=os.environ["S3OP_AWS_ADMIN_SECRET_ACCESS_KEY"],
+)
+with open(rule_file) as f:
+    rule = json.load(f)
+sqs = boto3.client("sqs", **admin)
+url = sqs.create_queue(QueueName=name)["QueueUrl"]
+sqs.set_queue_attributes(QueueUrl=url, Attributes={"Policy": json.dumps(rule["queuePolicy"])})
+events = boto3.client("events", **admin)
+events.put_rule(Name=rule["ruleName"], EventPattern=json.dumps(rule["eventPattern"]))
+events.put_targets(Rule=rule["ruleName"], Targets=[{"Id": "drift-queue", "Arn": arn}])
+print(url)
+EOF
+)"
+log "drift-event queue: $queue_url"
 # Prints "ACCESS_KEY_ID SECRET"; captured, never shown.
-op_creds="$("$py" - "$S3OP_AWS_ENDPOINT" "$S3OP_AWS_REGION" config/iam/operator-policy.json config/iam/boundary-policy.json <<'EOF'
+op_creds="$("$py" - "$S3OP_AWS_ENDPOINT" "$S3OP_AWS_REGION" "$state/operator-policy.json" config/iam/boundary-policy.json <<'EOF'
 import json, os, sys
 
 import boto3
@@ -87,7 +120,7 @@ printf 'AWS_ACCESS_KEY_ID=%s\nAWS_SECRET_ACCESS_KEY=%s\n' "$op_key_id" "$op_secr
     --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 unset op_secret
 
-log "[6/8] helm install of charts/s3-operator ($op_image, 2 replicas) into $ns"
+log "[6/9] helm install of charts/s3-operator ($op_image, 2 replicas) into $ns"
 values="$state/helm-values.yaml"
 cat >"$values" <<EOF
 image: {repository: "${op_image%:*}", tag: "${op_image##*:}", pullPolicy: Never}
@@ -95,6 +128,7 @@ replicaCount: 2
 clusterName: default
 # moto as Pods reach it: the node's bridge address, relayed to moto on loopback.
 aws: {endpointUrl: "$S3OP_NODE_AWS_ENDPOINT", region: "$S3OP_AWS_REGION"}
+driftEvents: {queueUrl: "$queue_url"}
 extraEnv:
   - {name: AWS_ACCESS_KEY_ID, valueFrom: {secretKeyRef: {name: s3-operator-aws, key: AWS_ACCESS_KEY_ID}}}
   - {name: AWS_SECRET_ACCESS_KEY, valueFrom: {secretKeyRef: {name: s3-operator-aws, key: AWS_SECRET_ACCESS_KEY}}}
@@ -108,7 +142,7 @@ fi
 kubectl get pods -n "$ns" -o wide
 log "leader: $(kubectl get lease s3-operator-leader -n "$ns" -o jsonpath='{.spec.holderIdentity}')"
 
-log "[7/8] applying config/samples/ to namespace $team"
+log "[7/9] applying config/samples/ to namespace $team"
 kubectl create namespace "$team" --dry-run=client -o yaml | kubectl apply -f - >/dev/null
 kubectl apply -k config/samples -n "$team"
 if ! kubectl wait -n "$team" --for=condition=Ready bucket/photos bucketaccess/photos-app --timeout=120s; then
@@ -118,7 +152,7 @@ if ! kubectl wait -n "$team" --for=condition=Ready bucket/photos bucketaccess/ph
 fi
 kubectl get buckets,bucketaccesses -n "$team"
 
-log "[8/8] running the application Pod: envFrom Secret photos-credentials, writes and reads an object"
+log "[8/9] running the application Pod: envFrom Secret photos-credentials, writes and reads an object"
 kubectl delete pod photos-app -n "$team" --ignore-not-found --wait >/dev/null
 kubectl apply -n "$team" -f - <<EOF
 apiVersion: v1
@@ -142,11 +176,46 @@ if ! kubectl wait -n "$team" --for=jsonpath='{.status.phase}'=Succeeded pod/phot
 fi
 kubectl logs photos-app -n "$team"
 
+log "[9/9] drift: removing the bucket's public access block behind the operator's back"
+bucket="$(kubectl get bucket photos -n "$team" -o jsonpath='{.status.bucketName}')"
+# Prints the seconds until the operator put it back, found by its CloudTrail event.
+if ! took="$("$py" - "$S3OP_AWS_ENDPOINT" "$S3OP_AWS_REGION" "$bucket" <<'EOF'
+import os, sys, time
+
+import boto3
+
+endpoint, region, bucket = sys.argv[1:4]
+s3 = boto3.client(
+    "s3",
+    endpoint_url=endpoint,
+    region_name=region,
+    aws_access_key_id=os.environ["S3OP_AWS_ADMIN_ACCESS_KEY_ID"],
+    aws_secret_access_key=os.environ["S3OP_AWS_ADMIN_SECRET_ACCESS_KEY"],
+)
+s3.delete_public_access_block(Bucket=bucket)
+start = time.monotonic()
+while time.monotonic() - start < 60:
+    try:
+        s3.get_public_access_block(Bucket=bucket)
+        print(f"{time.monotonic() - start:.1f}")
+        sys.exit(0)
+    except s3.exceptions.ClientError:
+        time.sleep(0.2)
+sys.exit(1)
+EOF
+)"; then
+  kubectl logs -n "$ns" -l app.kubernetes.io/name=s3-operator --tail 40 >&2 || true
+  die "the public access block was not put back within 60s"
+fi
+log "the operator put the public access block back after ${took}s (drift event):"
+kubectl get events -n "$team" --field-selector involvedObject.kind=Bucket,reason=DriftCorrected
+
 cat <<EOF
 
 The operator runs as two Pods (Helm release s3-operator in $ns) on the local one-node
-cluster, against moto. The sample Bucket and BucketAccess are Ready in $team, and the Pod
-photos-app wrote to the bucket with the Secret's credentials.
+cluster, against moto. The sample Bucket and BucketAccess are Ready in $team, the Pod
+photos-app wrote to the bucket with the Secret's credentials, and drift found by its CloudTrail
+event was put back in ${took}s.
   source $envfile        # kubectl and the endpoints of this environment
   kubectl get buckets,bucketaccesses -A
   kubectl logs -n $ns -l app.kubernetes.io/name=s3-operator -f
