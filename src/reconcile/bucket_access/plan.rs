@@ -695,9 +695,11 @@ mod tests {
             now,
         );
         let p = plan(&a, &settings(), &o).unwrap();
+        // A key the plan creates, as IAM would answer.
+        let created = || new_key("C", now, "newest");
         let learned = Learned {
             arn: USER_ARN.into(),
-            key: p.key.clone(),
+            key: p.key.clone().or_else(|| Some(created())),
             version: None,
             association: None,
         };
