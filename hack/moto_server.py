@@ -697,6 +697,23 @@ def _key_put_without_acls(self, query, key_name):
 
 S3Response._key_response_put = _key_put_without_acls
 
+# ---------------------------------------------------------------- tags die with their bucket
+
+_delete_bucket = S3Backend.delete_bucket
+
+
+def _delete_bucket_and_its_tags(self, bucket_name):
+    """S3 deletes a bucket's tags with it. Stock moto keeps them under the bucket's ARN, so a
+    bucket made again with that name, without tags, answered with its predecessor's: the old
+    owner's ownership tags, and a grant that followed the name to whoever made it again."""
+    deleted = _delete_bucket(self, bucket_name)
+    if deleted is not None:
+        self.tagger.delete_all_tags_for_resource(deleted.arn)
+    return deleted
+
+
+S3Backend.delete_bucket = _delete_bucket_and_its_tags
+
 # ---------------------------------------------------------------- object lock retention changes
 
 _put_lock = S3Backend.put_object_lock_configuration

@@ -43,7 +43,45 @@ pub struct Settings {
     pub endpoint_url: Option<String>,
 }
 
-/// Clients for S3 (one per region, made on first use), IAM and EKS.
+/// How many regions' S3 clients are kept. A region comes from a tenant's `spec.region` (any
+/// value shaped like a region), so the clients kept are bounded, the least recently used going
+/// first; AWS has fewer regions than this, and the clients share one HTTP client (a client made
+/// again costs no connection).
+const REGION_CLIENTS: usize = 32;
+
+/// The S3 clients by region, at most [`REGION_CLIENTS`] of them.
+#[derive(Default)]
+struct RegionClients {
+    clients: HashMap<String, (aws_sdk_s3::Client, u64)>,
+    uses: u64,
+}
+
+impl RegionClients {
+    fn get_or_make(
+        &mut self,
+        region: &str,
+        make: impl FnOnce() -> aws_sdk_s3::Client,
+    ) -> aws_sdk_s3::Client {
+        self.uses += 1;
+        let uses = self.uses;
+        if let Some((client, used)) = self.clients.get_mut(region) {
+            *used = uses;
+            return client.clone();
+        }
+        if self.clients.len() >= REGION_CLIENTS {
+            let oldest = self.clients.iter().min_by_key(|(_, (_, used))| *used);
+            if let Some(oldest) = oldest.map(|(r, _)| r.clone()) {
+                self.clients.remove(&oldest);
+            }
+        }
+        let client = make();
+        self.clients
+            .insert(region.to_string(), (client.clone(), uses));
+        client
+    }
+}
+
+/// Clients for S3 (one per region, made on first use, a bounded number kept), IAM and EKS.
 #[derive(Clone)]
 pub struct Aws {
     base: SdkConfig,
@@ -52,7 +90,7 @@ pub struct Aws {
     iam: aws_sdk_iam::Client,
     /// Pod Identity associations, in the operator's region.
     eks: aws_sdk_eks::Client,
-    s3: Arc<Mutex<HashMap<String, aws_sdk_s3::Client>>>,
+    s3: Arc<Mutex<RegionClients>>,
     /// Checked before every request leaves (see `crate::fence`).
     fence: Fence,
     /// The S3 and IAM clients' HTTP client: every write to its connections checks the fence.
@@ -289,19 +327,16 @@ impl Aws {
     /// The S3 client for `region`; custom endpoints use path-style addressing.
     pub fn s3(&self, region: &str) -> aws_sdk_s3::Client {
         let mut clients = self.s3.lock().expect("s3 client map poisoned");
-        clients
-            .entry(region.to_string())
-            .or_insert_with(|| {
-                let conf = aws_sdk_s3::config::Builder::from(&self.base)
-                    .region(Region::new(region.to_string()))
-                    .force_path_style(self.endpoint_url.is_some())
-                    .http_client(self.http.clone())
-                    .interceptor(Recorder(self.metrics.clone()))
-                    .interceptor(fence::FenceCheck(self.fence.clone()))
-                    .build();
-                aws_sdk_s3::Client::from_conf(conf)
-            })
-            .clone()
+        clients.get_or_make(region, || {
+            let conf = aws_sdk_s3::config::Builder::from(&self.base)
+                .region(Region::new(region.to_string()))
+                .force_path_style(self.endpoint_url.is_some())
+                .http_client(self.http.clone())
+                .interceptor(Recorder(self.metrics.clone()))
+                .interceptor(fence::FenceCheck(self.fence.clone()))
+                .build();
+            aws_sdk_s3::Client::from_conf(conf)
+        })
     }
 
     pub fn iam(&self) -> &aws_sdk_iam::Client {
@@ -585,6 +620,32 @@ mod tests {
             .with_label_values(&["s3", "GetBucketTagging"])
             .get_sample_count();
         assert_eq!(calls, 1, "one call, its retry included");
+    }
+
+    /// Issue 34, item 2: every distinct region a tenant names made a client that was never
+    /// freed. At most `REGION_CLIENTS` stay, the ones in use.
+    #[tokio::test]
+    async fn region_clients_are_bounded() {
+        let base = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .credentials_provider(aws_sdk_s3::config::Credentials::new(
+                "AKID", "secret", None, None, "test",
+            ))
+            .load()
+            .await;
+        let aws = Aws::from_config(base, None, Arc::new(Metrics::new()));
+        let count = || aws.s3.lock().unwrap().clients.len();
+        for i in 0..1000 {
+            aws.s3(&format!("xx-tenant-{i}"));
+            aws.s3("us-east-1");
+        }
+        assert_eq!(count(), REGION_CLIENTS);
+        let kept = aws.s3.lock().unwrap().clients.contains_key("us-east-1");
+        assert!(kept, "the region in use stays");
+        assert_eq!(
+            aws.s3("us-east-1").config().region().unwrap().as_ref(),
+            "us-east-1"
+        );
     }
 
     #[test]

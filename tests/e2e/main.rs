@@ -30,6 +30,7 @@ mod runtime;
 mod scale;
 mod security;
 mod smoke;
+mod state;
 mod support;
 mod tenancy;
 mod upgrade;

@@ -502,3 +502,158 @@ async fn a_grant_never_follows_a_bucket_name_to_its_next_owner() {
         .unwrap();
     ba.delete("data", &DeleteParams::default()).await.unwrap();
 }
+
+/// Issue 34, item 0: the same name made again by hand (no tags, someone's object in it) while
+/// the Bucket is not Ready, and only a metadata change of the access to run its pass. Its grant
+/// is withdrawn at once (the inline policy gone, the key inactive), the access says why, and an
+/// event reports the withdrawal. Before the emulator dropped a deleted bucket's tags (as S3
+/// does), the bucket made again answered with the old owner's tags and the grant stayed.
+#[tokio::test]
+async fn a_grant_never_follows_a_name_made_again_by_hand() {
+    let client = admin().await;
+    let ns = namespace(&client, "grh").await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "10m",
+        ..Default::default()
+    })
+    .await;
+    let name = format!("{}byhand-{}", prefix(&op.cluster), random(6));
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    let spec = json!({"bucketName": name, "deletionPolicy": "Retain"});
+    buckets
+        .create(&PostParams::default(), &bucket("data", spec))
+        .await
+        .unwrap();
+    wait_ready(&buckets, "data").await;
+    let grant = json!({"bucketRef": {"name": "data"}, "permission": "ReadWrite"});
+    accesses
+        .create(&PostParams::default(), &access("app", grant))
+        .await
+        .unwrap();
+    wait_reason(&accesses, "app", "Available", T).await;
+    let status = accesses.get("app").await.unwrap().status.unwrap();
+    let user = status
+        .user_arn
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_string();
+    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+        .get("app")
+        .await
+        .unwrap();
+    let creds = secret_data(&secret);
+    let app = s3_with(&creds["AWS_ACCESS_KEY_ID"], &creds["AWS_SECRET_ACCESS_KEY"]);
+    let put = |s3: aws_sdk_s3::Client, key: &'static str| {
+        let name = name.clone();
+        async move {
+            let body = b"x".to_vec().into();
+            code(
+                s3.put_object()
+                    .bucket(&name)
+                    .key(key)
+                    .body(body)
+                    .send()
+                    .await,
+            )
+        }
+    };
+    assert_eq!(put(app.clone(), "mine.txt").await, "ok");
+
+    // Not Ready: a spec.policy Allow naming another account.
+    let invalid = json!({"spec": {"policy": [{"effect": "Allow", "principal": {"aws": ["999999999999"]},
+        "action": ["s3:GetObject"], "resource": [format!("arn:aws:s3:::{name}/*")]}]}});
+    buckets
+        .patch("data", &PatchParams::default(), &Patch::Merge(&invalid))
+        .await
+        .unwrap();
+    wait_reason(&buckets, "data", "InvalidSpec", T).await;
+    wait_reason(&accesses, "app", "BucketNotReady", T).await;
+    // Deleted out of band and made again by hand: no tags, someone else's object.
+    let s3 = admin_s3();
+    s3.delete_object()
+        .bucket(&name)
+        .key("mine.txt")
+        .send()
+        .await
+        .unwrap();
+    s3.delete_bucket_policy()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    s3.delete_bucket().bucket(&name).send().await.unwrap();
+    s3.create_bucket().bucket(&name).send().await.unwrap();
+    assert_eq!(put(s3.clone(), "theirs.txt").await, "ok");
+
+    // Any change runs a pass: here an annotation.
+    let touch = json!({"metadata": {"annotations": {"example.com/touched": random(4)}}});
+    accesses
+        .patch("app", &PatchParams::default(), &Patch::Merge(&touch))
+        .await
+        .unwrap();
+    let start = Instant::now();
+    let iam = admin_iam();
+    wait_for("the grant withdrawn in IAM", SOON, || async {
+        let policy = iam
+            .get_user_policy()
+            .user_name(&user)
+            .policy_name("s3-operator-access")
+            .send()
+            .await;
+        let gone = matches!(&policy, Err(e) if e.as_service_error().is_some_and(|e| e.is_no_such_entity_exception()));
+        let keys = iam.list_access_keys().user_name(&user).send().await.ok()?;
+        let inactive = keys
+            .access_key_metadata
+            .iter()
+            .all(|k| k.status != Some(aws_sdk_iam::types::StatusType::Active));
+        (gone && inactive && !keys.access_key_metadata.is_empty()).then_some(())
+    })
+    .await;
+    eprintln!("grant withdrawn {:?} after the annotation", start.elapsed());
+    let msg = wait_for("the access to say why", SOON, || async {
+        let status = serde_json::to_value(accesses.get("app").await.ok()?).ok()?;
+        let (_, reason, msg) = ready_of(status.get("status").cloned())?;
+        (reason == "BucketNotReady" && msg.contains("no access is granted")).then_some(msg)
+    })
+    .await;
+    assert!(msg.contains("has no owner"), "{msg}");
+    wait_event(
+        &ns,
+        "AccessRevoked",
+        &["removed the access policy", "deactivated"],
+    )
+    .await;
+    let refused = code(
+        app.get_object()
+            .bucket(&name)
+            .key("theirs.txt")
+            .send()
+            .await,
+    );
+    assert!(
+        ["AccessDenied", "InvalidAccessKeyId"].contains(&refused.as_str()),
+        "the new owner's data stays theirs: {refused}"
+    );
+    // The cause: the bucket made again carries none of its predecessor's tags, as in S3.
+    assert_eq!(bucket_tags(&name).await, Default::default());
+
+    accesses
+        .delete("app", &DeleteParams::default())
+        .await
+        .unwrap();
+    buckets
+        .delete("data", &DeleteParams::default())
+        .await
+        .unwrap();
+    s3.delete_object()
+        .bucket(&name)
+        .key("theirs.txt")
+        .send()
+        .await
+        .unwrap();
+    s3.delete_bucket().bucket(&name).send().await.unwrap();
+}

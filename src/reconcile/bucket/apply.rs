@@ -5,8 +5,7 @@ use std::time::Duration;
 
 use super::observe::{self, confirm_held, observe};
 use super::{
-    Address, Change, Desired, Found, Plan, REGION_ANNOTATION, address, desired, logging, plan,
-    protection, refusal,
+    Address, Change, Desired, Found, Plan, address, desired, logging, plan, protection, refusal,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketStatus};
@@ -147,9 +146,7 @@ fn under_class(
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
     let class_region = class::bucket::creation_region(bucket, &class, region);
     if let Some(r) = &class_region {
-        classed
-            .annotations_mut()
-            .insert(REGION_ANNOTATION.into(), r.clone());
+        classed.status.get_or_insert_default().region = Some(r.clone());
     }
     let Ok(at) = address(&classed, settings, region, owner) else {
         // Refused on its own by `desired`, with its own message.
@@ -168,17 +165,17 @@ fn under_class(
     }
 }
 
-/// Records the region the class gives a new Bucket before anything is created for it; the
-/// pass runs again on the change.
+/// Records the region the class gives a new Bucket before anything is created for it, in
+/// status (which tenants cannot write); the pass runs again on the change.
 async fn record_region(bucket: &Bucket, ctx: &Context, region: &str) -> Result<Requeue, Error> {
     let ns = bucket.namespace().ok_or(Error::NoNamespace)?;
     let api = Api::<Bucket>::namespaced(ctx.client.clone(), &ns);
-    let patch = json!({"metadata": {
-        "annotations": {REGION_ANNOTATION: region},
-        "resourceVersion": bucket.resource_version(),
-    }});
-    ctx.metrics.kube_write("Bucket", "patch");
-    api.patch(
+    let patch = json!({
+        "metadata": {"resourceVersion": bucket.resource_version()},
+        "status": {"region": region},
+    });
+    ctx.metrics.kube_write("Bucket", "patch_status");
+    api.patch_status(
         &bucket.name_any(),
         &PatchParams::default(),
         &Patch::Merge(patch),
@@ -376,7 +373,9 @@ pub(super) fn status_for(
         generation,
         jiff::Timestamp::now(),
     );
-    let d_region = d.map(|d| d.region.clone());
+    // The region is the record of where the bucket is (see `address`): kept when this pass
+    // could not resolve the address.
+    let d_region = d.map(|d| d.region.clone()).or(previous.region.clone());
     let ns = bucket.metadata.namespace.as_deref().unwrap_or_default();
     let class = ctx
         .classes

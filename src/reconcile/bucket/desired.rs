@@ -63,9 +63,9 @@ impl Desired {
     }
 }
 
-/// The region a BucketClass gave a Bucket without `spec.region`, recorded on the object before
-/// anything is created for it (`spec.region` cannot be added once set): the bucket stays there
-/// whatever later becomes of the class.
+/// Where an operator before issue 34 recorded the region a BucketClass gave a Bucket. A tenant
+/// can write annotations, so the record is now `status.region`; this one is read only for a
+/// Bucket the operator had begun (its finalizer is on) whose status holds no region yet.
 pub const REGION_ANNOTATION: &str = crate::domain_key!("region");
 
 /// Which S3 bucket a Bucket names: its name and region.
@@ -76,11 +76,11 @@ pub struct Address {
 }
 
 /// The S3 bucket a Bucket names, from its spec's name and region (immutable; else the region
-/// its class gave it when it was created, [`REGION_ANNOTATION`]) and its UID only: never from
-/// status (whoever can write status must not point a grant or a deletion at another
-/// bucket), and whatever else the spec says, so deletion and the grants' ownership checks work
-/// for a spec that an edit has made invalid. `Err`: a name outside the operator's bucket-name
-/// prefix, which it can neither have created nor adopted.
+/// recorded in `status.region` when the bucket was first placed, e.g. by its class: only the
+/// operator writes status, tenants get no RBAC on it) and its UID: never from status' bucket
+/// name or ARN, and whatever else the spec says, so deletion and the grants' ownership checks
+/// work for a spec that an edit has made invalid. `Err`: a name outside the operator's
+/// bucket-name prefix, which it can neither have created nor adopted.
 pub fn address(
     bucket: &Bucket,
     settings: &Settings,
@@ -99,17 +99,29 @@ pub fn address(
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
-    let recorded = || bucket.annotations().get(REGION_ANNOTATION).cloned();
-    let region = match spec.region.clone().or_else(recorded) {
+    let region = match spec.region.clone().or_else(|| recorded_region(bucket)) {
         Some(r) if !is_region(&r) => {
             // Not checked by the API server as spec.region is, and it names AWS's endpoint.
-            let msg = format!("annotation {REGION_ANNOTATION} {r:?} is not an AWS region");
+            let msg = format!("the recorded region {r:?} is not an AWS region");
             return Err(Blocked::new(Reason::InvalidSpec, msg));
         }
         Some(r) => r,
         None => default_region.to_string(),
     };
     Ok(Address { name, region })
+}
+
+/// The region recorded for a Bucket: `status.region`; else, for a Bucket begun by an operator
+/// that recorded it in [`REGION_ANNOTATION`] and has not written status since, that
+/// annotation (its first status write moves the record into status).
+pub fn recorded_region(bucket: &Bucket) -> Option<String> {
+    let status = bucket.status.as_ref().and_then(|s| s.region.clone());
+    let begun = crate::reconcile::has_finalizer(bucket);
+    status.or_else(|| {
+        begun
+            .then(|| bucket.annotations().get(REGION_ANNOTATION).cloned())
+            .flatten()
+    })
 }
 
 /// Is `r` shaped like an AWS region (`^[a-z]{2}(-[a-z]+)+-[0-9]+$`, as spec.region's schema)?
@@ -282,8 +294,10 @@ mod tests {
             ("eu-1", false),
             ("EU-west-1", false),
         ] {
-            b.annotations_mut()
-                .insert(REGION_ANNOTATION.into(), value.into());
+            b.status = Some(BucketStatus {
+                region: Some(value.into()),
+                ..Default::default()
+            });
             assert_eq!(at(&b).is_ok(), ok, "{value}");
             if ok {
                 assert_eq!(at(&b).unwrap(), value);
@@ -292,6 +306,37 @@ mod tests {
         // spec.region, immutable, comes first.
         b.spec.region = Some("ap-south-1".into());
         assert_eq!(at(&b).unwrap(), "ap-south-1");
+    }
+
+    /// Issue 34, item 2: the region is recorded in status, which tenants cannot write. The old
+    /// annotation is read only to migrate a Bucket the operator had begun and whose status
+    /// holds no region yet; a tenant's annotation on a new Bucket, or on one with a record,
+    /// moves nothing.
+    #[test]
+    fn the_region_annotation_only_migrates_a_begun_bucket_without_a_record() {
+        let mut b = Bucket::new("b", BucketSpec::default());
+        b.metadata.namespace = Some("ns".into());
+        let at = |b: &Bucket| {
+            address(b, &settings(), "us-east-1", &owner())
+                .unwrap()
+                .region
+        };
+        b.annotations_mut()
+            .insert(REGION_ANNOTATION.into(), "eu-west-1".into());
+        assert_eq!(at(&b), "us-east-1", "a new Bucket: the tenant's annotation");
+        b.finalizers_mut().push(crate::api::FINALIZER.into());
+        assert_eq!(
+            at(&b),
+            "eu-west-1",
+            "recorded by the operator before the upgrade"
+        );
+        b.status = Some(BucketStatus {
+            region: Some("eu-west-1".into()),
+            ..Default::default()
+        });
+        b.annotations_mut()
+            .insert(REGION_ANNOTATION.into(), "ap-south-1".into());
+        assert_eq!(at(&b), "eu-west-1", "an edit after the record");
     }
 
     #[test]

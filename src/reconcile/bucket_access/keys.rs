@@ -1,10 +1,16 @@
 //! The pure key planner: which access keys to delete, reactivate or create, from the keys AWS
-//! has and what the Secret vouches for.
+//! has (each one's CreateDate and status), the key status last reported, and whether the Secret
+//! still holds the pair the operator wrote.
 //!
-//! Key rotation is crash-safe because every decision is recomputed from what AWS and the Secret
-//! hold: keys AWS has that the Secret does not vouch for are deleted before any key is created,
-//! so a user never holds more than two keys, and the previous key's grace period is recorded in
-//! the same Secret write that introduces its successor.
+//! Rotation is decided from what AWS holds and from status, which tenants cannot write: the
+//! current key rotates once its CreateDate is `interval` old, and a key older than the current
+//! one is its predecessor, kept until the current key is `grace` old (its CreateDate is when
+//! the grace period began). The Secret's annotations are outputs only: what they say about a
+//! previous key or a rotation time steers nothing, and an edit of them is written back.
+//!
+//! Crash-safe because every decision is recomputed from AWS: keys that are neither the current
+//! key nor its predecessor are deleted before any key is created, so a user never holds more
+//! than two keys.
 
 use std::time::Duration;
 
@@ -16,17 +22,18 @@ use crate::aws::naming::sha256_hex;
 
 pub const ANN_KEY_ID: &str = crate::domain_key!("access-key-id");
 pub const ANN_KEY_HASH: &str = crate::domain_key!("secret-access-key-sha256");
+/// Output only: the key kept through its grace period ("" when none).
 pub const ANN_PREVIOUS: &str = crate::domain_key!("previous-access-key-id");
+/// Output only: when the current key was issued (its CreateDate).
 pub const ANN_ROTATED_AT: &str = crate::domain_key!("rotated-at");
 
-/// What the Secret vouches for.
+/// What the Secret holds: the key id in its data, and whether the pair is the one the operator
+/// wrote. (A Secret from before the annotations became outputs may carry more; it is ignored.)
 #[derive(Clone, Debug, PartialEq)]
 pub struct SecretCreds {
     pub key_id: String,
     /// The key pair in `data` is the one the operator wrote (id and secret hash match).
     pub intact: bool,
-    pub previous_key_id: Option<String>,
-    pub rotated_at: Option<jiff::Timestamp>,
 }
 
 /// Rotation settings in force.
@@ -82,7 +89,7 @@ pub fn add(t: jiff::Timestamp, d: Duration) -> jiff::Timestamp {
 }
 
 /// The pure key planner. `keys` are the user's keys in AWS (oldest first), `secret` what the
-/// Secret vouches for, `last_active` the key id status last reported.
+/// Secret holds, `last_active` the key id status last reported.
 pub fn plan_keys(
     keys: &[AccessKey],
     secret: Option<&SecretCreds>,
@@ -91,12 +98,17 @@ pub fn plan_keys(
     now: jiff::Timestamp,
 ) -> KeyPlan {
     let find = |id: &str| keys.iter().find(|k| k.id == id).cloned();
+    let reported = last_active.and_then(find);
+    // The Secret's key serves unless it is older than the one status reports: a Secret put back
+    // to an earlier key (whose pair the tenant kept) must not bring that key back. A newer one
+    // is a pass that wrote the Secret and died before its status write.
     let active = secret
         .filter(|s| s.intact)
-        .and_then(|s| Some((s, find(&s.key_id)?)));
+        .and_then(|s| find(&s.key_id))
+        .filter(|k| reported.as_ref().is_none_or(|r| r.created <= k.created));
     let mut plan = match active {
-        Some((secret, active)) => keep_or_rotate(keys, secret, active, rotation, now),
-        None => reissue(keys, last_active.and_then(find), rotation, now),
+        Some(active) => keep_or_rotate(keys, active, rotation, now),
+        None => reissue(keys, reported, rotation, now),
     };
     let kept = [
         plan.active.as_ref().map(|k| k.id.as_str()),
@@ -141,22 +153,25 @@ fn reissue(
 }
 
 /// The Secret's key is in AWS: keep it (and its predecessor through the grace period), or
-/// rotate it once its interval has passed.
+/// rotate it once its interval has passed. Its predecessor is the newest key older than it, kept
+/// until it is `grace` old: both from AWS's CreateDates, nothing from the Secret. A key newer
+/// than it was created by a pass that died before writing the Secret, and goes.
 fn keep_or_rotate(
     keys: &[AccessKey],
-    secret: &SecretCreds,
     active: AccessKey,
     rotation: RotationPolicy,
     now: jiff::Timestamp,
 ) -> KeyPlan {
-    let previous = secret.previous_key_id.as_deref().and_then(|id| {
-        let since = secret.rotated_at?;
-        let exists = keys.iter().any(|k| k.id == id);
-        (id != active.id && exists && add(since, rotation.grace) > now).then(|| PreviousKey {
-            id: id.to_string(),
+    let since = active.created;
+    let previous = keys
+        .iter()
+        .filter(|k| k.id != active.id && k.created <= since)
+        .max_by_key(|k| k.created)
+        .filter(|_| add(since, rotation.grace) > now)
+        .map(|k| PreviousKey {
+            id: k.id.clone(),
             since,
-        })
-    });
+        });
     let delete = keys
         .iter()
         .filter(|k| k.id != active.id && Some(&k.id) != previous.as_ref().map(|p| &p.id))
@@ -183,7 +198,9 @@ fn keep_or_rotate(
             reactivate: Vec::new(),
         };
     }
-    let wake_at = [rotate_at, grace_ends].into_iter().flatten().min();
+    // While a predecessor is kept nothing rotates, so the next change is its grace ending (a
+    // rotation already due waits for it rather than wake the pass again and again).
+    let wake_at = grace_ends.or(rotate_at);
     KeyPlan {
         delete,
         create: false,
@@ -194,7 +211,7 @@ fn keep_or_rotate(
     }
 }
 
-/// What the Secret holding `data` vouches for.
+/// What the Secret holding `data` vouches for: only its key pair (see [`SecretCreds`]).
 pub fn secret_creds(secret: &Secret) -> Option<SecretCreds> {
     let ann = secret.metadata.annotations.as_ref()?;
     let data = secret.data.as_ref()?;
@@ -206,8 +223,6 @@ pub fn secret_creds(secret: &Secret) -> Option<SecretCreds> {
     Some(SecretCreds {
         key_id,
         intact: id_in_data && hash_ok,
-        previous_key_id: ann.get(ANN_PREVIOUS).filter(|s| !s.is_empty()).cloned(),
-        rotated_at: ann.get(ANN_ROTATED_AT).and_then(|t| t.parse().ok()),
     })
 }
 
@@ -229,12 +244,10 @@ mod tests {
             active: true,
         }
     }
-    fn creds(id: &str, previous: Option<&str>, rotated_at: Option<i64>) -> SecretCreds {
+    fn creds(id: &str) -> SecretCreds {
         SecretCreds {
             key_id: id.into(),
             intact: true,
-            previous_key_id: previous.map(Into::into),
-            rotated_at: rotated_at.map(t),
         }
     }
     const NO_ROTATION: RotationPolicy = RotationPolicy {
@@ -248,13 +261,7 @@ mod tests {
 
     /// The plan for a user with key A, which the Secret vouches for.
     fn one_key_in_steady_state(policy: RotationPolicy, now: jiff::Timestamp) -> KeyPlan {
-        plan_keys(
-            &[key("A", 0)],
-            Some(&creds("A", None, None)),
-            Some("A"),
-            policy,
-            now,
-        )
+        plan_keys(&[key("A", 0)], Some(&creds("A")), Some("A"), policy, now)
     }
 
     #[test]
@@ -295,7 +302,7 @@ mod tests {
     #[test]
     fn previous_key_survives_the_grace_period_then_goes() {
         let keys = [key("A", 0), key("B", 100)];
-        let s = creds("B", Some("A"), Some(100));
+        let s = creds("B");
         let during = plan_keys(&keys, Some(&s), Some("B"), ROTATION, t(105));
         assert!(during.delete.is_empty() && !during.create);
         assert_eq!(during.wake_at, Some(t(110)));
@@ -308,13 +315,7 @@ mod tests {
     fn crash_after_creating_a_key_deletes_the_orphan_before_creating_again() {
         // Rotation created C but died before writing the Secret, which still vouches for A.
         let keys = [key("A", 0), key("C", 100)];
-        let p = plan_keys(
-            &keys,
-            Some(&creds("A", None, None)),
-            Some("A"),
-            ROTATION,
-            t(101),
-        );
+        let p = plan_keys(&keys, Some(&creds("A")), Some("A"), ROTATION, t(101));
         assert_eq!(p.delete, vec!["C".to_string()]);
         assert!(p.create);
         assert!(keys.len() - p.delete.len() + usize::from(p.create) <= 2);
@@ -328,13 +329,7 @@ mod tests {
             interval: Some(Duration::from_secs(1)),
             grace: Duration::from_secs(10),
         };
-        let p = plan_keys(
-            &keys,
-            Some(&creds("B", Some("A"), Some(5))),
-            Some("B"),
-            policy,
-            t(8),
-        );
+        let p = plan_keys(&keys, Some(&creds("B")), Some("B"), policy, t(8));
         assert!(!p.create && p.delete.is_empty());
     }
 
@@ -345,7 +340,7 @@ mod tests {
             None,
             Some(SecretCreds {
                 intact: false,
-                ..creds("B", None, None)
+                ..creds("B")
             }),
         ] {
             let p = plan_keys(&keys, s.as_ref(), Some("B"), ROTATION, t(60));
@@ -369,12 +364,7 @@ mod tests {
         let all = [key("A", 0), key("B", 10)];
         for n in 0..=2 {
             let keys = &all[..n];
-            for secret in [
-                None,
-                Some(creds("A", None, None)),
-                Some(creds("B", Some("A"), Some(10))),
-                Some(creds("X", None, None)),
-            ] {
+            for secret in [None, Some(creds("A")), Some(creds("B")), Some(creds("X"))] {
                 for now in [5, 50, 105, 200] {
                     for policy in [NO_ROTATION, ROTATION] {
                         let p = plan_keys(keys, secret.as_ref(), Some("A"), policy, t(now));
@@ -396,7 +386,7 @@ mod tests {
         // The Secret's key was deactivated when the grant was revoked: it comes back.
         let p = plan_keys(
             &[inactive("A", 0)],
-            Some(&creds("A", None, None)),
+            Some(&creds("A")),
             Some("A"),
             NO_ROTATION,
             t(5),
@@ -406,7 +396,7 @@ mod tests {
         // A key the Secret does not vouch for is deleted, never reactivated.
         let p = plan_keys(
             &[inactive("A", 0), inactive("B", 1)],
-            Some(&creds("B", None, None)),
+            Some(&creds("B")),
             Some("B"),
             NO_ROTATION,
             t(5),

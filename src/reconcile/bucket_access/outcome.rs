@@ -137,8 +137,10 @@ impl Plan {
         (self.key_annotations(key), message)
     }
 
-    /// What the Secret vouches for: the key, a hash of its secret, and the previous key with
-    /// the start of its grace period (in the same write that introduces its successor).
+    /// What the Secret vouches for: the key and a hash of its secret; and, for the reader only,
+    /// the key kept through its grace period and when the current key was issued (its
+    /// CreateDate, so the value is the same at every pass). Nothing reads the last two back: an
+    /// edit of them is written over.
     fn key_annotations(&self, key: &ActiveKey) -> BTreeMap<String, String> {
         let previous = self.previous.as_ref();
         BTreeMap::from([
@@ -148,10 +150,7 @@ impl Plan {
                 ANN_PREVIOUS.to_string(),
                 previous.map(|p| p.id.clone()).unwrap_or_default(),
             ),
-            (
-                ANN_ROTATED_AT.to_string(),
-                previous.map_or(key.created, |p| p.since).to_string(),
-            ),
+            (ANN_ROTATED_AT.to_string(), key.created.to_string()),
         ])
     }
 }

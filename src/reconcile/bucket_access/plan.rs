@@ -682,6 +682,142 @@ mod tests {
         assert_eq!(p.key.as_ref().map(|k| k.id.as_str()), Some("B"));
     }
 
+    /// The pass of an access that rotated key A to key B at 100 (interval 100s, grace 10s),
+    /// reading `secret` at `now`; and what it hands out.
+    fn rotated_pass(secret: Secret, now: i64) -> (Plan, Outcome) {
+        let a = served(
+            access(json!({"rotation": {"interval": "100s", "gracePeriod": "10s"}})),
+            "B",
+        );
+        let o = observed(
+            ours(&a, vec![key("A", 0), key("B", 100)]),
+            Some(secret),
+            now,
+        );
+        let p = plan(&a, &settings(), &o).unwrap();
+        // A key the plan creates, as IAM would answer.
+        let created = || new_key("C", now, "newest");
+        let learned = Learned {
+            arn: USER_ARN.into(),
+            key: p.key.clone().or_else(|| Some(created())),
+            version: None,
+            association: None,
+        };
+        let out = p.outcome(&a, &learned, None, t(now));
+        (p, out)
+    }
+
+    /// The Secret the rotation to B wrote: B's pair, A kept through its grace period.
+    fn rotated_secret() -> Secret {
+        let mut s = Secret {
+            data: Some(BTreeMap::from([
+                ("AWS_ACCESS_KEY_ID".into(), ByteString(b"B".to_vec())),
+                ("AWS_SECRET_ACCESS_KEY".into(), ByteString(b"new".to_vec())),
+            ])),
+            ..Default::default()
+        };
+        s.metadata.annotations = Some(BTreeMap::from([
+            (ANN_KEY_ID.into(), "B".into()),
+            (ANN_KEY_HASH.into(), sha256_hex(b"new")),
+            (ANN_PREVIOUS.into(), "A".into()),
+            (ANN_ROTATED_AT.into(), t(100).to_string()),
+        ]));
+        s
+    }
+
+    /// Issue 34, item 2: a tenant moving the Secret's rotation annotations steers nothing. A
+    /// rotated-at moved ahead (or a previous key named anew) neither keeps the previous key past
+    /// its grace period nor holds rotation, and wakes no pass before the real deadline; the plan
+    /// is the one of the untouched Secret, and the annotations are written back.
+    #[test]
+    fn the_secrets_rotation_annotations_steer_nothing() {
+        let tampered = |previous: &str, rotated_at: jiff::Timestamp| {
+            let mut s = rotated_secret();
+            let ann = s.metadata.annotations.as_mut().unwrap();
+            ann.insert(ANN_PREVIOUS.into(), previous.into());
+            ann.insert(ANN_ROTATED_AT.into(), rotated_at.to_string());
+            s
+        };
+        let mut removed = rotated_secret();
+        let ann = removed.metadata.annotations.as_mut().unwrap();
+        ann.remove(ANN_ROTATED_AT);
+        ann.remove(ANN_PREVIOUS);
+        let edits = [
+            tampered("A", t(10_000)),
+            tampered("A", t(-10_000)),
+            tampered("", t(100)),
+            tampered("B", t(105)),
+            removed,
+        ];
+        for now in [105, 111, 150, 200, 250] {
+            let (honest, honest_out) = rotated_pass(rotated_secret(), now);
+            for edited in &edits {
+                let (p, out) = rotated_pass(edited.clone(), now);
+                assert_eq!(
+                    (&p.changes, &p.previous, p.wake_at),
+                    (&honest.changes, &honest.previous, honest.wake_at),
+                    "at {now} with {:?}",
+                    edited.metadata.annotations
+                );
+                assert_eq!(out.annotations, honest_out.annotations, "written back");
+            }
+        }
+        // The honest decisions: A kept until 110 (B's CreateDate + grace), then deleted; B
+        // rotated at 200, not later; no wake before a deadline.
+        let (during, _) = rotated_pass(rotated_secret(), 105);
+        assert_eq!(
+            (during.changes.as_slice(), during.wake_at),
+            (&[][..], Some(t(110)))
+        );
+        let (after, out) = rotated_pass(rotated_secret(), 111);
+        assert_eq!(after.changes, [Change::DeleteKey("A".into())]);
+        assert_eq!(after.wake_at, Some(t(200)));
+        assert_eq!(out.annotations[ANN_PREVIOUS], "");
+        assert_eq!(out.annotations[ANN_ROTATED_AT], t(100).to_string());
+        let (due, _) = rotated_pass(rotated_secret(), 200);
+        assert!(
+            due.changes.contains(&Change::CreateKey),
+            "{:?}",
+            due.changes
+        );
+    }
+
+    /// An upgrade: a Secret written by an operator that read its annotations back, mid-grace,
+    /// and a status without any new field, rotates as before: the previous key stays until the
+    /// current key is `grace` old and then goes, and the Secret needs no write.
+    #[test]
+    fn a_secret_from_before_the_upgrade_rotates_on_time() {
+        let old = rotated_secret();
+        let (during, out) = rotated_pass(old.clone(), 105);
+        assert_eq!(during.changes, []);
+        assert_eq!(during.previous.as_ref().map(|p| p.id.as_str()), Some("A"));
+        assert_eq!(Some(&out.annotations), old.metadata.annotations.as_ref());
+        let (after, _) = rotated_pass(old, 110);
+        assert_eq!(after.changes, [Change::DeleteKey("A".into())]);
+    }
+
+    /// A Secret put back to an earlier key whose pair the tenant kept does not bring that key
+    /// back: status names a newer one, so a new key is issued and the earlier one goes.
+    #[test]
+    fn a_secret_put_back_to_an_earlier_key_does_not_revive_it() {
+        let mut s = rotated_secret();
+        s.data = Some(BTreeMap::from([
+            ("AWS_ACCESS_KEY_ID".into(), ByteString(b"A".to_vec())),
+            ("AWS_SECRET_ACCESS_KEY".into(), ByteString(b"old".to_vec())),
+        ]));
+        let ann = s.metadata.annotations.as_mut().unwrap();
+        ann.insert(ANN_KEY_ID.into(), "A".into());
+        ann.insert(ANN_KEY_HASH.into(), sha256_hex(b"old"));
+        ann.insert(ANN_PREVIOUS.into(), String::new());
+        let (p, _) = rotated_pass(s, 150);
+        assert_eq!(
+            p.changes,
+            [Change::DeleteKey("A".into()), Change::CreateKey],
+            "B, which status reports, stays through the grace period"
+        );
+        assert_eq!(p.previous.as_ref().map(|p| p.id.as_str()), Some("B"));
+    }
+
     #[test]
     fn a_policy_changed_in_aws_is_drift_once_the_spec_was_served() {
         let a = access(json!({}));

@@ -219,26 +219,25 @@ fn remove_targets(spec: &mut BucketSpec, c: &BucketConstraints, s: &Settings) ->
     removed
 }
 
-/// The region `class` gives a Bucket that names none: only before the operator has done
-/// anything for it (no finalizer, no region recorded yet), so an existing bucket never follows
-/// a class's new default region. `None`: nothing to record (the operator's region applies).
+/// The region `class` gives a Bucket that names none, to record in its status: only before the
+/// operator has done anything for it (no finalizer), so an existing bucket never follows a
+/// class's new default region. `None`: nothing to record (already recorded, or the operator's
+/// region applies).
 pub fn creation_region(
     bucket: &Bucket,
     class: &BucketClass,
     operator_region: &str,
 ) -> Option<String> {
-    let recorded = bucket
-        .annotations()
-        .contains_key(crate::reconcile::bucket::REGION_ANNOTATION);
-    if bucket.spec.region.is_some() || recorded || has_finalizer(bucket) {
+    if bucket.spec.region.is_some() || has_finalizer(bucket) {
         return None;
     }
+    let recorded = bucket.status.as_ref().and_then(|s| s.region.as_ref());
     class
         .spec
         .defaults
         .region
         .clone()
-        .filter(|r| r != operator_region)
+        .filter(|r| r != operator_region && recorded != Some(r))
 }
 
 /// The deletion policy a Bucket's cleanup follows: its own, else its class's default, else the
@@ -572,11 +571,21 @@ mod tests {
         named.spec.region = Some("us-west-2".into());
         assert_eq!(creation_region(&named, &class, "us-east-1"), None);
         let mut recorded = new;
+        recorded.status = Some(crate::api::BucketStatus {
+            region: Some("eu-west-1".into()),
+            ..Default::default()
+        });
+        assert_eq!(creation_region(&recorded, &class, "us-east-1"), None);
+        // A tenant's annotation is no record.
+        recorded.status = None;
         recorded.annotations_mut().insert(
             crate::reconcile::bucket::REGION_ANNOTATION.into(),
             "ap-south-1".into(),
         );
-        assert_eq!(creation_region(&recorded, &class, "us-east-1"), None);
+        assert_eq!(
+            creation_region(&recorded, &class, "us-east-1"),
+            Some("eu-west-1".into())
+        );
     }
 
     #[test]
