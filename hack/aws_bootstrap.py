@@ -1,7 +1,9 @@
 """Creates the test's own admin identity in a fresh moto, then prints it as shell exports.
 
-moto runs with INITIAL_NO_AUTH_ACTION_COUNT=3: exactly these three calls pass unauthenticated,
-and every later request must be signed by a key whose policies allow it.
+moto runs with INITIAL_NO_AUTH_ACTION_COUNT=6: exactly these three calls, and the same three
+for an admin of a second account (OTHER_ACCOUNT, chosen by moto's `x-moto-account-id` header:
+a stranger whose buckets the operator must never touch), pass unauthenticated, and every later
+request must be signed by a key whose policies allow it.
 Then, as that admin, registers the test cluster's ServiceAccount issuer as the account's IAM OIDC
 provider (audience sts.amazonaws.com), as an EKS cluster's is, for ServiceAccountRole (IRSA).
 The thumbprint is the issuer CA's SHA-1, as IAM asks for it (the emulator trusts that CA's file).
@@ -19,24 +21,40 @@ import sys
 import boto3
 
 endpoint, issuer, ca_file = sys.argv[1], sys.argv[2], sys.argv[3]
-iam = boto3.client(
-    "iam",
-    endpoint_url=endpoint,
-    region_name="us-east-1",
-    aws_access_key_id="bootstrap",
-    aws_secret_access_key="bootstrap",
-)
-iam.create_user(UserName="s3op-test-admin")
-iam.put_user_policy(
-    UserName="s3op-test-admin",
-    PolicyName="admin",
-    PolicyDocument=json.dumps(
-        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-    ),
-)
-key = iam.create_access_key(UserName="s3op-test-admin")["AccessKey"]
+OTHER_ACCOUNT = "210987654321"
+
+
+def unauthenticated_admin(account=None):
+    """An admin user (and its key) made by three unauthenticated calls, in `account` if named."""
+    iam = boto3.client(
+        "iam",
+        endpoint_url=endpoint,
+        region_name="us-east-1",
+        aws_access_key_id="bootstrap",
+        aws_secret_access_key="bootstrap",
+    )
+    if account:
+        iam.meta.events.register(
+            "before-sign.iam.*",
+            lambda request, **_: request.headers.__setitem__("x-moto-account-id", account))
+    iam.create_user(UserName="s3op-test-admin")
+    iam.put_user_policy(
+        UserName="s3op-test-admin",
+        PolicyName="admin",
+        PolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        ),
+    )
+    return iam.create_access_key(UserName="s3op-test-admin")["AccessKey"]
+
+
+key = unauthenticated_admin()
 print(f"export S3OP_AWS_ADMIN_ACCESS_KEY_ID={key['AccessKeyId']}")
 print(f"export S3OP_AWS_ADMIN_SECRET_ACCESS_KEY={key['SecretAccessKey']}")
+other = unauthenticated_admin(OTHER_ACCOUNT)
+print(f"export S3OP_AWS_OTHER_ACCOUNT={OTHER_ACCOUNT}")
+print(f"export S3OP_AWS_OTHER_ADMIN_ACCESS_KEY_ID={other['AccessKeyId']}")
+print(f"export S3OP_AWS_OTHER_ADMIN_SECRET_ACCESS_KEY={other['SecretAccessKey']}")
 
 admin = boto3.client(
     "iam",

@@ -1,8 +1,9 @@
 """Tests of the emulator's workload identity extensions (hack/moto_server.py) and of the Pod
 Identity agent stand-in (hack/pod_identity_agent.py), against a running test environment:
 EKS Pod Identity associations, EKS Auth AssumeRoleForPodIdentity, session policies and session
-tags, AssumeRoleWithWebIdentity (IRSA), the agent's container credentials endpoint, and the
-CloudTrail management events the emulator puts on EventBridge.
+tags, AssumeRoleWithWebIdentity (IRSA), the agent's container credentials endpoint, the
+CloudTrail management events the emulator puts on EventBridge, and the account checks S3 and
+IAM make (`x-amz-expected-bucket-owner`, `aws:ResourceAccount`) against a second account.
 
 ServiceAccount tokens are real ones (kubectl create token); the expired one is signed with the
 environment's own ServiceAccount key, the forged one with a fresh key.
@@ -59,6 +60,7 @@ def session_client(service, creds):
 
 
 IAM, S3, EKS = client("iam"), client("s3"), client("eks")
+OTHER_ACCOUNT = ENV.get("S3OP_AWS_OTHER_ACCOUNT")
 AGENT_AUTH = client("eks-auth", ENV["S3OP_POD_IDENTITY_AGENT_ACCESS_KEY_ID"],
                     ENV["S3OP_POD_IDENTITY_AGENT_SECRET_ACCESS_KEY"])
 
@@ -390,6 +392,96 @@ class SessionTags(unittest.TestCase):
                          ("session tags disabled", s3_for(NS, "notags"))):
             with self.subTest(name):
                 self.assertEqual(error_code(s3.get_object, Bucket=bucket, Key="a/x"), "AccessDenied")
+
+
+class PodIdentityTrustByClusterArn(unittest.TestCase):
+    """EKS sets `eks-cluster-arn` on the session: a trust naming the cluster by ARN admits this
+    cluster, and refuses a cluster of the same name in another account."""
+
+    def test_the_cluster_arn_session_tag_decides(self):
+        for name, arn, allowed in (
+                ("this", CLUSTER_ARN, True),
+                ("same name, other account", CLUSTER_ARN.replace(ACCOUNT, "210987654321"), False)):
+            with self.subTest(name):
+                trust = {"Version": "2012-10-17", "Statement": [{
+                    "Effect": "Allow", "Principal": {"Service": PODS},
+                    "Action": ["sts:AssumeRole", "sts:TagSession"],
+                    "Condition": {"StringEquals": {"aws:RequestTag/eks-cluster-arn": arn}}}]}
+                account = "arn-ok" if allowed else "arn-other"
+                service_account(NS, account)
+                associate(NS, account, role(f"{account}-{RUN}", trust))
+                code = error_code(AGENT_AUTH.assume_role_for_pod_identity, clusterName=CLUSTER,
+                                  token=sa_token(NS, account, PODS))
+                self.assertEqual(code, None if allowed else "AccessDeniedException")
+
+
+@unittest.skipUnless(OTHER_ACCOUNT, "an environment without a second account")
+class AccountChecks(unittest.TestCase):
+    """A bucket of another account: S3 refuses every request that expects another owner
+    (`x-amz-expected-bucket-owner`), and `aws:ResourceAccount` is the bucket owner's account."""
+
+    @classmethod
+    def setUpClass(cls):
+        other = client("s3", ENV["S3OP_AWS_OTHER_ADMIN_ACCESS_KEY_ID"],
+                       ENV["S3OP_AWS_OTHER_ADMIN_SECRET_ACCESS_KEY"])
+        cls.ours, cls.theirs = f"acct-ours-{RUN}", f"acct-theirs-{RUN}"
+        S3.create_bucket(Bucket=cls.ours)
+        BUCKETS.append(cls.ours)
+        other.create_bucket(Bucket=cls.theirs)
+        cls.other = other
+        for s3, bucket in ((S3, cls.ours), (other, cls.theirs)):
+            s3.put_bucket_tagging(Bucket=bucket, Tagging={"TagSet": [{"Key": "k", "Value": "v"}]})
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.other.delete_bucket(Bucket=cls.theirs)
+
+    def test_expected_bucket_owner(self):
+        tags = lambda b, owner: S3.get_bucket_tagging(Bucket=b, ExpectedBucketOwner=owner)  # noqa: E731
+        self.assertEqual(tags(self.ours, ACCOUNT)["TagSet"], [{"Key": "k", "Value": "v"}])
+        self.assertEqual(error_code(tags, self.ours, OTHER_ACCOUNT), "AccessDenied")
+        self.assertEqual(error_code(tags, self.theirs, ACCOUNT), "AccessDenied")
+        # The bucket's own account, and a request without the header, go on.
+        self.assertEqual(
+            self.other.get_bucket_tagging(Bucket=self.theirs, ExpectedBucketOwner=OTHER_ACCOUNT)["TagSet"],
+            [{"Key": "k", "Value": "v"}])
+        self.assertEqual(error_code(S3.get_bucket_tagging, Bucket=self.ours), None)
+        # Writes and HEAD too (HEAD's refusal has no body: botocore names it by its status).
+        put = dict(Bucket=self.theirs, ExpectedBucketOwner=ACCOUNT,
+                   Tagging={"TagSet": [{"Key": "k", "Value": "mine"}]})
+        self.assertEqual(error_code(S3.put_bucket_tagging, **put), "AccessDenied")
+        self.assertEqual(error_code(S3.head_bucket, Bucket=self.theirs, ExpectedBucketOwner=ACCOUNT), "403")
+        # A bucket that does not exist is still NoSuchBucket.
+        self.assertEqual(error_code(tags, f"acct-none-{RUN}", ACCOUNT), "NoSuchBucket")
+
+    def test_resource_account_is_the_bucket_owners(self):
+        def reader(name, condition=None):
+            st = {"Effect": "Allow", "Action": "s3:GetBucketTagging", "Resource": "arn:aws:s3:::acct-*"}
+            if condition:
+                st["Condition"] = condition
+            return user_client("s3", f"{name}-{RUN}", {"Version": "2012-10-17", "Statement": [st]})
+
+        ours_only = reader("acct-ours", {"StringEquals": {"aws:ResourceAccount": ACCOUNT}})
+        self.assertEqual(error_code(ours_only.get_bucket_tagging, Bucket=self.ours), None)
+        self.assertEqual(error_code(ours_only.get_bucket_tagging, Bucket=self.theirs), "AccessDenied")
+        theirs_only = reader("acct-theirs", {"StringEquals": {"aws:ResourceAccount": OTHER_ACCOUNT}})
+        self.assertEqual(error_code(theirs_only.get_bucket_tagging, Bucket=self.ours), "AccessDenied")
+
+    def test_resource_account_of_iam_and_of_no_resource(self):
+        in_account = {"StringEquals": {"aws:ResourceAccount": ACCOUNT}}
+        policy = {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", "Action": "iam:GetUser",
+             "Resource": f"arn:aws:iam::{ACCOUNT}:user/*", "Condition": in_account},
+            {"Effect": "Allow", "Action": "s3:ListAllMyBuckets", "Resource": "*",
+             "Condition": in_account}]}
+        name = f"acct-iam-{RUN}"
+        IAM.create_user(UserName=name)
+        IAM.put_user_policy(UserName=name, PolicyName="p", PolicyDocument=json.dumps(policy))
+        key = IAM.create_access_key(UserName=name)["AccessKey"]
+        iam = client("iam", key["AccessKeyId"], key["SecretAccessKey"])
+        self.assertEqual(iam.get_user(UserName=name)["User"]["UserName"], name)
+        s3 = client("s3", key["AccessKeyId"], key["SecretAccessKey"])
+        self.assertIn(self.ours, [b["Name"] for b in s3.list_buckets()["Buckets"]])
 
 
 class WebIdentity(unittest.TestCase):

@@ -23,6 +23,11 @@ parts the operator relies on. Everything else is stock moto.
   the role's for a role session) is a condition key, and every request counts as made over TLS
   (`aws:SecureTransport` true), as it would be against AWS.
 - Inactive access keys are refused, as AWS does (stock moto still accepts them).
+- `x-amz-expected-bucket-owner` is honoured as S3 does: a request naming a bucket another
+  account owns is refused with 403 AccessDenied (stock moto ignores the header).
+- `aws:ResourceAccount` is a condition key of every request: the account in the resource's
+  ARN, or for S3 (whose ARNs name none) the bucket owner's account; the caller's own for a
+  bucket not yet created and for requests on no resource.
 - CreateBucket with `Tags` in its CreateBucketConfiguration tags the new bucket in the same call
   (authorized as s3:TagResource), as S3 does; an existing bucket is never tagged this way.
 - Object ownership as S3 has it since April 2023: a new bucket gets `BucketOwnerEnforced`
@@ -348,12 +353,27 @@ def _boundary_of(backend, kind, name):
     return getattr(entity, "permissions_boundary_arn", None)
 
 
-def _request_context(self):
+def _resource_account(self, resource):
+    """aws:ResourceAccount: the account of the resource the request acts on. An ARN that names
+    no account (S3's) is its bucket's owner's; a bucket that does not exist yet, or no resource
+    at all, is the caller's own (CreateBucket, ListAllMyBuckets)."""
+    parts = resource.split(":", 5)
+    if len(parts) == 6 and parts[4]:
+        return parts[4]
+    if len(parts) == 6 and parts[2] == "s3":
+        owner = s3_backends.bucket_accounts.get(parts[5].split("/", 1)[0])
+        if owner:
+            return owner[1]
+    return self.account_id
+
+
+def _request_context(self, resource="*"):
     """The condition keys of this request that the operator's policies use. Requests reach the
     emulator over loopback HTTP but stand for the TLS requests every AWS endpoint takes, so
     aws:SecureTransport is true (the operator's TLS-only bucket policy statement binds no one)."""
     data = self._data or {}
-    context = {"aws:SecureTransport": "true"}
+    context = {"aws:SecureTransport": "true",
+               "aws:ResourceAccount": _resource_account(self, resource)}
     principal_arn = _caller_principal(self)[0]
     if principal_arn:
         context["aws:PrincipalArn"] = principal_arn
@@ -493,7 +513,7 @@ def _check_action_permitted(self, resource):
     if self._action == "sts:GetCallerIdentity":
         return
     self._action = _AUTHORIZED_AS.get(self._action, self._action)
-    context = _request_context(self)
+    context = _request_context(self, resource)
     permitted = False
     for policy in self._access_key.collect_policies():
         result = IAMPolicy(policy).is_action_permitted(self._action, resource, None, context)
@@ -1568,8 +1588,29 @@ def operation_of(method, path, query_string, form):
     return f"{method} {level}" + (f"?{'&'.join(subs)}" if subs else "")
 
 
+EXPECTED_OWNER_HEADER = "HTTP_X_AMZ_EXPECTED_BUCKET_OWNER"
+
+
+def expected_owner_refusal(environ):
+    """S3's answer to a request whose `x-amz-expected-bucket-owner` names another account than
+    the bucket's owner: 403 AccessDenied, whoever asks (stock moto ignores the header). None
+    when the request may go on: no header, not S3, or a bucket that does not exist (S3 then
+    answers NoSuchBucket)."""
+    expected = environ.get(EXPECTED_OWNER_HEADER)
+    scope = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
+    if expected is None or not scope or scope.group(2) != "s3":
+        return None
+    bucket = environ.get("PATH_INFO", "").strip("/").split("/")[0]
+    owner = s3_backends.bucket_accounts.get(bucket)
+    if owner is None or owner[1] == expected:
+        return None
+    return b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>AccessDenied</Code>' \
+        b'<Message>Access Denied</Message></Error>'
+
+
 class RequestLog:
-    """WSGI middleware: counts each request, and answers REQUESTS_PATH itself."""
+    """WSGI middleware: counts each request, answers REQUESTS_PATH itself, and refuses S3
+    requests that expect another bucket owner (see expected_owner_refusal)."""
 
     def __init__(self, app):
         self.app = app
@@ -1599,6 +1640,12 @@ class RequestLog:
         key_id = access_key_of(environ, query)
         with self.lock:
             self.counts[key_id][operation] += 1
+        refused = expected_owner_refusal(environ)
+        if refused is not None:
+            head = environ.get("REQUEST_METHOD") == "HEAD"
+            start_response("403 Forbidden", [("Content-Type", "application/xml"),
+                                             ("Content-Length", "0" if head else str(len(refused)))])
+            return [b"" if head else refused]
         status = []
 
         def recorded(code, headers, exc_info=None):

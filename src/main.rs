@@ -405,6 +405,8 @@ fn reconcile_settings(args: &RunArgs) -> Result<s3_operator::reconcile::Settings
         default_deletion_policy: args.default_deletion_policy,
         oidc_provider_arn: args.oidc_provider_arn.clone(),
         eks_cluster_name: args.eks_cluster_name.clone(),
+        // Found through STS at start-up.
+        eks_cluster_arn: None,
         pod_identity_role_arn: args.pod_identity_role_arn.clone(),
         resync_period: resync_period(args.resync_period, args.drift_events_queue_url.is_some()),
         namespace_aws_write_rate: args.namespace_aws_write_rate,

@@ -97,6 +97,9 @@ pub struct Aws {
     http: SharedHttpClient,
     /// What every client records its calls into.
     metrics: Arc<Metrics>,
+    /// The account every bucket the S3 clients name must belong to (see
+    /// [`s3::ExpectedOwner`]); `None` until STS has named it.
+    bucket_owner: Option<String>,
 }
 
 /// An AWS call failed.
@@ -283,7 +286,21 @@ impl Aws {
 
     /// The same clients, sending nothing once `fence` closes.
     pub fn with_fence(self, fence: Fence) -> Self {
-        Self::fenced(self.base, self.endpoint_url, fence, self.metrics)
+        let owner = self.bucket_owner.clone();
+        let aws = Self::fenced(self.base, self.endpoint_url, fence, self.metrics);
+        Self {
+            bucket_owner: owner,
+            ..aws
+        }
+    }
+
+    /// The same clients, whose S3 requests on a bucket all expect `account` to own it.
+    pub fn with_bucket_owner(self, account: &str) -> Self {
+        Self {
+            bucket_owner: Some(account.to_string()),
+            s3: Default::default(),
+            ..self
+        }
     }
 
     fn fenced(
@@ -321,6 +338,7 @@ impl Aws {
             fence,
             http,
             metrics,
+            bucket_owner: None,
         }
     }
 
@@ -328,14 +346,16 @@ impl Aws {
     pub fn s3(&self, region: &str) -> aws_sdk_s3::Client {
         let mut clients = self.s3.lock().expect("s3 client map poisoned");
         clients.get_or_make(region, || {
-            let conf = aws_sdk_s3::config::Builder::from(&self.base)
+            let mut conf = aws_sdk_s3::config::Builder::from(&self.base)
                 .region(Region::new(region.to_string()))
                 .force_path_style(self.endpoint_url.is_some())
                 .http_client(self.http.clone())
                 .interceptor(Recorder(self.metrics.clone()))
-                .interceptor(fence::FenceCheck(self.fence.clone()))
-                .build();
-            aws_sdk_s3::Client::from_conf(conf)
+                .interceptor(fence::FenceCheck(self.fence.clone()));
+            if let Some(owner) = &self.bucket_owner {
+                conf = conf.interceptor(s3::ExpectedOwner(owner.clone()));
+            }
+            aws_sdk_s3::Client::from_conf(conf.build())
         })
     }
 

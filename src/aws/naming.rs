@@ -44,9 +44,26 @@ pub fn bucket_name(prefix: &str, namespace: &str, name: &str, uid: &str) -> Stri
     format!("{stem}-{hash}")
 }
 
-/// An IAM user or role name: `<namespace>-<name>-<hash of uid>`, at most 64 characters.
+/// Hex digits of the UID hash in IAM names: 64 bits. The stem (namespace and name, truncated to
+/// fit IAM's 64 characters) is shared by every object of that name over time, and by long names
+/// that differ only past the cut, so the hash alone tells their identities apart.
+const IAM_HASH: usize = 16;
+/// The hash length of names made before: an identity created then keeps its name.
+const LEGACY_IAM_HASH: usize = 8;
+
+/// An IAM user or role name: `<namespace>-<name>-<hash of uid>`, at most 64 characters (IAM's
+/// limit for user and role names alike).
 pub fn iam_name(namespace: &str, name: &str, uid: &str) -> String {
-    let hash = short_hash(uid, 8);
+    iam_name_hashed(namespace, name, uid, IAM_HASH)
+}
+
+/// The name an identity of this object was given before names carried [`IAM_HASH`] digits.
+pub fn legacy_iam_name(namespace: &str, name: &str, uid: &str) -> String {
+    iam_name_hashed(namespace, name, uid, LEGACY_IAM_HASH)
+}
+
+fn iam_name_hashed(namespace: &str, name: &str, uid: &str, digits: usize) -> String {
+    let hash = short_hash(uid, digits);
     let mut stem = format!("{namespace}-{name}");
     stem.truncate(64 - hash.len() - 1);
     format!("{stem}-{hash}")
@@ -105,6 +122,14 @@ pub fn bucket_prefix(cluster: &str, explicit: Option<&str>) -> Result<String, St
 }
 
 /// The AWS partition of a region (`aws`, `aws-cn`, `aws-us-gov`).
+/// The ARN of the EKS cluster `name` in `region` of `account`.
+pub fn eks_cluster_arn(region: &str, account: &str, name: &str) -> String {
+    format!(
+        "arn:{}:eks:{region}:{account}:cluster/{name}",
+        partition(region)
+    )
+}
+
 pub fn partition(region: &str) -> &'static str {
     if region.starts_with("cn-") {
         "aws-cn"
@@ -158,9 +183,36 @@ mod tests {
     #[test]
     fn iam_names_fit_64_characters() {
         let long = "b".repeat(253);
-        let n = iam_name(&long, &long, "uid");
-        assert_eq!(n.len(), 64);
-        assert!(n.ends_with(&short_hash("uid", 8)));
+        for n in [
+            iam_name(&long, &long, "uid"),
+            legacy_iam_name(&long, &long, "uid"),
+        ] {
+            assert_eq!(n.len(), 64, "{n}");
+        }
+    }
+
+    /// New names carry 16 hex digits of the UID's hash (two objects of one name, or of long
+    /// names cut to one stem, collide once in 2^64, not 2^32); the names made before keep 8.
+    #[test]
+    fn iam_names_carry_a_long_uid_hash_and_the_legacy_name_a_short_one() {
+        let n = iam_name("team", "app", "uid-1");
+        assert_eq!(n, format!("team-app-{}", short_hash("uid-1", 16)));
+        let hash = n.rsplit('-').next().unwrap();
+        assert!(
+            hash.len() >= 12 && hash.bytes().all(|b| b.is_ascii_hexdigit()),
+            "{n}"
+        );
+        let legacy = legacy_iam_name("team", "app", "uid-1");
+        assert_eq!(legacy, format!("team-app-{}", short_hash("uid-1", 8)));
+        assert_ne!(n, legacy);
+        assert!(
+            n.starts_with(&legacy),
+            "the legacy hash is the new one's first digits"
+        );
+        assert_ne!(n, iam_name("team", "app", "uid-2"));
+        // Long names that differ only past the cut still differ by their UID.
+        let (a, b) = ("x".repeat(60) + "a", "x".repeat(60) + "b");
+        assert_ne!(iam_name("ns", &a, "uid-a"), iam_name("ns", &b, "uid-b"));
     }
 
     #[test]

@@ -29,6 +29,10 @@ pub struct Settings {
     pub oidc_provider_arn: Option<String>,
     /// Name of the EKS cluster whose Pod Identity associations `PodIdentity` credentials are.
     pub eks_cluster_name: Option<String>,
+    /// That cluster's ARN (`arn:<partition>:eks:<region>:<account>:cluster/<name>`, the
+    /// operator's region and account, found at start-up): what a Pod Identity role's trust
+    /// names, since a name may be reused by a cluster of another account or region.
+    pub eks_cluster_arn: Option<String>,
     /// One IAM role every `PodIdentity` association uses, narrowed per association by a session
     /// policy (no IAM write per access); `None`: a role per access.
     pub pod_identity_role_arn: Option<String>,
@@ -73,6 +77,7 @@ impl Settings {
                 "arn:aws:iam::123456789012:oidc-provider/oidc.example.com".into(),
             ),
             eks_cluster_name: Some("eks".into()),
+            eks_cluster_arn: Some("arn:aws:eks:us-east-1:123456789012:cluster/eks".into()),
             pod_identity_role_arn: None,
             resync_period: Duration::from_secs(600),
             boundary_arn: "arn:aws:iam::123456789012:policy/s3-operator/c/s3-operator-boundary"

@@ -4,7 +4,8 @@
 //! expired by comparing the holder's `renewTime` with the local wall clock, so two nodes whose
 //! clocks differ by more than the lease could both lead. Here a candidate claims the lease itself
 //! with a compare-and-swap replace (409 on a lost race), judging expiry as client-go does, on its
-//! own monotonic clock from when it last saw the lease change ([`Seen`]); the crate only renews
+//! own monotonic clock from when it last saw the lease's leader election record change ([`Seen`]);
+//! metadata changes (labels, annotations) do not count. The crate only renews
 //! a lease this replica has just claimed or holds, and every renewal's result must still name us
 //! as holder.
 //!
@@ -50,12 +51,17 @@ pub enum Error {
 /// time a request checked against the fence takes to reach the API server or AWS.
 const MARGIN_DIVISOR: u32 = 4;
 
-/// A Lease as a standby compares it between reads: any change restarts its wait.
+/// The leader election record of a Lease, as client-go's leaderelection compares it between
+/// reads: a change restarts a standby's wait. Metadata is not part of it: anyone allowed to
+/// label or annotate the Lease changes its resourceVersion, and that must not keep a dead
+/// leader's lease alive.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Record {
     holder: Option<String>,
+    duration: Option<i32>,
+    acquired: Option<jiff::Timestamp>,
     renewed: Option<jiff::Timestamp>,
-    version: Option<String>,
+    transitions: Option<i32>,
 }
 
 impl Record {
@@ -63,8 +69,10 @@ impl Record {
         let spec = lease.spec.as_ref();
         Record {
             holder: holder(lease).map(str::to_string),
+            duration: spec.and_then(|s| s.lease_duration_seconds),
+            acquired: spec.and_then(|s| s.acquire_time.as_ref()).map(|t| t.0),
             renewed: spec.and_then(|s| s.renew_time.as_ref()).map(|t| t.0),
-            version: lease.metadata.resource_version.clone(),
+            transitions: spec.and_then(|s| s.lease_transitions),
         }
     }
 }
@@ -390,11 +398,15 @@ fn won(written: Result<Lease, kube::Error>) -> Result<bool, kube::Error> {
 mod tests {
     use super::*;
 
-    fn record(holder: Option<&str>, version: &str) -> Record {
+    /// A record held by `holder`, renewed `renewal` seconds after the epoch.
+    fn record(holder: Option<&str>, renewal: i64) -> Record {
+        let at = |secs| jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(secs);
         Record {
             holder: holder.map(str::to_string),
-            renewed: Some(jiff::Timestamp::UNIX_EPOCH),
-            version: Some(version.to_string()),
+            duration: Some(4),
+            acquired: Some(at(0)),
+            renewed: Some(at(renewal)),
+            transitions: Some(1),
         }
     }
 
@@ -405,49 +417,82 @@ mod tests {
         let t0 = Instant::now();
         let at = |ms: u64| t0 + Duration::from_millis(ms);
         // The first read starts the clock, however old the lease's renewTime looks.
-        let seen = Seen::update(None, record(Some("a"), "1"), LEASE, at(0));
+        let seen = Seen::update(None, record(Some("a"), 1), LEASE, at(0));
         assert!(!seen.expired(at(0)));
         assert!(!seen.expired(at(3_999)));
         // Unchanged reads keep the instant it was first seen.
-        let seen = Seen::update(Some(seen), record(Some("a"), "1"), LEASE, at(3_000));
+        let seen = Seen::update(Some(seen), record(Some("a"), 1), LEASE, at(3_000));
         assert!(!seen.expired(at(3_999)));
         assert!(seen.expired(at(4_000)));
-        // A renewal (new resourceVersion) starts the wait again.
-        let renewed = Seen::update(Some(seen.clone()), record(Some("a"), "2"), LEASE, at(3_500));
+        // A renewal (a new renewTime) starts the wait again.
+        let renewed = Seen::update(Some(seen.clone()), record(Some("a"), 2), LEASE, at(3_500));
         assert!(!renewed.expired(at(4_000)));
         assert!(!renewed.expired(at(7_499)));
         assert!(renewed.expired(at(7_500)));
-        // So do a new holder and a new renewTime alone.
-        let taken = Seen::update(Some(seen.clone()), record(Some("b"), "1"), LEASE, at(3_500));
-        assert!(!taken.expired(at(4_000)));
-        let mut stamped = record(Some("a"), "1");
-        stamped.renewed = Some(jiff::Timestamp::UNIX_EPOCH + jiff::SignedDuration::from_secs(1));
-        let stamped = Seen::update(Some(seen), stamped, LEASE, at(3_500));
-        assert!(!stamped.expired(at(4_000)));
+        // So does every other field of the record alone.
+        let changes: [fn(&mut Record); 4] = [
+            |r| r.holder = Some("b".into()),
+            |r| r.duration = Some(15),
+            |r| r.acquired = None,
+            |r| r.transitions = Some(2),
+        ];
+        for change in changes {
+            let mut changed = record(Some("a"), 1);
+            change(&mut changed);
+            let changed = Seen::update(Some(seen.clone()), changed, LEASE, at(3_500));
+            assert!(!changed.expired(at(4_000)), "{:?}", changed.record);
+        }
         // The lease's own duration counts, not ours.
-        let long = Seen::update(None, record(Some("a"), "1"), Duration::from_secs(15), at(0));
+        let long = Seen::update(None, record(Some("a"), 1), Duration::from_secs(15), at(0));
         assert!(!long.expired(at(14_999)));
         assert!(long.expired(at(15_000)));
         // A clock that reads earlier than the observation (never, for Instant) is no expiry.
         assert!(!long.expired(t0));
     }
 
+    /// client-go's rule: only the leader election record counts. Someone who may label or
+    /// annotate the Lease (a new resourceVersion on every write) must not keep a dead leader's
+    /// lease alive by doing so in a loop.
+    #[test]
+    fn a_relabelled_lease_does_not_postpone_the_takeover() {
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        let mut lease = Lease::default();
+        lease.metadata.resource_version = Some("1".into());
+        lease.spec = Some(LeaseSpec {
+            holder_identity: Some("a".into()),
+            lease_duration_seconds: Some(4),
+            renew_time: Some(MicroTime(jiff::Timestamp::UNIX_EPOCH)),
+            ..Default::default()
+        });
+        let mut seen = Seen::update(None, Record::of(&lease), LEASE, at(0));
+        for (n, ms) in [1_000, 2_000, 3_000, 3_900].into_iter().enumerate() {
+            lease.metadata.resource_version = Some((n + 2).to_string());
+            lease
+                .metadata
+                .labels
+                .get_or_insert_with(Default::default)
+                .insert("touched".into(), n.to_string());
+            seen = Seen::update(Some(seen), Record::of(&lease), LEASE, at(ms));
+        }
+        assert!(
+            seen.expired(at(4_000)),
+            "taken a lease after the last renewal"
+        );
+    }
+
     #[test]
     fn a_released_lease_may_be_taken_at_once() {
         let t0 = Instant::now();
-        let free = Seen::update(None, record(None, "7"), LEASE, t0);
+        let free = Seen::update(None, record(None, 1), LEASE, t0);
         assert!(free.expired(t0));
-        let mut lease = Lease::default();
-        lease.metadata.resource_version = Some("7".into());
-        lease.spec = Some(Default::default());
-        lease.spec.as_mut().unwrap().holder_identity = Some(String::new());
-        assert_eq!(Record::of(&lease), record(None, "7").with_renewed(None));
-    }
-
-    impl Record {
-        fn with_renewed(mut self, renewed: Option<jiff::Timestamp>) -> Record {
-            self.renewed = renewed;
-            self
-        }
+        let lease = Lease {
+            spec: Some(LeaseSpec {
+                holder_identity: Some(String::new()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(Record::of(&lease).holder, None);
     }
 }

@@ -81,6 +81,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
         .await
         .with_fence(fence.clone());
     discover(&aws, &mut config.reconcile).await?;
+    let aws = aws.with_bucket_owner(&config.reconcile.account_id);
 
     let health = Arc::new(Health::default());
     tokio::spawn(heartbeat(health.clone()));
@@ -142,6 +143,10 @@ async fn discover(aws: &Aws, settings: &mut reconcile::Settings) -> Result<(), E
         .boundary(&settings.boundary_arn, &iam_path, &account)
         .await?;
     tracing::info!(boundary = %settings.boundary_arn, "permissions boundary");
+    settings.eks_cluster_arn = settings
+        .eks_cluster_name
+        .as_deref()
+        .map(|name| crate::aws::naming::eks_cluster_arn(&aws.region, &account, name));
     settings.account_id = account;
     settings.operator_principals = crate::aws::policy::operator_principals(&caller);
     tracing::info!(principals = ?settings.operator_principals, "exempt from tenant Deny statements");

@@ -110,7 +110,13 @@ pub(super) fn accesses_touched(
                 let meta = &a.metadata;
                 let ns = meta.namespace.as_deref().unwrap_or_default();
                 let uid = meta.uid.as_deref().unwrap_or_default();
-                naming::iam_name(ns, meta.name.as_deref().unwrap_or_default(), uid) == *name
+                let n = meta.name.as_deref().unwrap_or_default();
+                // An identity made before names carried the long UID hash keeps its name.
+                [
+                    naming::iam_name(ns, n, uid),
+                    naming::legacy_iam_name(ns, n, uid),
+                ]
+                .contains(name)
             }),
         )
     })

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess};
+use s3_operator::aws::{naming, tags};
 use serde_json::json;
 
 use crate::support::*;
@@ -686,4 +687,134 @@ async fn reasons_until_available(api: Api<BucketAccess>, name: &'static str) -> 
         }
     }
     panic!("watch ended");
+}
+
+/// An IAM user named as operators before this one named them (the UID's hash cut to 8 hex
+/// digits) keeps its name: the access goes on with it, with no second user, even after a tenant
+/// wipes `status.userArn`, and deleting the access deletes it. A new access's user carries 16
+/// hex digits (before: 8, which this test refuses).
+#[tokio::test]
+async fn identities_carry_a_long_uid_hash_and_legacy_names_are_kept_and_cleaned_up() {
+    let client = admin().await;
+    let ns = namespace(&client, "names").await;
+    let opts = OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "10m",
+        ..Default::default()
+    };
+    let id = Identity::new(&opts.namespaces, None).await;
+    let op = Operator::start_as(&id, &opts, "0").await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    buckets
+        .create(
+            &PostParams::default(),
+            &bucket("b", json!({"deletionPolicy": "Delete"})),
+        )
+        .await
+        .unwrap();
+    wait_ready(&buckets, "b").await;
+    let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly"});
+    let pp = PostParams::default();
+    let uid = |a: BucketAccess| a.metadata.uid.unwrap();
+    let fresh_uid = uid(accesses
+        .create(&pp, &access("fresh", spec.clone()))
+        .await
+        .unwrap());
+    wait_reason(&accesses, "fresh", "Available", T).await;
+    let arn = user_arn_of(&accesses, "fresh").await;
+    assert_eq!(
+        arn.rsplit('/').next(),
+        Some(naming::iam_name(&ns, "fresh", &fresh_uid).as_str())
+    );
+    let hash = arn.rsplit('-').next().unwrap();
+    assert!(hash.len() >= 12, "the UID's hash in {arn} is short");
+
+    // What an earlier operator left: the access's user under the short name, made as it made
+    // it (path, boundary, ownership tags), while no operator runs.
+    op.terminate().await;
+    let legacy_uid = uid(accesses
+        .create(&PostParams::default(), &access("old", spec))
+        .await
+        .unwrap());
+    let legacy = naming::legacy_iam_name(&ns, "old", &legacy_uid);
+    let owner = tags::Owner {
+        cluster: id.cluster.clone(),
+        namespace: ns.clone(),
+        name: "old".into(),
+        uid: legacy_uid.clone(),
+    };
+    let mut create = admin_iam()
+        .create_user()
+        .user_name(&legacy)
+        .path(naming::iam_path(&id.cluster))
+        .permissions_boundary(scope(&id.cluster).boundary_arn());
+    for (k, v) in owner.tags() {
+        create = create.tags(
+            aws_sdk_iam::types::Tag::builder()
+                .key(k)
+                .value(v)
+                .build()
+                .unwrap(),
+        );
+    }
+    create.send().await.expect("the legacy user");
+    let _op = Operator::start_as(&id, &opts, "1").await;
+    wait_reason(&accesses, "old", "Available", T).await;
+    let new = naming::iam_name(&ns, "old", &legacy_uid);
+    let kept = |want: &'static str| {
+        let (accesses, legacy, new) = (accesses.clone(), legacy.clone(), new.clone());
+        async move {
+            let arn = user_arn_of(&accesses, "old").await;
+            assert!(arn.ends_with(&format!("/{legacy}")), "{want}: {arn}");
+            let got = admin_iam().get_user().user_name(&new).send().await;
+            assert!(got.is_err(), "{want}: a second user {new} was made");
+            let keys = admin_iam()
+                .list_access_keys()
+                .user_name(&legacy)
+                .send()
+                .await;
+            assert_eq!(keys.unwrap().access_key_metadata.len(), 1, "{want}");
+        }
+    };
+    kept("after the upgrade").await;
+
+    // A tenant wipes the status that recorded the name: the next pass finds the user by its
+    // tags under the short name and records it again.
+    let wipe = json!({"status": {"userArn": null}});
+    let params = PatchParams::default();
+    accesses
+        .patch_status("old", &params, &Patch::Merge(&wipe))
+        .await
+        .unwrap();
+    let now = json!({"metadata": {"annotations": {
+        "s3.operator.dev/reconcile-requested-at": jiff::Timestamp::now().to_string()}}});
+    accesses
+        .patch("old", &params, &Patch::Merge(&now))
+        .await
+        .unwrap();
+    wait_for("the name recorded again", T, || async {
+        let a = accesses.get("old").await.ok()?;
+        a.status?
+            .user_arn
+            .filter(|arn| arn.ends_with(&legacy))
+            .map(drop)
+    })
+    .await;
+    kept("after a wiped status").await;
+
+    accesses
+        .delete("old", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_for("the legacy user to go", T, || async {
+        let got = admin_iam().get_user().user_name(&legacy).send().await;
+        got.is_err().then_some(())
+    })
+    .await;
+}
+
+async fn user_arn_of(accesses: &Api<BucketAccess>, name: &str) -> String {
+    let a = accesses.get(name).await.unwrap();
+    a.status.and_then(|s| s.user_arn).expect("status.userArn")
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess, Permission};
-use s3_operator::aws::{policy, tags};
+use s3_operator::aws::{naming, policy, tags};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -238,7 +238,11 @@ async fn association_is_as_designed(s: &Setup) -> Association {
             let role = admin_iam().get_role().role_name(name).send().await;
             let role = role.unwrap().role.unwrap();
             let trust = policy::decode_document(&role.assume_role_policy_document.unwrap());
-            let want = policy::pod_identity_trust_policy(&eks_cluster(), &s.ns, "reporter");
+            let want = policy::pod_identity_trust_policy(
+                &naming::eks_cluster_arn(&env().region, ACCOUNT, &eks_cluster()),
+                &s.ns,
+                "reporter",
+            );
             assert_eq!(trust, Some(want));
             assert!(role.permissions_boundary.is_some(), "the boundary caps it");
         }

@@ -401,6 +401,47 @@ async fn a_standby_whose_clock_is_an_hour_ahead_takes_over_only_once_the_lease_s
     );
 }
 
+/// Someone who may label the Lease (a new resourceVersion on every write) relabels it in a loop
+/// while the leader is killed: the standby judges the leader election record only, as client-go
+/// does, and takes over within the lease. When any resourceVersion change counted, the loop kept
+/// the dead leader's lease alive for as long as it ran.
+#[tokio::test]
+async fn relabelling_the_lease_does_not_postpone_the_takeover() {
+    let client = admin().await;
+    let ns = namespace(&client, "relabel").await;
+    let opts = le_opts(vec![ns.clone()]);
+    let id = Identity::new(&opts.namespaces, None).await;
+    let leases = Api::<Lease>::namespaced(client.clone(), &id.operator_ns);
+    let a = Operator::start_as(&id, &opts, "a").await;
+    wait_leading(&a, Duration::from_secs(10)).await;
+    let b = Operator::start_as(&id, &opts, "b").await;
+    let b_id = format!("{}-b", id.cluster);
+    let killed = Instant::now();
+    a.kill9().await;
+    let mut touches = 0u32;
+    while lease_holder(&id.operator_ns, LEASE).await.as_deref() != Some(b_id.as_str()) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(15),
+            "the standby never took the relabelled lease ({touches} relabels)"
+        );
+        let label = json!({"metadata": {"labels": {"touched": touches.to_string()}}});
+        leases
+            .patch(LEASE, &PatchParams::default(), &Patch::Merge(&label))
+            .await
+            .expect("relabel the Lease");
+        touches += 1;
+        // Faster than the standby reads the Lease (every renew period, 500ms).
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let takeover = killed.elapsed();
+    eprintln!("measured: takeover {takeover:?} after kill -9 under {touches} relabels");
+    assert!(
+        takeover < Duration::from_millis(4000 + 500 + 1500),
+        "took over too late: {takeover:?}"
+    );
+    wait_leading(&b, Duration::from_secs(5)).await;
+}
+
 /// A leader frozen past its lease (SIGSTOP) wakes up after its standby has taken over. Its
 /// monotonic clock ran on while it was stopped, so its fence has closed: it must not send one
 /// more write, to Kubernetes or AWS, and must exit non-zero. Its writes are counted outside the

@@ -656,4 +656,78 @@ async fn a_grant_never_follows_a_name_made_again_by_hand() {
         .await
         .unwrap();
     s3.delete_bucket().bucket(&name).send().await.unwrap();
+
+/// A bucket of the installation's name in another account, whose bucket policy lets our account
+/// in (which AWS honours for a cross-account request the caller's own policy allows), is never
+/// read, adopted, written or deleted: every S3 request the operator makes on a bucket expects
+/// its own account to own it (`x-amz-expected-bucket-owner`), S3 refuses it, and the Bucket
+/// reports NameConflict. The operator runs without its policy's `aws:ResourceAccount`
+/// conditions here, so the header alone keeps it out (`hack/emulator_test.py` tests the
+/// conditions). Before the header, it adopted the stranger's bucket.
+#[tokio::test]
+async fn a_bucket_name_held_by_another_account_is_never_touched() {
+    let client = admin().await;
+    let ns = namespace(&client, "acct").await;
+    let cluster = format!("t{}", random(6));
+    let name = format!("{}stranger-{}", prefix(&cluster), random(6));
+    let other = other_account_s3();
+    other.create_bucket().bucket(&name).send().await.unwrap();
+    let grant = json!({"Version": "2012-10-17", "Statement": [{"Effect": "Allow",
+        "Principal": {"AWS": format!("arn:aws:iam::{ACCOUNT}:root")}, "Action": "s3:*",
+        "Resource": [format!("arn:aws:s3:::{name}"), format!("arn:aws:s3:::{name}/*")]}]});
+    let put = other
+        .put_bucket_policy()
+        .bucket(&name)
+        .policy(grant.to_string());
+    put.send().await.unwrap();
+    let mut policy = operator_policy(&cluster);
+    for s in policy["Statement"].as_array_mut().unwrap() {
+        if s["Condition"]["StringEqualsIfExists"]["aws:ResourceAccount"].is_string() {
+            s.as_object_mut().unwrap().remove("Condition");
+        }
+    }
+    let _op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        cluster: Some(cluster),
+        resync: "10m",
+        policy: Some(policy),
+        ..Default::default()
+    })
+    .await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let spec = json!({"bucketName": name, "adoptExisting": true, "deletionPolicy": "Delete",
+                      "forceDelete": true});
+    let pp = PostParams::default();
+    buckets.create(&pp, &bucket("b", spec)).await.unwrap();
+    let msg = wait_reason(&buckets, "b", "NameConflict", T).await;
+    assert!(msg.contains("another AWS account"), "{msg}");
+    let untouched = || async {
+        let tags = other.get_bucket_tagging().bucket(&name).send().await;
+        let tags = tags.map(|t| t.tag_set).unwrap_or_default();
+        assert_eq!(tags, [], "the stranger's bucket was tagged");
+        let now = other
+            .get_bucket_policy()
+            .bucket(&name)
+            .send()
+            .await
+            .unwrap();
+        let now: serde_json::Value = serde_json::from_str(&now.policy.unwrap()).unwrap();
+        assert_eq!(now, grant, "the stranger's policy was changed");
+    };
+    untouched().await;
+    // Deleting the Bucket finds no bucket of its account under the name: it goes, and the
+    // stranger's bucket stays as it was.
+    buckets.delete("b", &DeleteParams::default()).await.unwrap();
+    wait_for("the Bucket to go", T, || async {
+        buckets.get_opt("b").await.ok()?.is_none().then_some(())
+    })
+    .await;
+    untouched().await;
+    other
+        .delete_bucket_policy()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    other.delete_bucket().bucket(&name).send().await.unwrap();
 }

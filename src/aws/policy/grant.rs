@@ -125,8 +125,14 @@ pub const POD_IDENTITY_SERVICE: &str = "pods.eks.amazonaws.com";
 
 /// Trust policy letting EKS Pod Identity assume a role for one ServiceAccount of one cluster:
 /// the session tags it sets (EKS's documented way to narrow such a role) must name them, so an
-/// association made elsewhere for this role gets nothing.
-pub fn pod_identity_trust_policy(cluster: &str, namespace: &str, service_account: &str) -> Value {
+/// association made elsewhere for this role gets nothing. The cluster is named by its ARN
+/// (`eks-cluster-arn`), not its name: a cluster of the same name in another account or region
+/// (whose associations may name this role) sets the same `eks-cluster-name`.
+pub fn pod_identity_trust_policy(
+    cluster_arn: &str,
+    namespace: &str,
+    service_account: &str,
+) -> Value {
     json!({
         "Version": VERSION,
         "Statement": [{
@@ -134,7 +140,7 @@ pub fn pod_identity_trust_policy(cluster: &str, namespace: &str, service_account
             "Principal": {"Service": POD_IDENTITY_SERVICE},
             "Action": ["sts:AssumeRole", "sts:TagSession"],
             "Condition": {"StringEquals": {
-                "aws:RequestTag/eks-cluster-name": cluster,
+                "aws:RequestTag/eks-cluster-arn": cluster_arn,
                 "aws:RequestTag/kubernetes-namespace": namespace,
                 "aws:RequestTag/kubernetes-service-account": service_account,
             }},
@@ -231,12 +237,15 @@ mod tests {
 
     #[test]
     fn pod_identity_trust_names_the_service_and_exactly_one_service_account() {
-        let doc = pod_identity_trust_policy("prod", "team", "app");
+        let arn = "arn:aws:eks:eu-west-1:123456789012:cluster/prod";
+        let doc = pod_identity_trust_policy(arn, "team", "app");
         let st = &doc["Statement"][0];
         assert_eq!(st["Principal"]["Service"], "pods.eks.amazonaws.com");
         assert_eq!(st["Action"], json!(["sts:AssumeRole", "sts:TagSession"]));
         let cond = &st["Condition"]["StringEquals"];
-        assert_eq!(cond["aws:RequestTag/eks-cluster-name"], "prod");
+        assert_eq!(cond["aws:RequestTag/eks-cluster-arn"], arn);
+        assert!(cond["aws:RequestTag/eks-cluster-name"].is_null(), "{cond}");
+        assert_eq!(cond.as_object().unwrap().len(), 3, "{cond}");
         assert_eq!(cond["aws:RequestTag/kubernetes-namespace"], "team");
         assert_eq!(cond["aws:RequestTag/kubernetes-service-account"], "app");
     }

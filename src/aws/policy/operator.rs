@@ -35,6 +35,18 @@ impl Scope {
             self.partition, self.account, self.iam_path
         )
     }
+
+    /// The condition that keeps an S3 statement in this account. A bucket ARN names no account,
+    /// so `s3op-prod-*` would otherwise also match a bucket of that name in any other account
+    /// (whose owner's bucket policy may grant us, or an application, anything). IAM, KMS, EKS
+    /// and SQS ARNs name the account already, and `s3:ListAllMyBuckets` lists only the
+    /// caller's own buckets: only S3 statements on buckets and objects carry it. `IfExists`:
+    /// AWS documents the key for "most" actions without listing the exceptions; a request
+    /// without it (CreateBucket acts on no existing resource) is still held by the
+    /// `x-amz-expected-bucket-owner` header the operator sends on every other S3 call.
+    fn in_account(&self) -> Value {
+        json!({"StringEqualsIfExists": {"aws:ResourceAccount": self.account}})
+    }
 }
 
 /// The permissions boundary of every user and role the operator creates: at most the S3 actions
@@ -52,12 +64,14 @@ pub fn boundary_policy(scope: &Scope) -> Value {
                 "Effect": "Allow",
                 "Action": buckets,
                 "Resource": format!("arn:{p}:s3:::{}*", scope.bucket_prefix),
+                "Condition": scope.in_account(),
             },
             {
                 "Sid": "OperatorObjects",
                 "Effect": "Allow",
                 "Action": objects,
                 "Resource": format!("arn:{p}:s3:::{}*/*", scope.bucket_prefix),
+                "Condition": scope.in_account(),
             },
             {
                 "Sid": "KmsThroughS3",
@@ -111,12 +125,14 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     "s3:GetBucketLogging", "s3:PutBucketLogging",
                 ],
                 "Resource": buckets,
+                "Condition": scope.in_account(),
             },
             {
                 "Sid": "EmptyBucketsOnForceDelete",
                 "Effect": "Allow",
                 "Action": ["s3:DeleteObject", "s3:DeleteObjectVersion"],
                 "Resource": objects,
+                "Condition": scope.in_account(),
             },
             {
                 // A denied read of a bucket during deletion is checked against the account's
@@ -334,6 +350,26 @@ mod tests {
                     _ => false,
                 };
                 assert!(scoped || allowed_wildcard, "{} {r}", s["Sid"]);
+            }
+        }
+    }
+
+    /// Every statement on buckets or objects (a bucket ARN names no account) holds only in the
+    /// installation's account, in the operator's policy and in the boundary alike.
+    #[test]
+    fn bucket_statements_hold_only_in_the_installations_account() {
+        for doc in [operator_policy(&scope()), boundary_policy(&scope())] {
+            for s in doc["Statement"].as_array().unwrap() {
+                let on_buckets = match &s["Resource"] {
+                    Value::String(r) => r.starts_with("arn:aws:s3:::"),
+                    _ => false,
+                };
+                let condition = &s["Condition"]["StringEqualsIfExists"]["aws:ResourceAccount"];
+                if on_buckets {
+                    assert_eq!(condition, "123456789012", "{}", s["Sid"]);
+                } else {
+                    assert!(condition.is_null(), "{}", s["Sid"]);
+                }
             }
         }
     }

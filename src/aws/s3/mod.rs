@@ -9,6 +9,12 @@ pub mod tagging;
 use std::collections::BTreeMap;
 
 use aws_sdk_s3::types as s3;
+use aws_smithy_runtime_api::box_error::BoxError;
+use aws_smithy_runtime_api::client::interceptors::Intercept;
+use aws_smithy_runtime_api::client::interceptors::context::BeforeTransmitInterceptorContextMut;
+use aws_smithy_runtime_api::client::orchestrator::Metadata;
+use aws_smithy_runtime_api::client::runtime_components::RuntimeComponents;
+use aws_smithy_types::config_bag::ConfigBag;
 
 use super::{Aws, Error};
 use crate::api::{
@@ -17,6 +23,42 @@ use crate::api::{
 };
 
 const S3: &str = "s3";
+
+/// Sends `x-amz-expected-bucket-owner` (the operator's own account, from STS at start-up) with
+/// every S3 request that names a bucket: S3 refuses it with 403 AccessDenied when another
+/// account owns the bucket, so no read or write of the operator ever reaches a bucket of that
+/// name in another account, whatever that bucket's tags or policy say. Set here once, on the
+/// client, so no call can leave it out.
+#[derive(Debug)]
+pub(super) struct ExpectedOwner(pub(super) String);
+
+impl Intercept for ExpectedOwner {
+    fn name(&self) -> &'static str {
+        "ExpectedOwner"
+    }
+
+    fn modify_before_signing(
+        &self,
+        context: &mut BeforeTransmitInterceptorContextMut<'_>,
+        _: &RuntimeComponents,
+        cfg: &mut ConfigBag,
+    ) -> Result<(), BoxError> {
+        if cfg
+            .load::<Metadata>()
+            .is_some_and(|m| names_a_bucket(m.name()))
+        {
+            let headers = context.request_mut().headers_mut();
+            headers.insert("x-amz-expected-bucket-owner", self.0.clone());
+        }
+        Ok(())
+    }
+}
+
+/// Whether S3 takes `ExpectedBucketOwner` on this operation: all the operator calls but
+/// CreateBucket (the bucket is the caller's if it succeeds) and ListBuckets (the caller's own).
+fn names_a_bucket(operation: &str) -> bool {
+    !matches!(operation, "CreateBucket" | "ListBuckets")
+}
 
 /// `Ok(None)` when the bucket has no such configuration. A missing bucket stays an error: it
 /// is not a bucket without the setting.
@@ -692,6 +734,97 @@ async fn delete_page(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::{Arc, Mutex};
+
+    /// A server on 127.0.0.1 that answers every request 404 NoSuchBucket and keeps each
+    /// request's head, lowercased.
+    async fn recording() -> (String, Arc<Mutex<Vec<String>>>) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let heads = Arc::new(Mutex::new(Vec::new()));
+        let kept = heads.clone();
+        tokio::spawn(async move {
+            while let Ok((mut sock, _)) = listener.accept().await {
+                let kept = kept.clone();
+                tokio::spawn(async move {
+                    let mut buf = vec![0; 16384];
+                    while let Ok(n) = sock.read(&mut buf).await
+                        && n > 0
+                    {
+                        let head = String::from_utf8_lossy(&buf[..n]).to_lowercase();
+                        // A body sent apart from its head is no request of its own.
+                        if !head
+                            .lines()
+                            .next()
+                            .is_some_and(|l| l.ends_with(" http/1.1"))
+                        {
+                            continue;
+                        }
+                        kept.lock().unwrap().push(head);
+                        let body = "<Error><Code>NoSuchBucket</Code><Message>m</Message></Error>";
+                        let reply = format!(
+                            "HTTP/1.1 404 Not Found\r\ncontent-length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                        if sock.write_all(reply.as_bytes()).await.is_err() {
+                            break;
+                        }
+                    }
+                });
+            }
+        });
+        (url, heads)
+    }
+
+    /// Every request naming a bucket expects the operator's account to own it; CreateBucket
+    /// and ListBuckets, which take no such header, go without.
+    #[tokio::test]
+    async fn bucket_requests_expect_the_operators_account_to_own_the_bucket() {
+        let (url, heads) = recording().await;
+        let creds = aws_sdk_s3::config::Credentials::new("AKID", "secret", None, None, "test");
+        let base = aws_config::defaults(aws_config::BehaviorVersion::latest())
+            .region(aws_config::Region::new("us-east-1"))
+            .endpoint_url(&url)
+            .credentials_provider(creds)
+            .retry_config(aws_config::retry::RetryConfig::disabled())
+            .load()
+            .await;
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let aws = Aws::from_config(base, Some(url), metrics).with_bucket_owner("123456789012");
+        let (r, b) = ("us-east-1", "s3op-b");
+        assert_eq!(aws.bucket_tags(r, b).await.unwrap(), None);
+        let _ = aws.bucket_policy(r, b).await;
+        let _ = aws.bucket_is_empty(r, b).await;
+        let _ = aws.delete_bucket(r, b).await;
+        let _ = aws
+            .create_bucket(
+                r,
+                b,
+                &BTreeMap::new(),
+                ObjectOwnership::BucketOwnerEnforced,
+                false,
+            )
+            .await;
+        let _ = aws.bucket_in_account(r, b).await;
+        let heads = heads.lock().unwrap().clone();
+        assert_eq!(heads.len(), 6, "{heads:?}");
+        let expects = |h: &String| h.contains("x-amz-expected-bucket-owner: 123456789012\r\n");
+        for head in &heads[..4] {
+            assert!(expects(head), "{head}");
+            let auth = head
+                .lines()
+                .find(|l| l.starts_with("authorization:"))
+                .unwrap();
+            assert!(
+                auth.contains("x-amz-expected-bucket-owner"),
+                "signed: {auth}"
+            );
+        }
+        for head in &heads[4..] {
+            assert!(!head.contains("x-amz-expected-bucket-owner"), "{head}");
+        }
+    }
 
     #[test]
     fn lifecycle_rules_round_trip_through_the_sdk_types() {

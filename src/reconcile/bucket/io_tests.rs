@@ -373,6 +373,35 @@ async fn a_bucket_of_another_cluster_or_object_is_never_touched_by_deletion() {
     }
 }
 
+/// Another account's bucket of that name answers AccessDenied (every request expects our
+/// account to own it): a name taken, reported as NameConflict, and nothing else is asked of it.
+/// A bucket of our own account that we may not read stays AccessDenied.
+#[tokio::test]
+async fn a_denied_tag_read_is_a_name_conflict_if_the_account_lists_no_such_bucket() {
+    let listed = "<ListAllMyBucketsResult><Buckets><Bucket><Name>s3op-b</Name></Bucket>\
+        </Buckets></ListAllMyBucketsResult>";
+    let unlisted = "<ListAllMyBucketsResult><Buckets></Buckets></ListAllMyBucketsResult>";
+    for (list, reason) in [(unlisted, "NameConflict"), (listed, "AccessDenied")] {
+        let fakes = Fakes::start().await;
+        fakes.accept_events("ns");
+        accept_writes(&fakes);
+        fakes
+            .aws
+            .on(TAGS, Reply::s3_error(403, "AccessDenied"))
+            .on("GET /", Reply::xml(200, list));
+        let out = pass(&fakes, &bucket("1", false)).await;
+        assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
+        assert_eq!(fakes.aws.requests(), [TAGS, "GET /"]);
+        let statuses = bodies(&fakes, &object("PATCH", "/status"));
+        let (status, got, message) = ready(statuses.last().expect("a status"));
+        assert_eq!(
+            (status.as_str(), got.as_str()),
+            ("False", reason),
+            "{message}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn a_denied_tag_read_is_gone_only_if_the_account_lists_no_such_bucket() {
     let listed = "<ListAllMyBucketsResult><Buckets><Bucket><Name>s3op-b</Name></Bucket>\

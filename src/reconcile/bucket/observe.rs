@@ -8,6 +8,7 @@ use std::time::Duration;
 use super::desired::adoption_refused;
 use super::logging::{self, Links};
 use super::{Address, BucketState, Desired, Found, protection};
+use crate::aws::ErrorKind;
 use crate::aws::tags::{Owner, Ownership};
 use crate::reconcile::{Blocked, Context, tag_reads};
 
@@ -46,7 +47,19 @@ pub(super) async fn observe(
     owner: &Owner,
     adopt: bool,
 ) -> Result<Found, crate::aws::Error> {
-    let Some(tags) = tags(ctx, d, owner).await? else {
+    let read = match tags(ctx, d, owner).await {
+        // S3 answers AccessDenied when the bucket is another account's (every request expects
+        // ours to own it): a name taken, not a permission to fix. ListBuckets tells the two
+        // apart.
+        Err(e) if e.kind == ErrorKind::AccessDenied => {
+            if ctx.aws.bucket_in_account(&d.region, &d.name).await? {
+                return Err(e);
+            }
+            return Ok(Found::Foreign("held by another AWS account".into()));
+        }
+        read => read?,
+    };
+    let Some(tags) = read else {
         return Ok(Found::Absent);
     };
     let ownership = owner.judge(&tags);

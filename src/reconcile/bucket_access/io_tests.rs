@@ -178,7 +178,8 @@ fn first_pass(fakes: &Fakes) {
 /// The AWS requests of a first pass that gets as far as `writes` (reads first: the bucket's
 /// tags and the user, read together).
 fn first_requests(writes: &[&str]) -> Vec<String> {
-    let mut reads = [TAGS.to_string(), iam("GetUser")];
+    // The user is looked for under its name, then under the name of earlier releases.
+    let mut reads = [TAGS.to_string(), iam("GetUser"), iam("GetUser")];
     reads.sort();
     reads
         .into_iter()
@@ -186,10 +187,10 @@ fn first_requests(writes: &[&str]) -> Vec<String> {
         .collect()
 }
 
-/// The AWS requests in order, the two reads made together sorted.
+/// The AWS requests in order, the first reads (made together) sorted.
 fn aws_requests(fakes: &Fakes) -> Vec<String> {
     let mut all = fakes.aws.requests();
-    all[..2].sort();
+    all[..3].sort();
     all
 }
 
@@ -288,7 +289,7 @@ async fn a_secret_created_in_between_is_not_taken_over_and_the_new_key_goes() {
         assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
         assert_eq!(
             fakes.aws.requests().len(),
-            writes.len() + 2,
+            writes.len() + 3,
             "no AWS request"
         );
         let status = fakes.kube.bodies(&format!("PATCH {ACCESS}/status"));
@@ -492,6 +493,9 @@ async fn deletion_removes_keys_policy_and_user_then_the_finalizer() {
         "ListUserPolicies",
         "DeleteUserPolicy",
         "DeleteUser",
+        // The name of earlier releases, then the retry finds neither name.
+        "GetUser",
+        "GetUser",
         "GetUser",
     ];
     assert_eq!(fakes.aws.requests(), deleted.map(iam));
@@ -524,7 +528,9 @@ async fn a_user_of_another_cluster_or_object_is_never_touched_by_deletion() {
             .on(&kube("PATCH", ACCESS), Reply::json(200, deleting()));
         let out = pass(&fakes, &deleting()).await;
         assert!(matches!(out, Ok(Requeue::OnChange)), "{out:?}");
-        assert_eq!(fakes.aws.requests(), [iam("GetUser")], "{foreign:?}");
+        // Under both names the access's user may have.
+        let looked = [iam("GetUser"), iam("GetUser")];
+        assert_eq!(fakes.aws.requests(), looked, "{foreign:?}");
         assert_eq!(fakes.kube.requests(), [kube("PATCH", ACCESS)]);
     }
 }
@@ -580,8 +586,9 @@ async fn deletion_removes_the_association_first_and_fails_closed() {
             assert!(patched.is_empty(), "the finalizer stays");
         } else {
             assert!(matches!(out, Ok(Requeue::OnChange)), "{out:?}");
-            sent.push(iam("GetRole"));
-            assert_eq!(fakes.aws.requests(), sent, "the association, then the role");
+            sent.extend([iam("GetRole"), iam("GetRole")]);
+            let why = "the association, then the role under both its names";
+            assert_eq!(fakes.aws.requests(), sent, "{why}");
             let note = &fakes.kube.bodies(&event())[0]["note"];
             assert_eq!(note, "Deleted EKS Pod Identity association a-1");
         }

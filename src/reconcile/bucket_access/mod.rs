@@ -89,7 +89,7 @@ async fn pass(
         Observation::Settled(wait) => return Ok(Requeue::Resync(wait)),
         Observation::Withdraw(why, found, association) => {
             let owner = owner(access, &ctx.settings.cluster_name);
-            let identity = iam_identity(access, &owner);
+            let identity = identity_of(access, &owner, &found);
             let withdrawal = plan::withdrawal(identity, &found, &association, why);
             return Err(withdraw(access, ctx, &withdrawal).await);
         }
@@ -130,9 +130,53 @@ async fn pass(
     Ok(next)
 }
 
-/// The user or role that `access` is granted through (`owner`: the access's).
+/// The user or role that `access` is granted through (`owner`: the access's): named with the
+/// long UID hash ([`naming::iam_name`]), or with the short one of an identity made before it,
+/// once a pass has recorded that name in status. Status only chooses between the two names of
+/// this object's own namespace, name and UID, and the identity's tags are confirmed either way,
+/// so a forged status reaches no one else's identity; it costs no read in a steady pass.
 pub fn iam_identity(access: &BucketAccess, owner: &Owner) -> Identity {
-    let name = naming::iam_name(&owner.namespace, &owner.name, &owner.uid);
+    let legacy = naming::legacy_iam_name(&owner.namespace, &owner.name, &owner.uid);
+    let status = access.status.as_ref();
+    let recorded = status.and_then(|s| s.user_arn.as_deref().or(s.role_arn.as_deref()));
+    if recorded.and_then(|arn| arn.rsplit('/').next()) == Some(legacy.as_str()) {
+        return identity_named(access, legacy);
+    }
+    identity_named(
+        access,
+        naming::iam_name(&owner.namespace, &owner.name, &owner.uid),
+    )
+}
+
+/// The identity a pass works on, from what it found: the one it found ours (perhaps under its
+/// legacy name), the one [`iam_identity`] names if that is someone else's, and a new identity
+/// under the long-hash name when there is none.
+pub fn identity_of(
+    access: &BucketAccess,
+    owner: &Owner,
+    found: &Found<plan::IdentityState>,
+) -> Identity {
+    let name = match found {
+        Found::Ours(state) => state.arn.rsplit('/').next().unwrap_or_default().to_string(),
+        Found::Foreign(_) => return iam_identity(access, owner),
+        Found::Absent => naming::iam_name(&owner.namespace, &owner.name, &owner.uid),
+    };
+    identity_named(access, name)
+}
+
+/// Both names this access's identity may have: the one [`iam_identity`] chooses first.
+pub fn identity_candidates(access: &BucketAccess, owner: &Owner) -> [Identity; 2] {
+    let (ns, name, uid) = (&owner.namespace, &owner.name, &owner.uid);
+    let chosen = iam_identity(access, owner);
+    let other = if chosen.name() == naming::legacy_iam_name(ns, name, uid) {
+        naming::iam_name(ns, name, uid)
+    } else {
+        naming::legacy_iam_name(ns, name, uid)
+    };
+    [chosen, identity_named(access, other)]
+}
+
+fn identity_named(access: &BucketAccess, name: String) -> Identity {
     match access.spec.credentials.type_ {
         CredentialsType::AccessKey => Identity::User(name),
         CredentialsType::ServiceAccountRole | CredentialsType::PodIdentity => Identity::Role(name),
@@ -559,7 +603,22 @@ async fn delete_identity(access: &BucketAccess, ctx: &Context) -> Result<(), cra
         let note = format!("Deleted EKS Pod Identity association {}", a.id);
         ctx.event(access, false, "Deleted", note).await;
     }
-    let identity = iam_identity(access, &owner);
+    // Under either name (one made before names carried the long hash keeps its own): a
+    // status that names neither must not leave one behind.
+    for identity in identity_candidates(access, &owner) {
+        delete_if_ours(ctx, access, &owner, identity).await?;
+    }
+    Ok(())
+}
+
+/// Deletes `identity` (its keys and inline policies first) if its tags name this access.
+async fn delete_if_ours(
+    ctx: &Context,
+    access: &BucketAccess,
+    owner: &Owner,
+    identity: Identity,
+) -> Result<(), crate::aws::Error> {
+    let aws = &ctx.aws;
     let Some(found) = aws.get_identity(&identity).await? else {
         return Ok(());
     };
@@ -581,4 +640,86 @@ async fn delete_identity(access: &BucketAccess, ctx: &Context) -> Result<(), cra
     };
     ctx.event(access, false, "Deleted", note).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::BucketAccessStatus;
+    use crate::reconcile::owner;
+
+    fn access(credentials: serde_json::Value, user_arn: Option<&str>) -> BucketAccess {
+        let mut a: BucketAccess = serde_json::from_value(serde_json::json!({
+            "apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess",
+            "metadata": {"name": "a", "namespace": "ns", "uid": "uid-a"},
+            "spec": {"bucketRef": {"name": "b"}, "permission": "ReadWrite",
+                     "credentials": credentials},
+        }))
+        .unwrap();
+        a.status = user_arn.map(|arn| BucketAccessStatus {
+            user_arn: Some(arn.into()),
+            ..Default::default()
+        });
+        a
+    }
+
+    fn arn(name: &str) -> String {
+        format!("arn:aws:iam::123456789012:user/s3-operator/c/{name}")
+    }
+
+    /// A new identity is named with the long UID hash; one made before keeps its short-hash name
+    /// once status records it. Status only chooses between this UID's two names: any other name
+    /// it records (another object's identity) is ignored.
+    #[test]
+    fn an_identity_keeps_its_legacy_name_and_status_reaches_no_other() {
+        let (new, legacy) = (
+            naming::iam_name("ns", "a", "uid-a"),
+            naming::legacy_iam_name("ns", "a", "uid-a"),
+        );
+        let named = |status: Option<&str>| {
+            let a = access(serde_json::json!({}), status);
+            iam_identity(&a, &owner(&a, "c")).name().to_string()
+        };
+        assert_eq!(named(None), new);
+        assert_eq!(named(Some(&arn(&new))), new);
+        assert_eq!(named(Some(&arn(&legacy))), legacy);
+        let foreign = naming::legacy_iam_name("ns", "other", "uid-b");
+        assert_eq!(named(Some(&arn(&foreign))), new);
+        assert_eq!(named(Some(&arn("admin"))), new);
+
+        // Both names are candidates, the recorded one first (cleanup tries both).
+        let a = access(serde_json::json!({}), Some(&arn(&legacy)));
+        let [first, second] = identity_candidates(&a, &owner(&a, "c"));
+        assert_eq!(
+            (first.name(), second.name()),
+            (legacy.as_str(), new.as_str())
+        );
+        let a = access(serde_json::json!({"type": "ServiceAccountRole"}), None);
+        let [first, second] = identity_candidates(&a, &owner(&a, "c"));
+        assert_eq!(first, Identity::Role(new.clone()));
+        assert_eq!(second, Identity::Role(legacy.clone()));
+
+        // What AWS answered for wins over both: a pass works on the identity it found.
+        let found = Found::Ours(plan::IdentityState {
+            arn: arn(&legacy),
+            boundary: None,
+            policy: None,
+            trust_policy: None,
+            keys: vec![],
+        });
+        let a = access(serde_json::json!({}), None);
+        let o = owner(&a, "c");
+        assert_eq!(identity_of(&a, &o, &found), Identity::User(legacy.clone()));
+        assert_eq!(
+            identity_of(&a, &o, &Found::Absent),
+            Identity::User(new.clone())
+        );
+        // A recorded legacy identity that is gone is made again under the long-hash name; one
+        // that is someone else's is reported under the name that was read.
+        let a = access(serde_json::json!({}), Some(&arn(&legacy)));
+        let o = owner(&a, "c");
+        assert_eq!(identity_of(&a, &o, &Found::Absent), Identity::User(new));
+        let foreign = Found::Foreign("another object's".into());
+        assert_eq!(identity_of(&a, &o, &foreign), Identity::User(legacy));
+    }
 }

@@ -10,7 +10,7 @@ use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{BucketFacts, Found, IdentityState, Snapshot};
-use super::{POLICY_NAME, iam_identity, revoking_failed, secret_name};
+use super::{POLICY_NAME, identity_candidates, revoking_failed, secret_name};
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketAccess, CredentialsType};
 use crate::aws::eks::Association;
@@ -408,8 +408,7 @@ async fn observe_identity(
         // The shared role is the administrator's: this access has no identity to read.
         return Ok(Found::Absent);
     }
-    let identity = iam_identity(access, owner);
-    let Some(found) = aws.get_identity(&identity).await? else {
+    let Some((identity, found)) = find_identity(ctx, access, owner).await? else {
         return Ok(Found::Absent);
     };
     match owner.judge(&found.tags) {
@@ -433,6 +432,25 @@ async fn observe_identity(
         trust_policy: found.trust_policy,
         keys,
     }))
+}
+
+/// The identity [`iam_identity`](super::iam_identity) names, or, when it does not exist, this access's identity under
+/// its other name if its tags say it is ours: one made before names carried the long UID hash
+/// keeps its name (status, which records it after a pass, may be lost or edited). The second
+/// read happens only while the first name is absent, never in a steady pass.
+async fn find_identity(
+    ctx: &Context,
+    access: &BucketAccess,
+    owner: &Owner,
+) -> Result<Option<(Identity, crate::aws::iam::Entity)>, crate::aws::Error> {
+    let [chosen, other] = identity_candidates(access, owner);
+    if let Some(found) = ctx.aws.get_identity(&chosen).await? {
+        return Ok(Some((chosen, found)));
+    }
+    Ok(match ctx.aws.get_identity(&other).await? {
+        Some(found) if owner.judge(&found.tags) == Ownership::Ours => Some((other, found)),
+        _ => None,
+    })
 }
 
 /// The Secret this access writes, if it exists; `Blocked` when it exists but belongs to someone

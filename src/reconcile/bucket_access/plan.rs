@@ -9,7 +9,7 @@ use serde_json::Value;
 use super::keys::{KeyPlan, PreviousKey, RotationPolicy, plan_keys, secret_creds};
 pub use super::outcome::Outcome;
 use super::pod_identity::{self, AssociationPlan};
-use super::{iam_identity, is_served, secret_name};
+use super::{identity_of, is_served, secret_name};
 use crate::api::condition::Reason;
 use crate::api::{BucketAccess, CredentialsType};
 use crate::aws::eks::Association;
@@ -186,7 +186,7 @@ pub fn plan(
 ) -> Result<Plan, Blocked> {
     let owner = owner(access, &settings.cluster_name);
     let facts = &observed.bucket;
-    let identity = iam_identity(access, &owner);
+    let identity = identity_of(access, &owner, &observed.identity);
     let mut plan = Plan {
         kind: Kind::User,
         name: identity.name().to_string(),
@@ -254,7 +254,7 @@ fn role_trust(
         .service_account_name
         .clone()
         .unwrap_or_default();
-    let (ns, eks) = (&owner.namespace, settings.eks_cluster_name.as_deref());
+    let (ns, eks) = (&owner.namespace, settings.eks_cluster_arn.as_deref());
     let trust = match (access.spec.credentials.type_, &settings.oidc_provider_arn) {
         // `pod_identity::target` refused an operator without an EKS cluster.
         (CredentialsType::PodIdentity, _) => {

@@ -207,6 +207,9 @@ mod tests {
         crate::aws::naming::iam_name("ns", "a", "uid-a")
     }
 
+    /// The cluster of `Settings::for_tests`.
+    const CLUSTER_ARN: &str = "arn:aws:eks:us-east-1:123456789012:cluster/eks";
+
     fn role_arn() -> String {
         format!(
             "arn:aws:iam::123456789012:role/s3-operator/c/{}",
@@ -220,7 +223,7 @@ mod tests {
             arn: role_arn(),
             boundary: Some(BOUNDARY.into()),
             policy: Some(grant(None)),
-            trust_policy: Some(policy::pod_identity_trust_policy("eks", "ns", "app")),
+            trust_policy: Some(policy::pod_identity_trust_policy(CLUSTER_ARN, "ns", "app")),
             keys: vec![],
         })
     }
@@ -256,7 +259,7 @@ mod tests {
             &observed(Found::Absent, Found::Absent),
         )
         .unwrap();
-        let trust = policy::pod_identity_trust_policy("eks", "ns", "app");
+        let trust = policy::pod_identity_trust_policy(CLUSTER_ARN, "ns", "app");
         assert_eq!(
             p.changes,
             [

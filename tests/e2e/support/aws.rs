@@ -36,6 +36,16 @@ pub fn admin_s3() -> aws_sdk_s3::Client {
     s3_with(k, s)
 }
 
+/// S3 as an admin of another account than the operator's: a stranger that may hold a bucket
+/// name the operator would use.
+pub fn other_account_s3() -> aws_sdk_s3::Client {
+    let (k, s) = env()
+        .other_admin_key
+        .as_ref()
+        .expect("S3OP_AWS_OTHER_ADMIN_*: restart the environment (hack/env.sh down, then up)");
+    s3_with(k, s)
+}
+
 pub fn admin_iam() -> aws_sdk_iam::Client {
     let (k, s) = &env().admin_key;
     iam_with(k, s)

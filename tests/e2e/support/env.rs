@@ -72,6 +72,8 @@ pub struct Env {
     /// The API server's audit log of writes (absent from environments started before it was).
     pub audit_log: Option<PathBuf>,
     pub(crate) admin_key: (String, String),
+    /// An admin of a second account (a stranger to the operator).
+    pub(crate) other_admin_key: Option<(String, String)>,
     /// The account's IAM OIDC provider for this cluster's ServiceAccount issuer.
     pub oidc_provider_arn: String,
     /// The emulator's EKS cluster standing for this one, and the Pod Identity agent stand-in's
@@ -117,6 +119,10 @@ pub fn env() -> &'static Env {
                 get("S3OP_AWS_ADMIN_ACCESS_KEY_ID"),
                 get("S3OP_AWS_ADMIN_SECRET_ACCESS_KEY"),
             ),
+            other_admin_key: vars
+                .get("S3OP_AWS_OTHER_ADMIN_ACCESS_KEY_ID")
+                .zip(vars.get("S3OP_AWS_OTHER_ADMIN_SECRET_ACCESS_KEY"))
+                .map(|(k, s)| (k.clone(), s.clone())),
             oidc_provider_arn: get("S3OP_OIDC_PROVIDER_ARN"),
             eks_cluster_name: vars.get("S3OP_EKS_CLUSTER_NAME").cloned(),
             pod_identity_agent_url: vars.get("S3OP_POD_IDENTITY_AGENT_URL").cloned(),
