@@ -566,27 +566,34 @@ class AgentStandIn(unittest.TestCase):
 
 
 class CloudTrailEvents(unittest.TestCase):
-    """Successful S3 bucket-level writes and IAM writes reach EventBridge's default bus as
-    CloudTrail "AWS API Call" events, which a rule sends to SQS; reads, object writes (data
-    events) and refused calls do not."""
+    """S3 bucket-level writes and IAM writes reach EventBridge's default bus as CloudTrail "AWS
+    API Call" events, which a rule sends to SQS; reads and object writes (data events) do not.
+    A refused write is recorded with its errorCode, as CloudTrail does, and a rule with
+    `errorCode: [{exists: false}]` (the operator's drift rule) leaves it out."""
 
     @classmethod
     def setUpClass(cls):
         cls.sqs, events = client("sqs"), client("events")
-        cls.url = cls.sqs.create_queue(QueueName=f"ct-{RUN}")["QueueUrl"]
-        arn = cls.sqs.get_queue_attributes(
-            QueueUrl=cls.url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
         cls.bucket = cls.user = f"ct-{RUN}"
-        pattern = {"source": ["aws.s3", "aws.iam"], "detail-type": ["AWS API Call via CloudTrail"],
-                   "detail": {"$or": [{"requestParameters": {"bucketName": [cls.bucket]}},
-                                      {"requestParameters": {"userName": [cls.user]}}]}}
-        events.put_rule(Name=f"ct-{RUN}", EventPattern=json.dumps(pattern))
-        events.put_targets(Rule=f"ct-{RUN}", Targets=[{"Id": "queue", "Arn": arn}])
+        match = [{"requestParameters": {"bucketName": [cls.bucket]}},
+                 {"requestParameters": {"userName": [cls.user]}}]
+        succeeded = [dict(m, errorCode=[{"exists": False}]) for m in match]
+        cls.urls = {}
+        for name, branches in (("all", match), ("succeeded", succeeded)):
+            url = cls.sqs.create_queue(QueueName=f"ct-{name}-{RUN}")["QueueUrl"]
+            arn = cls.sqs.get_queue_attributes(
+                QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+            pattern = {"source": ["aws.s3", "aws.iam"],
+                       "detail-type": ["AWS API Call via CloudTrail"],
+                       "detail": {"$or": branches}}
+            events.put_rule(Name=f"ct-{name}-{RUN}", EventPattern=json.dumps(pattern))
+            events.put_targets(Rule=f"ct-{name}-{RUN}", Targets=[{"Id": "queue", "Arn": arn}])
+            cls.urls[name] = url
 
-    def received(self):
+    def received(self, queue):
         out = []
         while True:
-            got = self.sqs.receive_message(QueueUrl=self.url, MaxNumberOfMessages=10,
+            got = self.sqs.receive_message(QueueUrl=self.urls[queue], MaxNumberOfMessages=10,
                                            WaitTimeSeconds=1).get("Messages", [])
             if not got:
                 return out
@@ -602,9 +609,9 @@ class CloudTrailEvents(unittest.TestCase):
         self.assertEqual(error_code(S3.delete_bucket, Bucket=self.bucket), "BucketNotEmpty")
         IAM.create_user(UserName=self.user)
         IAM.get_user(UserName=self.user)
-        events = self.received()
+        events = self.received("all")
         self.assertEqual(sorted((e["source"], e["detail"]["eventName"]) for e in events), [
-            ("aws.iam", "CreateUser"), ("aws.s3", "CreateBucket"),
+            ("aws.iam", "CreateUser"), ("aws.s3", "CreateBucket"), ("aws.s3", "DeleteBucket"),
             ("aws.s3", "PutBucketPublicAccessBlock")])
         self.assertEqual({e["detail-type"] for e in events}, {"AWS API Call via CloudTrail"})
         user = next(e["detail"] for e in events if e["detail"]["eventName"] == "CreateUser")
@@ -612,10 +619,17 @@ class CloudTrailEvents(unittest.TestCase):
                          ("iam.amazonaws.com", "us-east-1", {"userName": self.user}))
         self.assertEqual(user["userIdentity"]["type"], "IAMUser")
         self.assertTrue(user["userIdentity"]["arn"].endswith(":user/s3op-test-admin"))
-        pab = next(e["detail"] for e in events if e["detail"]["eventName"] != "CreateUser"
-                   and e["detail"]["eventName"] != "CreateBucket")
+        self.assertNotIn("errorCode", user)
+        pab = next(e["detail"] for e in events
+                   if e["detail"]["eventName"] == "PutBucketPublicAccessBlock")
         self.assertEqual((pab["eventSource"], pab["requestParameters"], pab["managementEvent"]),
                          ("s3.amazonaws.com", {"bucketName": self.bucket}, True))
+        refused = next(e["detail"] for e in events if e["detail"]["eventName"] == "DeleteBucket")
+        self.assertEqual(refused["errorCode"], "BucketNotEmpty")
+        # The operator's rule's filter: refused calls changed nothing and wake nothing.
+        succeeded = self.received("succeeded")
+        self.assertEqual(sorted(e["detail"]["eventName"] for e in succeeded),
+                         ["CreateBucket", "CreateUser", "PutBucketPublicAccessBlock"])
 
 
 if __name__ == "__main__":

@@ -1168,9 +1168,11 @@ def _user_identity(account, key_id):
     return {"type": "Unknown", "accountId": account, "accessKeyId": key_id}
 
 
-def cloudtrail_event(environ, form, operation, key_id):
+def cloudtrail_event(environ, form, operation, key_id, error=None):
     """(region, EventBridge entry) of the CloudTrail management event AWS records for this
-    request, or None: S3 bucket-level writes and IAM writes, in CloudTrail's record shape."""
+    request, or None: S3 bucket-level writes and IAM writes, in CloudTrail's record shape. A
+    refused request is recorded too, as CloudTrail does, with its `error` (code, message) in
+    `errorCode` and `errorMessage`."""
     scope = _SCOPE.search(environ.get("HTTP_AUTHORIZATION", ""))
     if not scope:
         return None
@@ -1212,9 +1214,22 @@ def cloudtrail_event(environ, form, operation, key_id):
         "recipientAccountId": account,
         "eventCategory": "Management",
     }
+    if error:
+        detail["errorCode"], detail["errorMessage"] = error
     entry = {"Source": f"aws.{service}", "DetailType": CLOUDTRAIL_DETAIL_TYPE,
              "Detail": json.dumps(detail)}
     return region, entry
+
+
+_ERROR_CODE = re.compile(rb"<Code>([^<]+)</Code>")
+_ERROR_MESSAGE = re.compile(rb"<Message>([^<]*)</Message>")
+
+
+def error_of(body):
+    """(code, message) of an S3 or IAM error answer."""
+    code, message = _ERROR_CODE.search(body), _ERROR_MESSAGE.search(body)
+    return (code.group(1).decode() if code else "Client.Error",
+            message.group(1).decode() if message else "")
 
 
 def deliver_to_eventbridge(region, entry):
@@ -1653,8 +1668,16 @@ class RequestLog:
             return start_response(code, headers, exc_info)
 
         response = self.app(environ, recorded)
-        if status and status[0].startswith("2"):
-            event = cloudtrail_event(environ, form, operation, key_id)
+        refused = bool(status) and status[0].startswith("4")
+        if status and (status[0].startswith("2") or refused):
+            error = None
+            if refused:
+                # The (small) error answer, read here for CloudTrail's errorCode, handed on.
+                body = b"".join(response)
+                if hasattr(response, "close"):
+                    response.close()
+                response, error = [body], error_of(body)
+            event = cloudtrail_event(environ, form, operation, key_id, error)
             if event:
                 try:
                     deliver_to_eventbridge(*event)

@@ -173,6 +173,14 @@ struct RunArgs {
     /// AWS writes a namespace may make at once before its rate applies.
     #[arg(long, env = "NAMESPACE_AWS_WRITE_BURST", default_value_t = budget::DEFAULT_BURST, value_parser = clap::value_parser!(u32).range(1..=100_000))]
     namespace_aws_write_burst: u32,
+    /// AWS reads per second each namespace may make (a token bucket per namespace: a pass
+    /// starts only with a read left, and what it reads past that its namespace's next passes
+    /// wait out); 0: no budget.
+    #[arg(long, env = "NAMESPACE_AWS_READ_RATE", default_value_t = budget::DEFAULT_READ_RATE, value_parser = read_rate)]
+    namespace_aws_read_rate: f64,
+    /// AWS reads a namespace may make at once before its rate applies.
+    #[arg(long, env = "NAMESPACE_AWS_READ_BURST", default_value_t = budget::DEFAULT_READ_BURST, value_parser = clap::value_parser!(u32).range(1..=100_000))]
+    namespace_aws_read_burst: u32,
     /// Shortest `spec.credentials.rotation.interval` a BucketAccess may ask for; a shorter one is
     /// refused (InvalidSpec), as each rotation costs IAM writes.
     #[arg(long, env = "MIN_ROTATION_INTERVAL", default_value = "1h", value_parser = duration)]
@@ -242,9 +250,19 @@ fn deletion_policy(s: &str) -> Result<DeletionPolicy, String> {
 }
 
 fn write_rate(s: &str) -> Result<f64, String> {
+    calls_per_second(s, "writes")
+}
+
+fn read_rate(s: &str) -> Result<f64, String> {
+    calls_per_second(s, "reads")
+}
+
+fn calls_per_second(s: &str, calls: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(r) if r.is_finite() && (0.0..=10_000.0).contains(&r) => Ok(r),
-        _ => Err("must be a number of writes per second from 0 (no budget) to 10000".into()),
+        _ => Err(format!(
+            "must be a number of {calls} per second from 0 (no budget) to 10000"
+        )),
     }
 }
 
@@ -411,6 +429,8 @@ fn reconcile_settings(args: &RunArgs) -> Result<s3_operator::reconcile::Settings
         resync_period: resync_period(args.resync_period, args.drift_events_queue_url.is_some()),
         namespace_aws_write_rate: args.namespace_aws_write_rate,
         namespace_aws_write_burst: args.namespace_aws_write_burst,
+        namespace_aws_read_rate: args.namespace_aws_read_rate,
+        namespace_aws_read_burst: args.namespace_aws_read_burst,
         min_rotation_interval: args.min_rotation_interval,
     })
 }

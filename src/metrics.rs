@@ -55,6 +55,8 @@ pub struct Metrics {
     pub workqueue_retries_total: IntCounterVec,
     pub rest_client_requests_total: IntCounterVec,
     pub aws_write_budget_exhausted_total: IntCounterVec,
+    pub aws_read_budget_exhausted_total: IntCounterVec,
+    pub wake_overflows_total: IntCounterVec,
     pub drift_events_total: IntCounterVec,
 }
 
@@ -165,9 +167,19 @@ impl Metrics {
                 "Reconciles deferred because their namespace had spent its budget of AWS writes",
                 CONTROLLER,
             ),
+            aws_read_budget_exhausted_total: r.counter(
+                "s3_operator_aws_read_budget_exhausted_total",
+                "Reconciles deferred because their namespace had spent its budget of AWS reads",
+                CONTROLLER,
+            ),
+            wake_overflows_total: r.counter(
+                "s3_operator_wake_overflows_total",
+                "Times a controller fell behind a wake channel (drift events, grants) and scheduled a full pass of every object it may have missed",
+                CONTROLLER,
+            ),
             drift_events_total: r.counter(
                 "s3_operator_drift_events_total",
-                "Messages read from the drift-event queue, by outcome: touched (a bucket, user or role someone else changed), own (the operator's own write), other",
+                "Messages read from the drift-event queue, by outcome: touched (a bucket, user or role someone else changed), own (the operator's own write), refused (a call AWS refused), other",
                 &["outcome"],
             ),
             drift_corrections_total: r.counter(
@@ -211,6 +223,8 @@ impl Metrics {
                 &self.terminal_reconcile_errors_total,
                 &self.reconcile_panics_total,
                 &self.aws_write_budget_exhausted_total,
+                &self.aws_read_budget_exhausted_total,
+                &self.wake_overflows_total,
                 &self.workqueue_adds_total,
                 &self.workqueue_retries_total,
             ] {

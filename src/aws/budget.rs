@@ -1,12 +1,15 @@
-//! A budget of AWS writes per namespace: a token bucket each, so one namespace's create/delete
-//! loops, rotations or floods cannot spend the account's S3 and IAM control-plane rate for the
-//! others.
+//! Budgets of AWS calls per namespace: a token bucket of writes and one of reads each, so one
+//! namespace's create/delete loops, rotations, annotation floods or forced passes cannot spend
+//! the account's S3, IAM and EKS control-plane rate for the others.
 //!
 //! A reconcile pass runs inside [`Budgets::pass`]; [`super::Aws::call`] asks [`spend`] before
-//! each write. The first write of a pass needs a whole token; once a pass has written, its
-//! remaining writes go through and may leave the namespace in debt, so a pass never stops half
-//! way through a sequence that belongs together (a key created and not yet stored), and the debt
-//! delays the namespace's next passes instead. Calls outside a pass (start-up) are not counted.
+//! each write and charges each read with [`spend_read`]. The first write of a pass needs a whole
+//! token; once a pass has written, its remaining writes go through and may leave the namespace
+//! in debt, so a pass never stops half way through a sequence that belongs together (a key
+//! created and not yet stored), and the debt delays the namespace's next passes instead. Reads
+//! are never refused inside a pass: a pass starts only with a read token left, which it takes
+//! as its first read ([`Budgets::defer`]), and what it reads past that is debt its namespace's
+//! next passes wait out. Calls outside a pass (start-up, the drift-event queue) are not counted.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,10 +23,51 @@ pub const DEFAULT_RATE: f64 = 10.0;
 /// The default burst (`--namespace-aws-write-burst`): a team applying a few dozen objects at
 /// once is never held back.
 pub const DEFAULT_BURST: u32 = 200;
+/// The default reads per second of a namespace (`--namespace-aws-read-rate`). A pass reads
+/// about four times (a Bucket: tags, public access block, encryption, policy; an access: its
+/// identity, policy and keys or association), so 20 reads a second serve a namespace of 3,000
+/// objects at the 10-minute resync, five passes a second, while a handful of flooding
+/// namespaces together stay below the few tens of calls a second at which IAM and S3's bucket
+/// configuration calls start throttling an account.
+pub const DEFAULT_READ_RATE: f64 = 20.0;
+/// The default read burst (`--namespace-aws-read-burst`): a team applying 100 objects at once
+/// is never held back.
+pub const DEFAULT_READ_BURST: u32 = 400;
 
-/// Writes per second and burst per namespace; a rate of 0 means no budget.
+/// Which of a namespace's budgets a deferred pass waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Writes,
+    Reads,
+}
+
+impl Kind {
+    /// The event reason that says the budget ran out.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Kind::Writes => "WriteBudgetExhausted",
+            Kind::Reads => "ReadBudgetExhausted",
+        }
+    }
+
+    pub fn calls(self) -> &'static str {
+        match self {
+            Kind::Writes => "writes",
+            Kind::Reads => "reads",
+        }
+    }
+}
+
+/// Each namespace's budgets of AWS writes and reads.
 #[derive(Debug)]
 pub struct Budgets {
+    writes: Budget,
+    reads: Budget,
+}
+
+/// Calls per second and burst per namespace, of one kind; a rate of 0 means no budget.
+#[derive(Debug)]
+pub struct Budget {
     rate: f64,
     burst: f64,
     buckets: Mutex<HashMap<String, Tokens>>,
@@ -39,9 +83,9 @@ enum Reported {
 struct Tokens {
     left: f64,
     at: Instant,
-    /// When the next waiting pass of the namespace gets its turn (see [`Budgets::defer`]).
+    /// When the next waiting pass of the namespace gets its turn (see [`Budget::defer`]).
     next_turn: Instant,
-    /// Refused a write since the last one it allowed, and whether that was reported: once per
+    /// Refused a call since the last one it allowed, and whether that was reported: once per
     /// episode, not per pass.
     exhausted: Option<Reported>,
 }
@@ -54,6 +98,8 @@ struct Pass {
     budgets: std::sync::Arc<Budgets>,
     namespace: String,
     writing: AtomicBool,
+    /// Has read: its first read was paid when it started ([`Budgets::defer`]).
+    reading: AtomicBool,
 }
 
 /// The namespace has no write left: the pass may try again after `wait`.
@@ -63,17 +109,65 @@ pub struct Exhausted {
 }
 
 impl Budgets {
-    pub fn new(rate: f64, burst: u32) -> Budgets {
+    /// `writes` and `reads`: calls per second and burst of each namespace.
+    pub fn new(writes: (f64, u32), reads: (f64, u32)) -> Budgets {
         Budgets {
+            writes: Budget::new(writes.0, writes.1),
+            reads: Budget::new(reads.0, reads.1),
+        }
+    }
+
+    /// No budget at all: every call goes through.
+    pub fn unlimited() -> Budgets {
+        Budgets::new((0.0, 1), (0.0, 1))
+    }
+
+    pub fn of(&self, kind: Kind) -> &Budget {
+        match kind {
+            Kind::Writes => &self.writes,
+            Kind::Reads => &self.reads,
+        }
+    }
+
+    /// Runs `pass` with the calls it makes charged to `namespace`.
+    pub async fn pass<F: Future>(
+        self: &std::sync::Arc<Self>,
+        namespace: String,
+        pass: F,
+    ) -> F::Output {
+        let pass_state = Pass {
+            budgets: self.clone(),
+            namespace,
+            writing: AtomicBool::new(false),
+            reading: AtomicBool::new(false),
+        };
+        PASS.scope(pass_state, pass).await
+    }
+
+    /// `None` if a pass of `namespace` may start now (a write and a read left), which then
+    /// pays its first read (so passes woken together start only as far as the reads left go);
+    /// else which budget it waits for, and how long.
+    pub fn defer(&self, namespace: &str) -> Option<(Kind, Duration)> {
+        let writes = self.writes.defer(namespace).map(|w| (Kind::Writes, w));
+        let reads = self.reads.defer(namespace).map(|w| (Kind::Reads, w));
+        match (writes, reads) {
+            (Some(w), Some(r)) => Some(if r.1 > w.1 { r } else { w }),
+            (None, None) => {
+                let _ = self.reads.take(namespace, false, Instant::now());
+                None
+            }
+            (w, r) => w.or(r),
+        }
+    }
+}
+
+impl Budget {
+    pub fn new(rate: f64, burst: u32) -> Budget {
+        Budget {
             rate: rate.max(0.0),
             burst: f64::from(burst.max(1)),
             buckets: Mutex::default(),
         }
-    }
-
-    /// No budget at all: every write goes through.
-    pub fn unlimited() -> Budgets {
-        Budgets::new(0.0, 1)
     }
 
     pub fn rate(&self) -> f64 {
@@ -84,24 +178,11 @@ impl Budgets {
         self.burst as u32
     }
 
-    /// Runs `pass` with the writes it makes charged to `namespace`.
-    pub async fn pass<F: Future>(
-        self: &std::sync::Arc<Self>,
-        namespace: String,
-        pass: F,
-    ) -> F::Output {
-        let pass_state = Pass {
-            budgets: self.clone(),
-            namespace,
-            writing: AtomicBool::new(false),
-        };
-        PASS.scope(pass_state, pass).await
-    }
-
-    /// `None` if `namespace` may write now; else how long its next pass waits. Waiting passes
-    /// line up a write apart, so a namespace in debt wakes its objects one at a time as its
-    /// budget refills instead of all at once.
-    pub fn defer(&self, namespace: &str) -> Option<Duration> {
+    /// `None` if `namespace` has a whole token now; else how long its next pass waits. Waiting
+    /// passes line up a call apart, so a namespace in debt wakes its objects one at a time as
+    /// its budget refills instead of all at once; the line reaches no further than one burst's
+    /// refill, so a flood of wakes cannot push its own objects' turns out without end.
+    fn defer(&self, namespace: &str) -> Option<Duration> {
         if self.rate == 0.0 {
             return None;
         }
@@ -111,7 +192,10 @@ impl Budgets {
         if t.left >= 1.0 {
             return None;
         }
-        let turn = (now + self.until_one(t.left)).max(t.next_turn);
+        t.exhausted.get_or_insert(Reported::No);
+        let first = now + self.until_one(t.left);
+        let last = first + Duration::from_secs_f64(self.burst / self.rate);
+        let turn = first.max(t.next_turn).min(last);
         t.next_turn = turn + Duration::from_secs_f64(1.0 / self.rate);
         Some(turn - now)
     }
@@ -147,11 +231,15 @@ impl Budgets {
         let elapsed = now.saturating_duration_since(t.at).as_secs_f64();
         t.left = (t.left + elapsed * self.rate).min(self.burst);
         t.at = now;
+        if t.left >= self.burst {
+            // Refilled whole: the episode is over.
+            t.exhausted = None;
+        }
         t
     }
 
-    /// Takes one write from `namespace`. `first`: the pass has not written yet, so it needs a
-    /// whole token; later writes of a pass always go through.
+    /// Takes one call from `namespace`. `first`: the pass has not made such a call yet, so it
+    /// needs a whole token; later calls of a pass always go through.
     fn take(&self, namespace: &str, first: bool, now: Instant) -> Result<(), Exhausted> {
         if self.rate == 0.0 {
             return Ok(());
@@ -164,7 +252,9 @@ impl Budgets {
             return Err(Exhausted { wait });
         }
         t.left -= 1.0;
-        t.exhausted = None;
+        if first {
+            t.exhausted = None;
+        }
         Ok(())
     }
 }
@@ -173,11 +263,21 @@ impl Budgets {
 pub(super) fn spend() -> Result<(), Exhausted> {
     PASS.try_with(|p| {
         let first = !p.writing.load(Ordering::SeqCst);
-        p.budgets.take(&p.namespace, first, Instant::now())?;
+        p.budgets.writes.take(&p.namespace, first, Instant::now())?;
         p.writing.store(true, Ordering::SeqCst);
         Ok(())
     })
     .unwrap_or(Ok(()))
+}
+
+/// Charges one read to the current pass's namespace, but the first (paid when the pass
+/// started): never refused, it may leave the namespace in debt.
+pub(super) fn spend_read() {
+    let _ = PASS.try_with(|p| {
+        if p.reading.swap(true, Ordering::SeqCst) {
+            let _ = p.budgets.reads.take(&p.namespace, false, Instant::now());
+        }
+    });
 }
 
 /// Whether an AWS operation changes something: everything but reads (EKS's are `Describe`).
@@ -194,7 +294,7 @@ mod tests {
 
     #[test]
     fn a_namespace_spends_its_burst_then_its_rate_and_others_keep_theirs() {
-        let b = Budgets::new(2.0, 3);
+        let b = Budget::new(2.0, 3);
         let t0 = Instant::now();
         for _ in 0..3 {
             assert_eq!(b.take("flood", true, t0), Ok(()));
@@ -223,7 +323,7 @@ mod tests {
 
     #[test]
     fn exhaustion_is_reported_once_per_episode() {
-        let b = Budgets::new(1.0, 1);
+        let b = Budget::new(1.0, 1);
         let t0 = Instant::now();
         assert!(!b.report("ns"), "nothing spent, nothing to report");
         b.take("ns", true, t0).unwrap();
@@ -238,7 +338,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_pass_is_charged_to_its_namespace_and_stops_only_before_its_first_write() {
-        let b = Arc::new(Budgets::new(0.001, 2));
+        let b = Arc::new(Budgets::new((0.001, 2), (0.0, 1)));
         let spent = b
             .pass("a".into(), async {
                 // A pass that has started writing finishes: three writes on a burst of two.
@@ -254,6 +354,8 @@ mod tests {
         assert_eq!(b.defer("b"), None);
         // Passes waiting in debt line up a write apart (1,000 s at 0.001/s).
         let (first, second) = (b.defer("a").unwrap(), b.defer("a").unwrap());
+        assert_eq!((first.0, second.0), (Kind::Writes, Kind::Writes));
+        let (first, second) = (first.1, second.1);
         let apart = second - first;
         assert!(
             apart > Duration::from_secs(999) && apart <= Duration::from_secs(1000),
@@ -263,6 +365,71 @@ mod tests {
         // Outside a pass nothing is charged.
         assert_eq!(spend(), Ok(()));
         assert!(Budgets::unlimited().defer("a").is_none());
+    }
+
+    /// Reads are charged per call and never refused inside a pass; a namespace whose reads
+    /// ran out starts no pass (it waits, the other namespaces do not), and the wait is the
+    /// read budget's, said once per episode.
+    #[tokio::test]
+    async fn reads_are_charged_per_call_and_defer_the_next_pass_only() {
+        let b = Arc::new(Budgets::new((0.0, 1), (1.0, 3)));
+        assert_eq!(
+            b.defer("a"),
+            None,
+            "a full burst; the pass pays its first read"
+        );
+        b.pass("a".into(), async {
+            for _ in 0..5 {
+                spend_read();
+            }
+        })
+        .await;
+        // Five reads on a burst of three: two in debt, three seconds to one whole read.
+        let (kind, wait) = b.defer("a").expect("the next pass waits");
+        assert_eq!(kind, Kind::Reads);
+        assert!(
+            wait > Duration::from_millis(2900) && wait <= Duration::from_secs(3),
+            "{wait:?}"
+        );
+        assert_eq!(b.defer("b"), None, "another namespace keeps its reads");
+        let reads = b.of(Kind::Reads);
+        assert!(reads.report("a"), "the first deferral is reported");
+        assert!(!reads.report("a"), "once per episode");
+        assert!(
+            !b.of(Kind::Writes).report("a"),
+            "the write budget is not spent"
+        );
+        // However many wakes ask, the line reaches no further than one burst's refill.
+        let waits: Vec<_> = (0..100).map(|_| b.defer("a").unwrap().1).collect();
+        assert!(
+            waits.iter().all(|w| *w <= Duration::from_secs(6)),
+            "{waits:?}"
+        );
+        // Outside a pass nothing is charged.
+        spend_read();
+        assert_eq!(b.defer("c"), None);
+    }
+
+    #[test]
+    fn passes_woken_together_start_only_as_far_as_the_reads_left_go() {
+        let b = Budgets::new((0.0, 1), (0.001, 3));
+        for _ in 0..3 {
+            assert_eq!(b.defer("a"), None);
+        }
+        assert_eq!(b.defer("a").map(|(kind, _)| kind), Some(Kind::Reads));
+    }
+
+    #[test]
+    fn a_namespace_short_of_both_waits_for_the_longer() {
+        let b = Budgets::new((1.0, 1), (0.5, 1));
+        let t0 = Instant::now();
+        b.writes.take("a", true, t0).unwrap();
+        b.reads.take("a", false, t0).unwrap();
+        let (kind, wait) = b.defer("a").unwrap();
+        assert_eq!(kind, Kind::Reads);
+        assert!(wait > Duration::from_millis(1900), "{wait:?}");
+        assert_eq!(Kind::Reads.reason(), "ReadBudgetExhausted");
+        assert_eq!(Kind::Writes.reason(), "WriteBudgetExhausted");
     }
 
     #[test]

@@ -56,6 +56,9 @@ pub enum Event {
     Own,
     /// Not a CloudTrail event for a bucket, user or role.
     Other,
+    /// A call AWS refused (its record carries an `errorCode`): it changed nothing, so it wakes
+    /// nothing. The rule already leaves these out; this is for a rule made before it did.
+    Refused,
 }
 
 /// The queue, read and emptied through the operator's fenced HTTP client.
@@ -143,6 +146,9 @@ pub fn parse(body: &str, own: &[String]) -> Event {
         return Event::Other;
     };
     let detail = &event["detail"];
+    if !detail["errorCode"].is_null() {
+        return Event::Refused;
+    }
     let params = &detail["requestParameters"];
     let touched = match detail["eventSource"].as_str() {
         Some("s3.amazonaws.com") => params["bucketName"]
@@ -212,10 +218,15 @@ pub fn rule(
         "eventPattern": {
             "source": ["aws.s3", "aws.iam"],
             "detail-type": ["AWS API Call via CloudTrail"],
+            // Calls AWS refused changed nothing: without this, anyone (a tenant's own
+            // credentials included) could fill the queue with refused calls naming the
+            // operator's buckets and users, each waking a full pass.
             "detail": {"$or": [
                 {"eventSource": ["s3.amazonaws.com"],
-                 "requestParameters": {"bucketName": [{"prefix": bucket_prefix}]}},
-                {"eventSource": ["iam.amazonaws.com"], "eventName": IAM_EVENTS},
+                 "requestParameters": {"bucketName": [{"prefix": bucket_prefix}]},
+                 "errorCode": [{"exists": false}]},
+                {"eventSource": ["iam.amazonaws.com"], "eventName": IAM_EVENTS,
+                 "errorCode": [{"exists": false}]},
             ]},
         },
         "queuePolicy": {
@@ -283,6 +294,15 @@ mod tests {
             Event::Touched(Touched::Bucket("b".into()))
         );
 
+        let mut refused: Value = serde_json::from_str(&event(
+            "s3.amazonaws.com",
+            json!({"bucketName": "b"}),
+            json!({"type": "IAMUser", "arn": "arn:aws:iam::1:user/tenant"}),
+        ))
+        .unwrap();
+        refused["detail"]["errorCode"] = json!("AccessDenied");
+        assert_eq!(parse(&refused.to_string(), &own), Event::Refused);
+
         let sqs = event("sqs.amazonaws.com", json!({"queueUrl": "q"}), json!({}));
         assert_eq!(parse(&sqs, &own), Event::Other);
         assert_eq!(parse("not json", &own), Event::Other);
@@ -324,6 +344,10 @@ mod tests {
             s3["requestParameters"]["bucketName"][0]["prefix"],
             "s3op-c-"
         );
+        // Refused calls match neither branch.
+        for branch in r["eventPattern"]["detail"]["$or"].as_array().unwrap() {
+            assert_eq!(branch["errorCode"], json!([{"exists": false}]), "{branch}");
+        }
         let st = &r["queuePolicy"]["Statement"][0];
         assert_eq!(st["Resource"], "arn:aws:sqs:us-east-1:1:q");
         assert_eq!(

@@ -394,8 +394,8 @@ impl Aws {
         }
     }
 
-    /// Runs one AWS call (the SDK's attempts and retries) inside a span, unless it is a write
-    /// the pass's namespace has no budget left for.
+    /// Runs one AWS call (the SDK's attempts and retries) inside a span, charged to the pass's
+    /// namespace, unless it is a write the namespace has no budget left for.
     pub async fn call<T, E, F>(
         service: &'static str,
         operation: &'static str,
@@ -430,8 +430,10 @@ impl Aws {
 
 impl Error {
     /// The refusal of a write the pass's namespace has no budget left for (see [`budget`]).
+    /// A read is charged and never refused.
     fn refused_by_budget(service: &'static str, operation: &'static str) -> Option<Error> {
         if !budget::is_write(operation) {
+            budget::spend_read();
             return None;
         }
         let spent = budget::spend().err()?;

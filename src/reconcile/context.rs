@@ -60,6 +60,9 @@ pub struct Settings {
     /// AWS writes per second and burst of each namespace (`aws::budget`); a rate of 0: none.
     pub namespace_aws_write_rate: f64,
     pub namespace_aws_write_burst: u32,
+    /// AWS reads per second and burst of each namespace (`aws::budget`); a rate of 0: none.
+    pub namespace_aws_read_rate: f64,
+    pub namespace_aws_read_burst: u32,
     /// Shortest key rotation interval a BucketAccess may ask for.
     pub min_rotation_interval: Duration,
 }
@@ -93,6 +96,8 @@ impl Settings {
             allowed_notification_targets: vec![],
             namespace_aws_write_rate: 0.0,
             namespace_aws_write_burst: 1,
+            namespace_aws_read_rate: 0.0,
+            namespace_aws_read_burst: 1,
             min_rotation_interval: Duration::from_secs(10),
         }
     }
@@ -110,7 +115,7 @@ pub struct Context {
     /// Bucket tags read from AWS, shared by a Bucket's pass and its accesses'.
     pub tag_reads: tag_reads::TagReads,
     pub grants: Grants,
-    /// Each namespace's budget of AWS writes.
+    /// Each namespace's budgets of AWS writes and reads.
     pub budgets: Arc<crate::aws::budget::Budgets>,
     /// What every pass records into (the same registry `aws` records into).
     pub metrics: Arc<Metrics>,
@@ -126,8 +131,8 @@ pub struct Grants(tokio::sync::broadcast::Sender<String>);
 
 impl Default for Grants {
     fn default() -> Self {
-        // A receiver that lags loses wake-ups, not safety: every access still confirms
-        // ownership on its own resync.
+        // A receiver that lags wakes every access for a full pass instead of losing wake-ups
+        // (`runtime::wakes`).
         Grants(tokio::sync::broadcast::channel(1024).0)
     }
 }

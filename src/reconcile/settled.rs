@@ -1,5 +1,7 @@
 //! The settled-echo record: the watch echo of the operator's own writes costs no second pass;
-//! and the `reconcile-requested-at` values served, whose every new one runs a full pass.
+//! the `reconcile-requested-at` values served, whose every new one runs a full pass; and the
+//! passes let through, so that metadata-only changes (a tenant's annotations and labels) are
+//! coalesced to one pass per object per [`SPACING`].
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -8,6 +10,16 @@ use std::time::{Duration, Instant};
 use kube::api::ObjectMeta;
 
 use crate::api::RECONCILE_REQUESTED_AT;
+
+/// The shortest time between two passes of one object that only metadata changes ask for
+/// (annotations and labels the operator does not decide from): a loop of annotations costs at
+/// most one pass of each object per this interval, while a spec change, a new
+/// `reconcile-requested-at` value, a deletion and every wake from outside the object (its
+/// Bucket, its Secret, a class, a drift event, the resync) run at once.
+pub const SPACING: Duration = Duration::from_secs(5);
+
+/// The annotations a pass decides from: a change of one of them is no mere metadata.
+const DECIDING: [&str; 2] = [RECONCILE_REQUESTED_AT, crate::domain_key!("region")];
 
 /// The resourceVersions a successful pass started from and left behind (its own writes), per
 /// input object, and when the next full pass is due. The watch echo of the operator's own writes
@@ -20,6 +32,16 @@ pub struct Settled {
     /// Per object, the `reconcile-requested-at` value its last successful pass in this process
     /// saw (`None`: it carried none).
     requests: Mutex<HashMap<String, Option<String>>>,
+    /// Per object, the last version a pass was let through for (see [`Settled::coalesce`]).
+    let_through: Mutex<HashMap<String, LetThrough>>,
+}
+
+/// A version of an object a pass was let through for: its resourceVersion, what a pass
+/// decides from in its metadata ([`deciding`]), and when.
+struct LetThrough {
+    version: String,
+    deciding: String,
+    at: Instant,
 }
 
 /// Per input object, the versions a pass saw or wrote; and when the next full pass is due.
@@ -90,12 +112,60 @@ impl Settled {
         }
     }
 
+    /// Before a pass of `key`, whose object's metadata is `meta`: how long to wait when all
+    /// that changed since the last pass let through is metadata the pass does not decide from,
+    /// and that pass was less than [`SPACING`] ago. `None` lets the pass through (and notes it):
+    /// the first pass, a change of spec, deletion, finalizers or a deciding annotation, a
+    /// version this operator wrote (its echo is settled for free), a wake from another input
+    /// (the object's own version did not move), and a full pass that is due.
+    pub fn coalesce(&self, key: &str, meta: &ObjectMeta) -> Option<Duration> {
+        let now = Instant::now();
+        let version = meta.resource_version.clone().unwrap_or_default();
+        let deciding = deciding(meta);
+        let mut lets = self.let_through.lock().expect("settled map poisoned");
+        if let Some(last) = lets.get(key)
+            && last.version != version
+            && last.deciding == deciding
+            && !self.own_or_due(key, &version, now)
+            && let Some(wait) = (last.at + SPACING).checked_duration_since(now)
+            && !wait.is_zero()
+        {
+            return Some(wait);
+        }
+        let at = now;
+        lets.insert(
+            key.to_string(),
+            LetThrough {
+                version,
+                deciding,
+                at,
+            },
+        );
+        None
+    }
+
+    /// Is `version` of `key`'s object one its last recorded pass saw or wrote, or is a full
+    /// pass of it due (the resync, a drift event, a request)?
+    fn own_or_due(&self, key: &str, version: &str, now: Instant) -> bool {
+        let passes = self.passes.lock().expect("settled map poisoned");
+        passes.get(key).is_some_and(|p| {
+            now >= p.due
+                || p.seen
+                    .first()
+                    .is_some_and(|own| own.iter().any(|v| v == version))
+        })
+    }
+
     pub fn forget(&self, key: &str) {
         self.passes
             .lock()
             .expect("settled map poisoned")
             .remove(key);
         self.requests
+            .lock()
+            .expect("settled map poisoned")
+            .remove(key);
+        self.let_through
             .lock()
             .expect("settled map poisoned")
             .remove(key);
@@ -133,6 +203,21 @@ pub fn requested_at(meta: &ObjectMeta) -> Option<&str> {
         .as_ref()?
         .get(RECONCILE_REQUESTED_AT)
         .map(String::as_str)
+}
+
+/// What of an object's metadata a pass decides from: its identity, generation (the spec),
+/// deletion, finalizers and the deciding annotations. Everything else (other annotations,
+/// labels, managedFields, the resourceVersion itself) is a tenant's business.
+fn deciding(meta: &ObjectMeta) -> String {
+    let annotations = meta.annotations.as_ref();
+    let values = DECIDING.map(|k| annotations.and_then(|a| a.get(k)).cloned());
+    format!(
+        "{:?}|{:?}|{}|{:?}|{values:?}",
+        meta.uid,
+        meta.generation,
+        meta.deletion_timestamp.is_some(),
+        meta.finalizers,
+    )
 }
 
 /// Does `value` ask for a full pass? Only a value other than the one `served` (what the last
@@ -262,6 +347,98 @@ mod tests {
         assert!(s.requested("k", Some("t2")), "another value");
         s.forget("k");
         assert!(!s.requested("k", Some("t2")), "forgotten with the object");
+    }
+
+    fn meta(version: &str, generation: i64, annotations: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            uid: Some("u1".into()),
+            resource_version: Some(version.into()),
+            generation: Some(generation),
+            annotations: Some(
+                annotations
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    /// A loop of annotations costs one pass per object per SPACING; whatever a pass decides
+    /// from, and every wake from outside the object, still runs at once.
+    #[test]
+    fn metadata_only_changes_are_coalesced_and_nothing_else_is() {
+        let s = Settled::default();
+        assert_eq!(s.coalesce("k", &meta("1", 1, &[])), None, "the first pass");
+        // Its pass wrote version 2 (status): the echo is let through (and settled for free).
+        s.record(
+            "k".into(),
+            vec![vec!["1".into(), "2".into()]],
+            Duration::from_secs(600),
+        );
+        assert_eq!(s.coalesce("k", &meta("2", 1, &[])), None, "its own write");
+        // A tenant's annotation right after: it waits for the rest of the spacing.
+        let wait = s
+            .coalesce("k", &meta("3", 1, &[("team", "x")]))
+            .expect("coalesced");
+        assert!(
+            wait > SPACING - Duration::from_secs(1) && wait <= SPACING,
+            "{wait:?}"
+        );
+        assert!(
+            s.coalesce("k", &meta("4", 1, &[("team", "y")])).is_some(),
+            "and again"
+        );
+        // A wake from another input: the object's own version did not move since the last
+        // pass let through... (version 2, above)
+        assert_eq!(
+            s.coalesce("k", &meta("2", 1, &[])),
+            None,
+            "a wake from elsewhere"
+        );
+        // What a pass decides from runs at once.
+        assert_eq!(s.coalesce("k", &meta("5", 2, &[])), None, "a spec change");
+        let asked = [(RECONCILE_REQUESTED_AT, "t1")];
+        assert_eq!(s.coalesce("k", &meta("6", 2, &asked)), None, "a request");
+        assert!(
+            s.coalesce(
+                "k",
+                &meta("7", 2, &[(RECONCILE_REQUESTED_AT, "t1"), ("a", "b")])
+            )
+            .is_some()
+        );
+        let mut deleting = meta("8", 2, &asked);
+        deleting.deletion_timestamp = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            jiff::Timestamp::now(),
+        ));
+        assert_eq!(s.coalesce("k", &deleting), None, "deletion");
+        let mut stripped = meta("9", 2, &asked);
+        stripped.finalizers = Some(vec![]);
+        assert_eq!(s.coalesce("k", &stripped), None, "finalizers changed");
+        // A full pass that is due (a drift event, the resync) is never held back.
+        let mut annotated = meta("10", 2, &[(RECONCILE_REQUESTED_AT, "t1"), ("x", "1")]);
+        annotated.finalizers = Some(vec![]);
+        assert!(s.coalesce("k", &annotated).is_some());
+        s.expire("k");
+        assert_eq!(s.coalesce("k", &annotated), None, "due");
+        // Another object is its own.
+        assert_eq!(s.coalesce("other", &meta("3", 1, &[])), None);
+        s.forget("k");
+        assert_eq!(
+            s.coalesce("k", &meta("11", 2, &[("x", "2")])),
+            None,
+            "forgotten"
+        );
+    }
+
+    #[test]
+    fn a_coalesced_pass_runs_once_the_spacing_is_over() {
+        let s = Settled::default();
+        assert_eq!(s.coalesce("k", &meta("1", 1, &[])), None);
+        // As if the last pass let through were a spacing ago.
+        s.let_through.lock().unwrap().get_mut("k").unwrap().at -= SPACING;
+        assert_eq!(s.coalesce("k", &meta("2", 1, &[("a", "b")])), None);
+        assert!(s.coalesce("k", &meta("3", 1, &[("a", "c")])).is_some());
     }
 
     #[test]

@@ -21,11 +21,12 @@ use super::class_watches::{ClassKind, Wake};
 use super::drift_events;
 use super::fair::Gate;
 use super::lifecycle::wait_true;
-use super::wakes::{accesses_of, accesses_touched, buckets_touched, granted_on, woken_by_classes};
+use super::wakes::{AccessFanout, accesses_touched, buckets_touched, granted_on, woken_by_classes};
 use super::watches::{Gated, Watched, Watches, events, trigger};
 use super::{Config, Error, telemetry};
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
+use crate::aws::budget::Kind;
 use crate::aws::drift_queue::Touched;
 use crate::metrics::{self, Metrics};
 use crate::reconcile::bucket::logging::Linked;
@@ -140,13 +141,14 @@ fn start_scope(
             bucket_queue,
         ));
     let (store, queue) = (w.accesses.clone(), access_queue.clone());
+    let (buckets_seen, fanout) = (w.buckets.clone(), AccessFanout::default());
     let owners = access_queue.clone();
     let secrets = events(w.secret_events).inspect(move |s| owners.add_owner_of(s.as_ref()));
     let accesses = controller_for(&w.accesses, w.access_events, access_queue, shutdown)
         .owns_shared_stream(secrets)
         .watches_shared_stream(
             events(w.bucket_events_for_accesses),
-            move |b: Arc<Bucket>| queue.added(accesses_of(&store, &b)),
+            move |b: Arc<Bucket>| queue.added(fanout.accesses_of(&store, &buckets_seen, &b)),
         )
         .reconcile_on(granted_on(&w.accesses, ctx, access_queue))
         .reconcile_on(woken_by_classes(
@@ -229,11 +231,17 @@ where
                 async move {
                     let ns = obj.meta().namespace.clone().unwrap_or_default();
                     let key = object_key(obj.as_ref());
-                    // A namespace that has spent its AWS writes waits without taking a slot
-                    // (or making a read) until its budget refills.
-                    if let Some(wait) = c.budgets.defer(&ns) {
+                    // A pass asked for by a metadata-only change soon after the last one
+                    // waits its turn, unless something that matters changed (see `coalesce`).
+                    if let Some(wait) = c.settled.coalesce(&key, obj.meta()) {
                         queue.started(&key);
-                        over_budget(queue.name, obj.as_ref(), &c).await;
+                        return Ok(Action::requeue(wait));
+                    }
+                    // A namespace that has spent its AWS writes or reads waits without taking
+                    // a slot (or making a read) until its budget refills.
+                    if let Some((kind, wait)) = c.budgets.defer(&ns) {
+                        queue.started(&key);
+                        over_budget(queue.name, kind, obj.as_ref(), &c).await;
                         return Ok(Action::requeue(wait));
                     }
                     // Shutting down: a reconcile that has not started yet never will.
@@ -312,14 +320,14 @@ fn ref_key(r: &ObjectRef<DynamicObject>) -> String {
 /// each object's backoff.
 #[derive(Clone)]
 pub(super) struct Queue {
-    name: &'static str,
+    pub(super) name: &'static str,
     since: Arc<Mutex<HashMap<String, Instant>>>,
     backoff: Arc<Backoff>,
     metrics: Arc<Metrics>,
 }
 
 impl Queue {
-    fn new(name: &'static str, metrics: &Arc<Metrics>) -> Queue {
+    pub(super) fn new(name: &'static str, metrics: &Arc<Metrics>) -> Queue {
         Queue {
             name,
             since: Arc::default(),
@@ -509,7 +517,7 @@ async fn settle<K: Resource<DynamicType = ()>>(
         }
         Err(Error::Reconcile(e)) if e.over_budget().is_some() => {
             span.in_scope(|| tracing::info!(reason = %e, "namespace over its AWS write budget"));
-            over_budget(queue.name, obj, ctx)
+            over_budget(queue.name, Kind::Writes, obj, ctx)
                 .instrument(span.clone())
                 .await;
         }
@@ -552,20 +560,27 @@ where
     }
 }
 
-/// Counts a pass deferred by its namespace's AWS write budget, and says so in an event on the
-/// first object that meets the exhausted budget (once per episode, not once per pass).
-async fn over_budget<K: Resource<DynamicType = ()>>(controller: &str, obj: &K, ctx: &Context) {
-    ctx.metrics
-        .aws_write_budget_exhausted_total
-        .with_label_values(&[controller])
-        .inc();
+/// Counts a pass deferred by its namespace's AWS write or read budget, and says so in an event
+/// on the first object that meets the exhausted budget (once per episode, not once per pass).
+async fn over_budget<K: Resource<DynamicType = ()>>(
+    controller: &str,
+    kind: Kind,
+    obj: &K,
+    ctx: &Context,
+) {
+    let counter = match kind {
+        Kind::Writes => &ctx.metrics.aws_write_budget_exhausted_total,
+        Kind::Reads => &ctx.metrics.aws_read_budget_exhausted_total,
+    };
+    counter.with_label_values(&[controller]).inc();
     let ns = obj.meta().namespace.as_deref().unwrap_or_default();
-    if ctx.budgets.report(ns) {
-        let (rate, burst) = (ctx.budgets.rate(), ctx.budgets.burst());
+    let budget = ctx.budgets.of(kind);
+    if budget.report(ns) {
+        let (rate, burst, calls) = (budget.rate(), budget.burst(), kind.calls());
         let note = format!(
-            "namespace {ns} has spent its budget of AWS writes ({rate} per second, {burst} at once): its objects wait their turn as it refills"
+            "namespace {ns} has spent its budget of AWS {calls} ({rate} per second, {burst} at once): its objects wait their turn as it refills"
         );
-        ctx.event(obj, true, "WriteBudgetExhausted", note).await;
+        ctx.event(obj, true, kind.reason(), note).await;
     }
 }
 
@@ -597,7 +612,8 @@ fn error_policy<K: Resource<DynamicType = ()>>(
         && let Some(wait) = over.over_budget()
     {
         let ns = obj.meta().namespace.as_deref().unwrap_or_default();
-        return Action::requeue(ctx.budgets.defer(ns).unwrap_or(wait));
+        let turn = ctx.budgets.defer(ns).map(|(_, w)| w);
+        return Action::requeue(turn.unwrap_or(wait));
     }
     Action::requeue(queue.backoff.next(&object_key(obj.as_ref())))
 }

@@ -48,6 +48,7 @@ pub(super) async fn poll(
                 }
                 Event::Own => "own",
                 Event::Other => "other",
+                Event::Refused => "refused",
             };
             metrics
                 .drift_events_total

@@ -228,8 +228,14 @@ fn context(
         tag_reads: Default::default(),
         grants: Default::default(),
         budgets: Arc::new(crate::aws::budget::Budgets::new(
-            config.reconcile.namespace_aws_write_rate,
-            config.reconcile.namespace_aws_write_burst,
+            (
+                config.reconcile.namespace_aws_write_rate,
+                config.reconcile.namespace_aws_write_burst,
+            ),
+            (
+                config.reconcile.namespace_aws_read_rate,
+                config.reconcile.namespace_aws_read_burst,
+            ),
         )),
         metrics,
         classes: classes.classes(),

@@ -2,7 +2,8 @@
 //! namespace's labels, a Bucket pass that saw its S3 bucket change hands, and a drift event for
 //! its bucket, user or role (`super::drift_events`).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -16,16 +17,69 @@ use crate::aws::drift_queue::Touched;
 use crate::aws::naming;
 use crate::reconcile::{self, Context, object_key};
 
-/// A Bucket change wakes every BucketAccess that refers to it. This runs for every Bucket
-/// event over every cached BucketAccess, so it compares in place and allocates only for a match.
-pub(super) fn accesses_of(store: &Store<BucketAccess>, b: &Bucket) -> Vec<ObjectRef<BucketAccess>> {
-    let (ns, name) = (&b.metadata.namespace, b.metadata.name.as_deref());
-    store
-        .state()
-        .iter()
-        .filter(|a| name == Some(a.spec.bucket_ref.name.as_str()) && a.metadata.namespace == *ns)
-        .map(|a| ObjectRef::from_obj(a.as_ref()))
-        .collect()
+/// A Bucket change wakes every BucketAccess that refers to it, when something an access decides
+/// from changed ([`for_accesses`]): a Bucket's annotations and labels wake none. This runs for
+/// every Bucket event over every cached BucketAccess, so it compares in place and allocates only
+/// for a match.
+#[derive(Clone, Default)]
+pub(super) struct AccessFanout {
+    /// Per Bucket, what its accesses last heard of it.
+    heard: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl AccessFanout {
+    pub(super) fn accesses_of(
+        &self,
+        store: &Store<BucketAccess>,
+        buckets: &Store<Bucket>,
+        b: &Bucket,
+    ) -> Vec<ObjectRef<BucketAccess>> {
+        if !self.changed(buckets, b) {
+            return Vec::new();
+        }
+        let (ns, name) = (&b.metadata.namespace, b.metadata.name.as_deref());
+        store
+            .state()
+            .iter()
+            .filter(|a| {
+                name == Some(a.spec.bucket_ref.name.as_str()) && a.metadata.namespace == *ns
+            })
+            .map(|a| ObjectRef::from_obj(a.as_ref()))
+            .collect()
+    }
+
+    /// Whether `b` differs from what its accesses last heard. A Bucket gone from the store
+    /// (deleted) always wakes them, and is forgotten.
+    fn changed(&self, buckets: &Store<Bucket>, b: &Bucket) -> bool {
+        let key = object_key(b);
+        let mut heard = self.heard.lock().expect("fanout map poisoned");
+        if buckets.get(&ObjectRef::from_obj(b)).is_none() {
+            heard.remove(&key);
+            return true;
+        }
+        let now = for_accesses(b);
+        heard
+            .insert(key, now.clone())
+            .is_none_or(|before| before != now)
+    }
+}
+
+/// What a BucketAccess decides from in its Bucket: identity, spec (generation), deletion, the
+/// region recorded for it and its status (readiness, the name it holds). Annotations and labels
+/// a tenant sets are none of it.
+fn for_accesses(b: &Bucket) -> String {
+    let m = &b.metadata;
+    let region = m
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(reconcile::bucket::REGION_ANNOTATION));
+    let status = serde_json::to_string(&b.status).unwrap_or_default();
+    format!(
+        "{:?}|{:?}|{}|{region:?}|{status}",
+        m.uid,
+        m.generation,
+        m.deletion_timestamp.is_some()
+    )
 }
 
 /// The objects of `store` a change of a class or of a namespace's labels may put under another
@@ -48,22 +102,17 @@ pub(super) fn granted_on(
     ctx: &Arc<Context>,
     queue: &Queue,
 ) -> impl futures::Stream<Item = ObjectRef<BucketAccess>> + Send + 'static {
-    let (store, ctx, queue) = (store.clone(), ctx.clone(), queue.clone());
-    let names = each(ctx.grants.subscribe());
-    names.flat_map(move |name| {
-        let state = store.state();
-        let granted = state.iter().filter(|a| {
-            let ns = a.metadata.namespace.as_deref().unwrap_or_default();
-            ctx.bucket(ns, &a.spec.bucket_ref.name)
-                .and_then(|b| {
-                    let owner = reconcile::owner(b.as_ref(), &ctx.settings.cluster_name);
-                    let region = &ctx.aws.region;
-                    reconcile::bucket::address(&b, &ctx.settings, region, &owner).ok()
-                })
-                .is_some_and(|at| at.name == name)
-        });
-        // A full pass: the bucket behind the name has changed hands.
-        futures::stream::iter(queue.added(full_passes(&ctx, granted)))
+    let c = ctx.clone();
+    // A full pass: the bucket behind the name has changed hands.
+    woken_by(ctx.grants.subscribe(), store, ctx, queue, move |name, a| {
+        let ns = a.metadata.namespace.as_deref().unwrap_or_default();
+        c.bucket(ns, &a.spec.bucket_ref.name)
+            .and_then(|b| {
+                let owner = reconcile::owner(b.as_ref(), &c.settings.cluster_name);
+                let region = &c.aws.region;
+                reconcile::bucket::address(&b, &c.settings, region, &owner).ok()
+            })
+            .is_some_and(|at| at.name == *name)
     })
 }
 
@@ -74,20 +123,14 @@ pub(super) fn buckets_touched(
     ctx: &Arc<Context>,
     queue: &Queue,
 ) -> impl Stream<Item = ObjectRef<Bucket>> + Send + 'static {
-    let (store, ctx) = (store.clone(), ctx.clone());
-    touched_by(touched, queue, move |t| {
+    let c = ctx.clone();
+    woken_by(touched.subscribe(), store, ctx, queue, move |t, b| {
         let Touched::Bucket(name) = t else {
-            return Vec::new();
+            return false;
         };
-        let state = store.state();
-        full_passes(
-            &ctx,
-            state.iter().filter(|b| {
-                let owner = reconcile::owner(b.as_ref(), &ctx.settings.cluster_name);
-                reconcile::bucket::address(b, &ctx.settings, &ctx.aws.region, &owner)
-                    .is_ok_and(|at| at.name == *name)
-            }),
-        )
+        let owner = reconcile::owner(b, &c.settings.cluster_name);
+        reconcile::bucket::address(b, &c.settings, &c.aws.region, &owner)
+            .is_ok_and(|at| at.name == *name)
     })
 }
 
@@ -98,27 +141,20 @@ pub(super) fn accesses_touched(
     ctx: &Arc<Context>,
     queue: &Queue,
 ) -> impl Stream<Item = ObjectRef<BucketAccess>> + Send + 'static {
-    let (store, ctx) = (store.clone(), ctx.clone());
-    touched_by(touched, queue, move |t| {
+    woken_by(touched.subscribe(), store, ctx, queue, |t, a| {
         let Touched::Identity(name) = t else {
-            return Vec::new();
+            return false;
         };
-        let state = store.state();
-        full_passes(
-            &ctx,
-            state.iter().filter(|a| {
-                let meta = &a.metadata;
-                let ns = meta.namespace.as_deref().unwrap_or_default();
-                let uid = meta.uid.as_deref().unwrap_or_default();
-                let n = meta.name.as_deref().unwrap_or_default();
-                // An identity made before names carried the long UID hash keeps its name.
-                [
-                    naming::iam_name(ns, n, uid),
-                    naming::legacy_iam_name(ns, n, uid),
-                ]
-                .contains(name)
-            }),
-        )
+        let meta = &a.metadata;
+        let ns = meta.namespace.as_deref().unwrap_or_default();
+        let uid = meta.uid.as_deref().unwrap_or_default();
+        let n = meta.name.as_deref().unwrap_or_default();
+        // An identity made before names carried the long UID hash keeps its name.
+        [
+            naming::iam_name(ns, n, uid),
+            naming::legacy_iam_name(ns, n, uid),
+        ]
+        .contains(name)
     })
 }
 
@@ -136,30 +172,172 @@ where
         .collect()
 }
 
-/// The objects `find` names for each event, subscribed now (events before are not replayed).
-fn touched_by<K, F>(
-    touched: &broadcast::Sender<Touched>,
+/// The objects of `store` that `wakes` each value sent on `rx` from now on (events before are
+/// not replayed), each for a full pass. A receiver that fell behind the channel cannot know
+/// which values it lost: it wakes every object of `store` for a full pass instead, counted in
+/// `s3_operator_wake_overflows_total` (the budgets spread the reads that costs).
+fn woken_by<K, T, F>(
+    rx: broadcast::Receiver<T>,
+    store: &Store<K>,
+    ctx: &Arc<Context>,
     queue: &Queue,
-    find: F,
+    wakes: F,
 ) -> impl Stream<Item = ObjectRef<K>> + Send + 'static
 where
-    K: kube::Resource<DynamicType = ()> + Send + Sync + 'static,
-    F: Fn(&Touched) -> Vec<ObjectRef<K>> + Send + 'static,
+    K: Watched,
+    T: Clone + Send + 'static,
+    F: Fn(&T, &K) -> bool + Send + 'static,
 {
-    let queue = queue.clone();
-    let events = each(touched.subscribe());
-    events.flat_map(move |t| futures::stream::iter(queue.added(find(&t))))
+    let (store, ctx, queue) = (store.clone(), ctx.clone(), queue.clone());
+    each(rx).flat_map(move |heard| {
+        let state = store.state();
+        let woken = match &heard {
+            Heard::Value(v) => full_passes(&ctx, state.iter().filter(|o| wakes(v, o))),
+            Heard::Missed => {
+                let name = queue.name;
+                tracing::warn!(
+                    controller = name,
+                    "fell behind a wake channel: a full pass of every object"
+                );
+                ctx.metrics
+                    .wake_overflows_total
+                    .with_label_values(&[name])
+                    .inc();
+                full_passes(&ctx, state.iter())
+            }
+        };
+        futures::stream::iter(queue.added(woken))
+    })
 }
 
-/// Every value sent on a broadcast channel from now on; one that fell behind skips ahead.
-fn each<T: Clone + Send + 'static>(rx: broadcast::Receiver<T>) -> impl Stream<Item = T> + Send {
+/// What a receiver of a broadcast channel hears: a value, or that it fell behind and lost some.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Heard<T> {
+    Value(T),
+    Missed,
+}
+
+/// Every value sent on a broadcast channel from now on, and `Missed` where values were lost.
+fn each<T: Clone + Send + 'static>(
+    rx: broadcast::Receiver<T>,
+) -> impl Stream<Item = Heard<T>> + Send {
     futures::stream::unfold(rx, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(v) => return Some((v, rx)),
-                Err(broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(broadcast::error::RecvError::Closed) => return None,
-            }
+        match rx.recv().await {
+            Ok(v) => Some((Heard::Value(v), rx)),
+            Err(broadcast::error::RecvError::Lagged(_)) => Some((Heard::Missed, rx)),
+            Err(broadcast::error::RecvError::Closed) => None,
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::reflector::store::Writer;
+    use kube::runtime::watcher::Event;
+    use std::time::Duration;
+
+    fn bucket(name: &str, annotations: serde_json::Value, status: serde_json::Value) -> Bucket {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket",
+            "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}"),
+                "generation": 1, "annotations": annotations},
+            "spec": {}, "status": status}))
+        .unwrap()
+    }
+
+    fn store_of(buckets: &[Bucket]) -> (Writer<Bucket>, Store<Bucket>) {
+        let mut writer = Writer::<Bucket>::default();
+        for b in buckets {
+            writer.apply_watcher_event(&Event::Apply(b.clone()));
+        }
+        let reader = writer.as_reader();
+        (writer, reader)
+    }
+
+    /// A receiver that falls behind the drift-event channel cannot know what it lost: every
+    /// object of its kind gets a full pass, and the overflow is counted (the wakes were dropped
+    /// silently before).
+    #[tokio::test]
+    async fn a_receiver_that_falls_behind_wakes_every_object_for_a_full_pass() {
+        let ctx = Arc::new(Context::for_tests());
+        let names = ["a", "b", "c"];
+        let all: Vec<_> = names
+            .iter()
+            .map(|n| bucket(n, serde_json::json!({}), serde_json::json!(null)))
+            .collect();
+        let (_writer, store) = store_of(&all);
+        for b in &all {
+            let key = object_key(b);
+            ctx.settled
+                .record(key, vec![vec!["1".into()]], Duration::from_secs(600));
+        }
+        let queue = Queue::new("bucket", &ctx.metrics);
+        let (tx, _) = broadcast::channel(2);
+        let mut woken = Box::pin(buckets_touched(&tx, &store, &ctx, &queue));
+        // Three events for buckets no object owns, on a channel of two: one is lost.
+        for i in 0..3 {
+            tx.send(Touched::Bucket(format!("unowned-{i}"))).unwrap();
+        }
+        let mut got = Vec::new();
+        for _ in 0..3 {
+            let next = tokio::time::timeout(Duration::from_secs(5), woken.next()).await;
+            got.push(next.expect("woken").expect("a stream").name);
+        }
+        got.sort();
+        assert_eq!(got, names);
+        for b in &all {
+            let key = object_key(b);
+            assert_eq!(
+                ctx.settled.remaining(&key, &["1".into()]),
+                None,
+                "{key}: a full pass"
+            );
+        }
+        let overflows = ctx
+            .metrics
+            .wake_overflows_total
+            .with_label_values(&["bucket"]);
+        assert_eq!(overflows.get(), 1);
+        // The two events it did hear name no object: nothing more is woken.
+        let more = tokio::time::timeout(Duration::from_millis(200), woken.next()).await;
+        assert!(more.is_err(), "{more:?}");
+    }
+
+    /// A Bucket's annotations and labels wake none of its accesses; what they decide from
+    /// (its status, spec, deletion) does, and so does its disappearance.
+    #[test]
+    fn only_what_an_access_decides_from_wakes_it() {
+        let fanout = AccessFanout::default();
+        let plain = bucket("b", serde_json::json!({}), serde_json::json!(null));
+        let (mut writer, buckets) = store_of(std::slice::from_ref(&plain));
+        let access: BucketAccess = serde_json::from_value(serde_json::json!({
+            "apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess",
+            "metadata": {"name": "app", "namespace": "team-a"},
+            "spec": {"bucketRef": {"name": "b"}, "permission": "ReadOnly"}}))
+        .unwrap();
+        let mut accesses = Writer::<BucketAccess>::default();
+        accesses.apply_watcher_event(&Event::Apply(access));
+        let accesses = accesses.as_reader();
+        let woken = |b: &Bucket| fanout.accesses_of(&accesses, &buckets, b).len();
+        assert_eq!(woken(&plain), 1, "first heard of");
+        assert_eq!(woken(&plain), 0, "nothing new");
+        let annotated = bucket(
+            "b",
+            serde_json::json!({"team": "x"}),
+            serde_json::json!(null),
+        );
+        assert_eq!(woken(&annotated), 0, "an annotation");
+        let ready = bucket(
+            "b",
+            serde_json::json!({"team": "y"}),
+            serde_json::json!({"bucketName": "s3op-b"}),
+        );
+        assert_eq!(woken(&ready), 1, "its status changed");
+        let mut edited = ready.clone();
+        edited.metadata.generation = Some(2);
+        assert_eq!(woken(&edited), 1, "its spec changed");
+        writer.apply_watcher_event(&Event::Delete(edited.clone()));
+        assert_eq!(woken(&edited), 1, "deleted");
+    }
 }

@@ -25,6 +25,7 @@ mod olm;
 mod packaging;
 mod pod_identity;
 mod proxy;
+mod read_budget;
 mod reconcile_now;
 mod runtime;
 mod scale;

@@ -431,7 +431,14 @@ pub async fn churn(duration: Duration, batch: usize) -> Vec<ChurnSample> {
     let ns = namespace(&client, "churn").await;
     let opts = OperatorOpts {
         namespaces: vec![ns.clone()],
-        extra_args: vec!["--namespace-aws-write-rate".into(), "0".into()],
+        extra_args: [
+            "--namespace-aws-write-rate",
+            "0",
+            "--namespace-aws-read-rate",
+            "0",
+        ]
+        .map(String::from)
+        .into(),
         env: vec![("RUST_LOG".into(), "info".into())],
         ..Default::default()
     };
@@ -555,6 +562,8 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
             "--max-concurrent-reconciles".into(),
             CONCURRENCY.to_string(),
             "--namespace-aws-write-rate".into(),
+            "0".into(),
+            "--namespace-aws-read-rate".into(),
             "0".into(),
         ],
         env: vec![("RUST_LOG".into(), "info".into())],
@@ -792,8 +801,14 @@ pub async fn fairness(flood: usize, samples: usize) -> Fairness {
         namespace(&client, "flood").await,
         namespace(&client, "quiet").await,
     );
+    // The operator's default budgets (the harness turns the read budget off).
+    let read_budget = [
+        "--namespace-aws-read-rate".to_string(),
+        s3_operator::aws::budget::DEFAULT_READ_RATE.to_string(),
+    ];
     let opts = OperatorOpts {
         resync: "1h",
+        extra_args: read_budget.into(),
         env: vec![("RUST_LOG".into(), "info".into())],
         ..Default::default()
     };

@@ -241,6 +241,11 @@ impl Operator {
             ("RUST_LOG".to_string(), "info,s3_operator=debug".to_string()),
             // The tests rotate keys every few seconds; the default floor is an hour.
             ("MIN_ROTATION_INTERVAL".to_string(), "10s".to_string()),
+            // The tests resync every few seconds (the default is every 10 minutes): the read
+            // budget sized for the default would throttle their resyncs of a few dozen
+            // objects. `read_budget::` and the fairness benchmark set it themselves (a flag
+            // wins over its variable).
+            ("NAMESPACE_AWS_READ_RATE".to_string(), "0".to_string()),
         ];
         env.extend(opts.env.iter().cloned());
         let cluster_wide = opts.namespaces.is_empty();
