@@ -139,6 +139,14 @@ pub fn operator_policy(scope: &Scope) -> Value {
                 ],
             },
             {
+                // The orphan sweep lists the installation's IAM path (PathPrefix; IAM's list
+                // actions take no resource) and reads the tags of names no live object resolves to.
+                "Sid": "ListIdentitiesForOrphanSweep",
+                "Effect": "Allow",
+                "Action": ["iam:ListUsers", "iam:ListRoles"],
+                "Resource": "*",
+            },
+            {
                 "Sid": "ReadBoundary",
                 "Effect": "Allow",
                 "Action": ["iam:GetPolicy"],
@@ -163,7 +171,7 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     "iam:DeleteUser", "iam:TagUser",
                     "iam:GetUserPolicy", "iam:ListUserPolicies",
                     "iam:CreateAccessKey", "iam:UpdateAccessKey", "iam:DeleteAccessKey",
-                    "iam:ListAccessKeys",
+                    "iam:ListAccessKeys", "iam:ListUserTags",
                 ],
                 "Resource": users,
             },
@@ -172,7 +180,7 @@ pub fn operator_policy(scope: &Scope) -> Value {
                 "Effect": "Allow",
                 "Action": [
                     "iam:DeleteRole", "iam:TagRole", "iam:UpdateAssumeRolePolicy",
-                    "iam:GetRolePolicy", "iam:ListRolePolicies",
+                    "iam:GetRolePolicy", "iam:ListRolePolicies", "iam:ListRoleTags",
                 ],
                 "Resource": roles,
             },
@@ -329,7 +337,9 @@ mod tests {
                     || r.starts_with("arn:aws:iam::123456789012:role/s3-operator/prod/")
                     || r == "arn:aws:iam::123456789012:policy/s3-operator/prod/s3-operator-boundary";
                 let allowed_wildcard = match s["Sid"].as_str().unwrap() {
-                    "ConfirmBucketsGone" | "KeepTheBoundary" => r == "*",
+                    "ConfirmBucketsGone" | "KeepTheBoundary" | "ListIdentitiesForOrphanSweep" => {
+                        r == "*"
+                    }
                     "ReadIdentities" => r.starts_with("arn:aws:iam::123456789012:"),
                     _ => false,
                 };
