@@ -161,6 +161,11 @@ struct RunArgs {
     /// catches what an event missed).
     #[arg(long, env = "RESYNC_PERIOD", value_parser = duration)]
     resync_period: Option<std::time::Duration>,
+    /// How often the leader sweeps the bucket prefix and the IAM path (and the EKS cluster's
+    /// Pod Identity associations) for what this installation tagged for an object that no longer
+    /// exists (jittered by up to 10%; the first sweep one period after start-up).
+    #[arg(long, env = "ORPHAN_SWEEP_PERIOD", default_value = "10m", value_parser = duration)]
+    orphan_sweep_period: std::time::Duration,
     /// URL of the SQS queue an EventBridge rule fills with the account's CloudTrail events for
     /// this installation's buckets and IAM identities (`iam-policy --drift-events-rule` renders
     /// it): drift is then corrected within seconds of the change.
@@ -395,6 +400,7 @@ fn config(args: RunArgs) -> Result<runtime::Config, String> {
         probe_addr: args.health_probe_bind_address,
         metrics_secure: args.metrics_secure.then_some(args.metrics_cert_dir),
         drift_events_queue_url: args.drift_events_queue_url,
+        orphan_sweep_period: args.orphan_sweep_period,
         leader_election: args.leader_elect.then_some(leader::Settings {
             namespace: args.leader_election_namespace,
             name: args.leader_election_id,

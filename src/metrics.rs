@@ -29,6 +29,9 @@ const WORKQUEUE_BUCKETS: &[f64] = &[
 
 pub const RESULTS: [&str; 4] = ["success", "error", "requeue", "requeue_after"];
 pub const CONTROLLERS: [&str; 2] = ["bucket", "bucketaccess"];
+/// `s3_operator_orphans_total`'s labels: what was found orphaned, and what became of it.
+pub const ORPHAN_KINDS: [&str; 4] = ["bucket", "user", "role", "association"];
+pub const ORPHAN_ACTIONS: [&str; 3] = ["deleted", "released", "failed"];
 
 /// Every series the operator exports, in the registry /metrics renders.
 pub struct Metrics {
@@ -58,6 +61,7 @@ pub struct Metrics {
     pub aws_read_budget_exhausted_total: IntCounterVec,
     pub wake_overflows_total: IntCounterVec,
     pub drift_events_total: IntCounterVec,
+    pub orphans_total: IntCounterVec,
 }
 
 impl Default for Metrics {
@@ -182,6 +186,11 @@ impl Metrics {
                 "Messages read from the drift-event queue, by outcome: touched (a bucket, user or role someone else changed), own (the operator's own write), refused (a call AWS refused), other",
                 &["outcome"],
             ),
+            orphans_total: r.counter(
+                "s3_operator_orphans_total",
+                "AWS resources of this installation whose owner was gone (a stripped finalizer), by kind and what was done",
+                &["kind", "action"],
+            ),
             drift_corrections_total: r.counter(
                 "s3_operator_drift_corrections_total",
                 "Out-of-band changes found in AWS or Kubernetes and corrected, by kind and aspect",
@@ -235,6 +244,11 @@ impl Metrics {
             self.workqueue_queue_duration_seconds
                 .with_label_values(&[c]);
             self.workqueue_work_duration_seconds.with_label_values(&[c]);
+        }
+        for kind in ORPHAN_KINDS {
+            for action in ORPHAN_ACTIONS {
+                self.orphans_total.with_label_values(&[kind, action]);
+            }
         }
     }
 

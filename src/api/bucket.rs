@@ -594,4 +594,21 @@ pub struct BucketStatus {
     /// The BucketClass in force (named in spec, or the namespace's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_name: Option<String>,
+    /// The deletion rules a pass last accepted (the spec under its class, Ready): deletion
+    /// follows these, or the class when it is stricter, never an edit a pass refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion: Option<AcceptedDeletion>,
+}
+
+/// What deleting a Bucket was last accepted to do.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+#[serde(rename_all = "camelCase")]
+pub struct AcceptedDeletion {
+    /// `Delete` or `Retain`.
+    pub policy: DeletionPolicy,
+    /// The bucket is emptied before it is deleted.
+    #[serde(default)]
+    pub force_delete: bool,
 }

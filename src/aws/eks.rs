@@ -90,6 +90,54 @@ impl Aws {
         }
     }
 
+    /// Every association of the cluster: (id, namespace, ServiceAccount), pages of up to 100
+    /// (the orphan sweep's list; EKS's list carries no tags).
+    pub async fn associations(
+        &self,
+        cluster: &str,
+    ) -> Result<Vec<(String, String, String)>, Error> {
+        let (mut found, mut token) = (vec![], None);
+        loop {
+            let req = self
+                .eks()
+                .list_pod_identity_associations()
+                .cluster_name(cluster)
+                .max_results(100)
+                .set_next_token(token)
+                .send();
+            let out = Aws::call(EKS, "ListPodIdentityAssociations", req).await?;
+            found.extend(
+                out.associations
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|a| Some((a.association_id?, a.namespace?, a.service_account?))),
+            );
+            match out.next_token {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => return Ok(found),
+            }
+        }
+    }
+
+    /// The association's tags; `None` when it no longer exists.
+    pub async fn association_tags(
+        &self,
+        cluster: &str,
+        id: &str,
+    ) -> Result<Option<BTreeMap<String, String>>, Error> {
+        let req = self
+            .eks()
+            .describe_pod_identity_association()
+            .cluster_name(cluster)
+            .association_id(id)
+            .send();
+        match Aws::call(EKS, "DescribePodIdentityAssociation", req).await {
+            Ok(out) => Ok(out.association.map(|a| association(a).tags)),
+            Err(e) if e.not_found() => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     /// Creates the association of `sa`, tagged with `tags` (the operator's ownership tags);
     /// returns its id.
     pub async fn create_association(

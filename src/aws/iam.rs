@@ -254,6 +254,54 @@ impl Aws {
 }
 
 impl Aws {
+    /// The names of the users (`role` false) or roles under `path`: pages of up to 1,000 (the
+    /// orphan sweep's list; IAM's lists carry no tags).
+    pub async fn identities_under(&self, path: &str, role: bool) -> Result<Vec<Identity>, Error> {
+        let (iam, mut found, mut marker) = (self.iam(), vec![], None);
+        loop {
+            let (names, next) = if role {
+                let req = iam.list_roles().path_prefix(path).max_items(1000);
+                let out = Aws::call(IAM, "ListRoles", req.set_marker(marker).send()).await?;
+                let names = out.roles.into_iter().filter(|r| r.path.starts_with(path));
+                let names: Vec<_> = names.map(|r| Identity::Role(r.role_name)).collect();
+                (names, out.is_truncated.then_some(out.marker).flatten())
+            } else {
+                let req = iam.list_users().path_prefix(path).max_items(1000);
+                let out = Aws::call(IAM, "ListUsers", req.set_marker(marker).send()).await?;
+                let names = out.users.into_iter().filter(|u| u.path.starts_with(path));
+                let names: Vec<_> = names.map(|u| Identity::User(u.user_name)).collect();
+                (names, out.is_truncated.then_some(out.marker).flatten())
+            };
+            found.extend(names);
+            match next {
+                Some(m) => marker = Some(m),
+                None => return Ok(found),
+            }
+        }
+    }
+
+    /// The identity's tags (one page: the operator's four ownership tags come with at most the
+    /// 50 IAM allows); `None` when it does not exist.
+    pub async fn identity_tags(
+        &self,
+        id: &Identity,
+    ) -> Result<Option<BTreeMap<String, String>>, Error> {
+        let iam = self.iam();
+        let tags = match id {
+            Identity::User(name) => {
+                let req = iam.list_user_tags().user_name(name).max_items(100).send();
+                absent_ok(Aws::call(IAM, "ListUserTags", req).await)?.map(|o| o.tags)
+            }
+            Identity::Role(name) => {
+                let req = iam.list_role_tags().role_name(name).max_items(100).send();
+                absent_ok(Aws::call(IAM, "ListRoleTags", req).await)?.map(|o| o.tags)
+            }
+        };
+        Ok(tags.map(|t| tags_of(Some(t))))
+    }
+}
+
+impl Aws {
     /// Creates a user under `path` with `boundary` as its permissions boundary.
     pub async fn create_user(
         &self,

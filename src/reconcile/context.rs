@@ -121,6 +121,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// The BucketClasses, BucketAccessClasses and namespaces, read live.
     pub classes: crate::reconcile::class::Classes,
+    /// The UIDs whose cleanup this process finished (`orphans`).
+    pub finalized: crate::reconcile::orphans::Finalized,
 }
 
 /// Wakes the BucketAccesses granted on an S3 bucket name, in every watched scope: a Bucket that
@@ -169,6 +171,7 @@ impl Context {
             budgets: Arc::new(crate::aws::budget::Budgets::unlimited()),
             metrics,
             classes: Default::default(),
+            finalized: Default::default(),
         }
     }
 

@@ -10,6 +10,7 @@ pub mod tag_reads;
 mod context;
 mod error;
 mod object;
+pub mod orphans;
 mod pass_events;
 mod settled;
 #[cfg(test)]

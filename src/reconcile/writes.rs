@@ -71,6 +71,8 @@ pub async fn ensure_finalizer<K: Object>(ctx: &Context, obj: &K) -> Result<Strin
 
 /// Removes the finalizer so Kubernetes can delete the object.
 pub async fn remove_finalizer<K: Object>(ctx: &Context, obj: &K) -> Result<(), Error> {
+    // Its deletion event is then no stripped finalizer (`orphans`).
+    ctx.finalized.record(&obj.uid().unwrap_or_default());
     let finalizers: Vec<String> = obj
         .finalizers()
         .iter()

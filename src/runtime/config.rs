@@ -19,6 +19,9 @@ pub struct Config {
     /// The SQS queue of CloudTrail events the leader reads to find drift at once; `None`: drift
     /// is found by the periodic resync only.
     pub drift_events_queue_url: Option<String>,
+    /// How often the leader sweeps the installation's prefix and IAM path for resources whose
+    /// owner is gone (jittered by up to 10%).
+    pub orphan_sweep_period: std::time::Duration,
     /// `None` runs without leader election (a single replica, or local development).
     pub leader_election: Option<leader::Settings>,
 }

@@ -13,7 +13,7 @@ use kube::Resource;
 use kube::api::DynamicObject;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
-use tokio::sync::watch;
+use tokio::sync::{Semaphore, watch};
 use tracing::{Instrument, Span};
 
 use super::backoff::Backoff;
@@ -21,6 +21,7 @@ use super::class_watches::{ClassKind, Wake};
 use super::drift_events;
 use super::fair::Gate;
 use super::lifecycle::wait_true;
+use super::sweep;
 use super::wakes::{AccessFanout, accesses_touched, buckets_touched, granted_on, woken_by_classes};
 use super::watches::{Gated, Watched, Watches, events, trigger};
 use super::{Config, Error, telemetry};
@@ -55,8 +56,8 @@ pub(super) async fn run(
         buckets: Queue::new("bucket", &ctx.metrics),
         accesses: Queue::new("bucketaccess", &ctx.metrics),
     };
-    let bucket_stores = scopes.iter().map(|w| w.buckets.clone()).collect();
-    let access_stores = scopes.iter().map(|w| w.accesses.clone()).collect();
+    let bucket_stores: Vec<_> = scopes.iter().map(|w| w.buckets.clone()).collect();
+    let access_stores: Vec<_> = scopes.iter().map(|w| w.accesses.clone()).collect();
     // Subscribed by every scope's controllers before the first event is read.
     let (touched, _) = tokio::sync::broadcast::channel(1024);
     let wakers = Wakers {
@@ -79,6 +80,13 @@ pub(super) async fn run(
             shutdown.clone(),
         ));
     }
+    let live = sweep::Live {
+        buckets: bucket_stores.clone(),
+        accesses: access_stores.clone(),
+        namespaces: config.watch_namespaces.clone(),
+    };
+    let period = config.orphan_sweep_period;
+    tokio::spawn(sweep::run(ctx.clone(), live, period, shutdown.clone()));
     tokio::spawn(report_managed_objects(
         bucket_stores,
         access_stores,
@@ -112,15 +120,18 @@ fn start_scope(
 ) -> [BoxFuture<'static, ()>; 2] {
     let classes = wakers.classes;
     let (bucket_queue, access_queue) = (&queues.buckets, &queues.accesses);
+    let slots = Arc::new(Semaphore::new(sweep::VANISHED_AT_ONCE));
     tokio::spawn(forget_deleted(
         w.bucket_deletions,
         ctx.clone(),
         bucket_queue.clone(),
+        (sweep::vanished_bucket, slots.clone()),
     ));
     tokio::spawn(forget_deleted(
         w.access_deletions,
         ctx.clone(),
         access_queue.clone(),
+        (sweep::vanished_access, slots),
     ));
     let (store, linked, queue) = (w.buckets.clone(), Linked::default(), bucket_queue.clone());
     let buckets = controller_for(&w.buckets, w.bucket_events, bucket_queue, shutdown)
@@ -288,14 +299,26 @@ fn after_reconcile<T, E, Q>(
     }
 }
 
-/// Drops the bookkeeping of every object deleted from the cluster.
-async fn forget_deleted<K: Resource<DynamicType = ()>>(
+/// Drops the bookkeeping of every object deleted from the cluster, and cleans up after each
+/// whose cleanup this process did not finish: the operator removes its finalizer only once it has
+/// cleaned up, so any other deletion may have been stripped of it (`cleanup`, run from the last
+/// state the watch saw, at most `slots` at once).
+async fn forget_deleted<K, F, Fut>(
     mut deleted: Gated<K>,
     ctx: Arc<Context>,
     queue: Queue,
-) {
+    (cleanup, slots): (F, Arc<Semaphore>),
+) where
+    K: Resource<DynamicType = ()>,
+    F: Fn(Arc<K>, Arc<Context>, Arc<Semaphore>) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
     while let Some(obj) = deleted.recv().await {
         forget(&ctx, &queue, &object_key(obj.as_ref()));
+        let uid = obj.meta().uid.as_deref().unwrap_or_default();
+        if !ctx.finalized.take(uid) {
+            tokio::spawn(cleanup(obj, ctx.clone(), slots.clone()));
+        }
     }
 }
 
@@ -759,6 +782,42 @@ mod tests {
         assert_eq!(ref_key(&r), kept_key);
         forget(&ctx, &queue, &ref_key(&r));
         assert_eq!(settled.remaining(&kept_key, &["1".into()]), None);
+    }
+
+    /// A deletion whose cleanup this process finished needs nothing more; any other (a stripped
+    /// finalizer) is cleaned up from the last state the watch saw.
+    #[tokio::test]
+    async fn a_deletion_the_operator_did_not_finish_is_cleaned_up_from_its_last_state() {
+        let ctx = Arc::new(Context::for_tests());
+        let queue = Queue::new("bucket", &ctx.metrics);
+        let with_uid = |name: &str| {
+            let mut b = (*bucket(name)).clone();
+            b.metadata.uid = Some(format!("uid-{name}"));
+            Arc::new(b)
+        };
+        let (finished, stripped) = (with_uid("finished"), with_uid("stripped"));
+        ctx.finalized.record("uid-finished");
+        let (tx, deleted) = tokio::sync::mpsc::unbounded_channel();
+        let (cleaned_tx, mut cleaned) = tokio::sync::mpsc::unbounded_channel();
+        let cleanup = move |b: Arc<Bucket>, _: Arc<Context>, _: Arc<Semaphore>| {
+            let _ = cleaned_tx.send(b.name_any());
+            async {}
+        };
+        tx.send(finished).unwrap();
+        tx.send(stripped).unwrap();
+        drop(tx);
+        let slots = Arc::new(Semaphore::new(1));
+        forget_deleted(deleted, ctx.clone(), queue, (cleanup, slots)).await;
+        assert_eq!(cleaned.recv().await.as_deref(), Some("stripped"));
+        assert_eq!(
+            cleaned.recv().await,
+            None,
+            "the finished one is not cleaned up again"
+        );
+        assert!(
+            !ctx.finalized.take("uid-finished"),
+            "forgotten once its deletion came"
+        );
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod drift_events;
 mod fair;
 pub mod leader;
 mod lifecycle;
+mod sweep;
 pub mod telemetry;
 mod wakes;
 mod watches;
@@ -239,5 +240,6 @@ fn context(
         )),
         metrics,
         classes: classes.classes(),
+        finalized: Default::default(),
     }
 }

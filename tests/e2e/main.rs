@@ -22,6 +22,7 @@ mod monitoring;
 mod node;
 mod observability;
 mod olm;
+mod orphans;
 mod packaging;
 mod pod_identity;
 mod proxy;

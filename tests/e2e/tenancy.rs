@@ -656,6 +656,7 @@ async fn a_grant_never_follows_a_name_made_again_by_hand() {
         .await
         .unwrap();
     s3.delete_bucket().bucket(&name).send().await.unwrap();
+}
 
 /// A bucket of the installation's name in another account, whose bucket policy lets our account
 /// in (which AWS honours for a cross-account request the caller's own policy allows), is never

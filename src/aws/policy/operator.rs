@@ -155,6 +155,14 @@ pub fn operator_policy(scope: &Scope) -> Value {
                 ],
             },
             {
+                // The orphan sweep lists the installation's IAM path (PathPrefix; IAM's list
+                // actions take no resource) and reads the tags of names no live object resolves to.
+                "Sid": "ListIdentitiesForOrphanSweep",
+                "Effect": "Allow",
+                "Action": ["iam:ListUsers", "iam:ListRoles"],
+                "Resource": "*",
+            },
+            {
                 "Sid": "ReadBoundary",
                 "Effect": "Allow",
                 "Action": ["iam:GetPolicy"],
@@ -179,7 +187,7 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     "iam:DeleteUser", "iam:TagUser",
                     "iam:GetUserPolicy", "iam:ListUserPolicies",
                     "iam:CreateAccessKey", "iam:UpdateAccessKey", "iam:DeleteAccessKey",
-                    "iam:ListAccessKeys",
+                    "iam:ListAccessKeys", "iam:ListUserTags",
                 ],
                 "Resource": users,
             },
@@ -188,7 +196,7 @@ pub fn operator_policy(scope: &Scope) -> Value {
                 "Effect": "Allow",
                 "Action": [
                     "iam:DeleteRole", "iam:TagRole", "iam:UpdateAssumeRolePolicy",
-                    "iam:GetRolePolicy", "iam:ListRolePolicies",
+                    "iam:GetRolePolicy", "iam:ListRolePolicies", "iam:ListRoleTags",
                 ],
                 "Resource": roles,
             },
@@ -345,7 +353,9 @@ mod tests {
                     || r.starts_with("arn:aws:iam::123456789012:role/s3-operator/prod/")
                     || r == "arn:aws:iam::123456789012:policy/s3-operator/prod/s3-operator-boundary";
                 let allowed_wildcard = match s["Sid"].as_str().unwrap() {
-                    "ConfirmBucketsGone" | "KeepTheBoundary" => r == "*",
+                    "ConfirmBucketsGone" | "KeepTheBoundary" | "ListIdentitiesForOrphanSweep" => {
+                        r == "*"
+                    }
                     "ReadIdentities" => r.starts_with("arn:aws:iam::123456789012:"),
                     _ => false,
                 };

@@ -288,6 +288,37 @@ impl Aws {
         Aws::call(S3, "CreateBucket", req.send()).await.map(drop)
     }
 
+    /// This account's buckets whose names start with `prefix`, with their region where S3 says
+    /// it: pages of up to 1,000 (the orphan sweep's list).
+    pub async fn buckets_with_prefix(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, Option<String>)>, Error> {
+        let client = self.s3(&self.region);
+        let (mut found, mut token) = (vec![], None);
+        loop {
+            let req = client
+                .list_buckets()
+                .prefix(prefix)
+                .max_buckets(1000)
+                .set_continuation_token(token)
+                .send();
+            let out = Aws::call(S3, "ListBuckets", req).await?;
+            let page = out.buckets.unwrap_or_default().into_iter();
+            // Filtered here too: an S3-compatible store may ignore the prefix.
+            found.extend(page.filter_map(|b| {
+                let region = b.bucket_region.filter(|r| !r.is_empty());
+                b.name
+                    .filter(|n| n.starts_with(prefix))
+                    .map(|n| (n, region))
+            }));
+            match out.continuation_token {
+                Some(t) if !t.is_empty() => token = Some(t),
+                _ => return Ok(found),
+            }
+        }
+    }
+
     /// Whether this account has a bucket named `bucket` (ListBuckets lists only the caller's
     /// own): tells a bucket that is gone or another account's from one we may not read.
     pub async fn bucket_in_account(&self, region: &str, bucket: &str) -> Result<bool, Error> {

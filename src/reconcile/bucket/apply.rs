@@ -8,7 +8,7 @@ use super::{
     Address, Change, Desired, Found, Plan, address, desired, logging, plan, protection, refusal,
 };
 use crate::api::condition::{self, Reason};
-use crate::api::{Bucket, BucketStatus};
+use crate::api::{AcceptedDeletion, Bucket, BucketStatus};
 use crate::aws::naming;
 use crate::aws::tags::Ownership;
 use crate::reconcile::{
@@ -76,6 +76,7 @@ pub(super) async fn apply(
     };
     let pass = Pass {
         adopting: matches!(&observed, Found::Present(c) if owner.judge(&c.tags) != Ownership::Ours),
+        deletion: accepted_deletion(&classed.bucket, settings),
         enforced: classed.enforced,
         // What a class edit brings is an update, not drift (the generation does not move).
         class_changed: ctx.settled.saw(&object_key(bucket), 2, &class) == Some(false),
@@ -101,6 +102,17 @@ struct Pass {
     enforced: Option<String>,
     /// The class in force changed since this process's last pass of the Bucket.
     class_changed: bool,
+    /// The deletion rules this pass accepts, recorded with its Ready status.
+    deletion: AcceptedDeletion,
+}
+
+/// The deletion rules of `classed` (the spec under its class, which accepted it), as cleanup
+/// will follow them.
+fn accepted_deletion(classed: &Bucket, settings: &crate::reconcile::Settings) -> AcceptedDeletion {
+    AcceptedDeletion {
+        policy: crate::reconcile::deletion_policy(classed.spec.deletion_policy, settings),
+        force_delete: classed.spec.force_delete,
+    }
 }
 
 async fn class_blocked(
@@ -222,7 +234,7 @@ async fn converge(
         ctx.grants.wake(&d.name);
     }
     let msg = format!("S3 bucket {} is ready", d.name);
-    let status = status_for(
+    let mut status = status_for(
         bucket,
         ctx,
         Some(&d.address()),
@@ -230,6 +242,8 @@ async fn converge(
         Reason::Available,
         msg,
     );
+    // Written with the status the pass writes anyway, so it costs no write once recorded.
+    status.deletion = Some(pass.deletion);
     // The event and the status go out together: a new bucket's pass waits for one round trip
     // to the API server, not two.
     let (_, _, written) = tokio::join!(
@@ -396,6 +410,8 @@ pub(super) fn status_for(
             .map(|d| naming::bucket_arn(naming::partition(&d.region), &d.name)),
         region: d_region.clone(),
         endpoint: d_region.map(|r| ctx.aws.s3_endpoint(&r)),
+        // Only a pass that accepts the spec changes it (see `converge`).
+        deletion: previous.deletion,
     }
 }
 

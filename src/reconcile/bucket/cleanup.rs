@@ -1,10 +1,14 @@
 //! Deletion of a Bucket. What the Bucket asks for ([`Asked`]) and what AWS holds under its name
-//! ([`Found`]) decide each step ([`step`], pure); the async code only reads, asks [`step`] and
-//! makes the step, until the finalizer may go or deletion waits.
+//! ([`Found`]) decide each step ([`deletion`], pure); the async code only reads, asks
+//! [`deletion`] and makes the step, until the finalizer may go or deletion waits.
 //!
 //! It fails closed: only "no such bucket in this account" means gone, a bucket that is not this
 //! object's is never touched, and `forceDelete` empties at most [`EMPTY_PAGES_PER_PASS`] pages of
 //! object versions per pass, so each pass stays short.
+//!
+//! The same steps serve a Bucket that disappeared without this cleanup (its finalizer stripped:
+//! [`vanished`]) and a bucket the orphan sweep found owned by a UID no object has any more
+//! ([`release_orphan`]); with the object gone they are said in log lines, not events.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -12,7 +16,7 @@ use std::time::Duration;
 use super::apply::blocked;
 use super::{Address, address, protection, refusal};
 use crate::api::condition::Reason;
-use crate::api::{Bucket, DeletionPolicy};
+use crate::api::{AcceptedDeletion, Bucket, BucketConstraints, DeletionPolicy};
 use crate::aws::s3::Emptied;
 use crate::aws::tags::{Owner, Ownership, released};
 use crate::aws::{ErrorKind, naming, policy};
@@ -22,11 +26,11 @@ use crate::reconcile::{Blocked, Context, Error, Requeue, has_finalizer, owner, r
 /// (`forceDelete`).
 const EMPTY_PAGES_PER_PASS: usize = 10;
 
-/// What deleting a Bucket asks for: its spec, resolved against the operator's settings.
+/// What deleting a Bucket asks for: the rules a pass last accepted, under its class.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Asked {
     pub policy: DeletionPolicy,
-    /// `spec.forceDelete`: the bucket is emptied before it is deleted.
+    /// `forceDelete`: the bucket is emptied before it is deleted.
     pub force_delete: bool,
     /// `spec.objectLock` is set: S3 refusing to delete object versions is its retention.
     pub object_lock: bool,
@@ -34,27 +38,76 @@ pub(super) struct Asked {
 
 impl Asked {
     fn of(bucket: &Bucket, ctx: &Context) -> Asked {
+        let recorded = bucket.status.as_ref().and_then(|s| s.deletion);
+        let ns = bucket.metadata.namespace.as_deref().unwrap_or_default();
+        // A class that cannot be resolved tightens nothing: what was accepted still holds.
+        let class = ctx
+            .classes
+            .bucket_class(ns, bucket.spec.class_name.as_deref())
+            .ok()
+            .flatten();
+        let constraints = class.as_ref().map(|c| &c.spec.constraints);
+        let rules = in_force(recorded, constraints, ctx.settings.default_deletion_policy);
         Asked {
-            policy: cleanup_deletion_policy(bucket, ctx),
-            force_delete: bucket.spec.force_delete,
+            policy: rules.policy,
+            force_delete: rules.force_delete,
             object_lock: bucket.spec.object_lock.is_some(),
         }
     }
 }
 
-/// The deletion policy the Bucket's class gives it, if it names none: never a reason to wait,
-/// so a class that cannot be resolved leaves the operator's default.
-fn cleanup_deletion_policy(bucket: &Bucket, ctx: &Context) -> DeletionPolicy {
-    let ns = bucket.metadata.namespace.as_deref().unwrap_or_default();
-    let class = ctx
-        .classes
-        .bucket_class(ns, bucket.spec.class_name.as_deref());
-    let class = class.ok().flatten();
-    crate::reconcile::class::bucket::cleanup_deletion_policy(
-        &bucket.spec,
-        class.as_deref(),
-        &ctx.settings,
-    )
+/// The deletion rules cleanup follows (pure): those a pass last accepted (`recorded`, in status,
+/// which tenants cannot write), else the operator's default without `forceDelete`; either made
+/// stricter by the class in force now. Never the spec itself: an edit a pass refused
+/// (ClassViolation) is in the spec but was never recorded.
+pub(super) fn in_force(
+    recorded: Option<AcceptedDeletion>,
+    class: Option<&BucketConstraints>,
+    default: DeletionPolicy,
+) -> AcceptedDeletion {
+    let mut rules = recorded.unwrap_or(AcceptedDeletion {
+        policy: default,
+        force_delete: false,
+    });
+    if let Some(c) = class {
+        let allowed = &c.allowed_deletion_policies;
+        if rules.policy == DeletionPolicy::Delete
+            && !allowed.is_empty()
+            && !allowed.contains(&DeletionPolicy::Delete)
+        {
+            rules.policy = DeletionPolicy::Retain;
+        }
+        rules.force_delete &= c.allow_force_delete;
+    }
+    rules
+}
+
+/// Who hears of deletion's steps: the Bucket being deleted (events, and its status while
+/// deletion waits), or, once the object is gone, the log.
+#[derive(Clone, Copy)]
+enum Witness<'a> {
+    Bucket(&'a Bucket),
+    Gone,
+}
+
+impl Witness<'_> {
+    async fn say(self, ctx: &Context, warning: bool, reason: &str, note: String) {
+        match self {
+            Witness::Bucket(b) => ctx.event(b, warning, reason, note).await,
+            Witness::Gone => tracing::warn!(reason, note = %note, "orphan cleanup"),
+        }
+    }
+}
+
+/// How a run of deletion's steps ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Ended {
+    /// Nothing in AWS is (any longer) the object's: gone, or another's.
+    Nothing,
+    Released,
+    Deleted,
+    /// Object versions are left for the next run (`forceDelete`).
+    More,
 }
 
 /// What AWS holds under the Bucket's name, as far as deletion has read.
@@ -136,6 +189,18 @@ pub(super) fn deletion(bucket: &str, asked: Asked, found: &Found) -> Deletion {
     }
 }
 
+/// The next step when nobody is left to act on a wait (`gone`: the object disappeared, or the
+/// sweep found its bucket): the bucket is released instead, its data kept, never deleted.
+pub(super) fn next(bucket: &str, asked: Asked, found: &Found, gone: bool) -> Deletion {
+    match deletion(bucket, asked, found) {
+        Deletion::Wait(why) if gone => {
+            tracing::warn!(bucket, why = %why, "deletion cannot finish; the bucket is released instead");
+            Deletion::Release
+        }
+        step => step,
+    }
+}
+
 /// What deletion waiting on a refused AWS call says.
 fn waiting(e: &crate::aws::Error) -> String {
     let why = refusal(e).map_or_else(|| e.to_string(), |why| why.message);
@@ -150,10 +215,11 @@ pub(super) async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Requeue, E
     // From spec, UID and the tags in AWS, never from a spec check an edit can make fail. A name
     // outside the prefix was never the operator's to create or adopt.
     if let Ok(at) = address(bucket, &ctx.settings, &ctx.aws.region, &owner) {
-        match release_or_delete(bucket, ctx, &at, &owner).await {
-            Ok(true) => {}
+        let asked = Asked::of(bucket, ctx);
+        match release_or_delete(Witness::Bucket(bucket), ctx, &at, &owner, asked).await {
             // Emptying goes on in the next pass: each pass stays short.
-            Ok(false) => return Ok(Requeue::After(Duration::from_secs(1))),
+            Ok(Ended::More) => return Ok(Requeue::After(Duration::from_secs(1))),
+            Ok(_) => {}
             // Cleanup fails closed: a refusal keeps the finalizer and says what was refused.
             Err(Error::Aws(e)) if refusal(&e).is_some() => {
                 return Err(hold(bucket, ctx, &at, waiting(&e)).await);
@@ -165,43 +231,90 @@ pub(super) async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Requeue, E
     Ok(Requeue::OnChange)
 }
 
+/// Cleans up after a Bucket that disappeared without this cleanup (its finalizer stripped),
+/// from the last state the watch saw, by the rules a pass last accepted for it. A deletion that
+/// would wait for someone (a bucket not empty, deletes refused) releases the bucket instead:
+/// nobody is left to act, and releasing keeps the data. How it ended, for the orphan metric.
+pub async fn vanished(bucket: &Bucket, ctx: &Context) -> Result<Ended, Error> {
+    let owner = owner(bucket, &ctx.settings.cluster_name);
+    let Ok(at) = address(bucket, &ctx.settings, &ctx.aws.region, &owner) else {
+        return Ok(Ended::Nothing);
+    };
+    let asked = Asked::of(bucket, ctx);
+    loop {
+        match release_or_delete(Witness::Gone, ctx, &at, &owner, asked).await? {
+            Ended::More => continue,
+            ended => return Ok(ended),
+        }
+    }
+}
+
+/// Releases a bucket the sweep found owned by `owner`, a UID no object has any more: its
+/// grants removed and its ownership tags replaced by where it came from, as `Retain` does. The
+/// sweep never deletes: AWS holds no record of the deletion rules a pass accepted (see the
+/// README), and releasing never loses data a `Retain` would keep; the namespace may adopt it.
+pub async fn release_orphan(
+    ctx: &Context,
+    region: &str,
+    name: &str,
+    owner: &Owner,
+) -> Result<Ended, Error> {
+    let at = Address {
+        name: name.to_string(),
+        region: region.to_string(),
+    };
+    let asked = Asked {
+        policy: DeletionPolicy::Retain,
+        force_delete: false,
+        object_lock: false,
+    };
+    release_or_delete(Witness::Gone, ctx, &at, owner, asked).await
+}
+
 /// Releases (Retain) or deletes (Delete) the bucket if this object owns it, making the steps
-/// [`step`] plans. `Ok(false)`: a bucket being emptied has more objects left for the next pass.
+/// [`next`] plans.
 async fn release_or_delete(
-    bucket: &Bucket,
+    witness: Witness<'_>,
     ctx: &Context,
     at: &Address,
     owner: &Owner,
-) -> Result<bool, Error> {
+    asked: Asked,
+) -> Result<Ended, Error> {
     let (aws, r, n) = (&ctx.aws, at.region.as_str(), at.name.as_str());
-    let asked = Asked::of(bucket, ctx);
+    let gone = matches!(witness, Witness::Gone);
     let mut found = find(ctx, at, owner).await?;
     loop {
-        let now = match deletion(n, asked, &found) {
-            Deletion::Done => return Ok(true),
+        let now = match next(n, asked, &found, gone) {
+            Deletion::Done => return Ok(Ended::Nothing),
             Deletion::LeaveUntouched => {
                 let msg = format!("S3 bucket {n} is not owned by this object; left untouched");
-                ctx.event(bucket, false, "Released", msg).await;
-                return Ok(true);
+                if let Witness::Bucket(b) = witness {
+                    ctx.event(b, false, "Released", msg).await;
+                }
+                return Ok(Ended::Nothing);
             }
             Deletion::Release => {
                 if let Found::Ours { tags, .. } = &found {
-                    retain(bucket, ctx, owner, tags, at).await?;
+                    retain(witness, ctx, owner, tags, at).await?;
                 }
-                return Ok(true);
+                return Ok(Ended::Released);
             }
             Deletion::List => Contents::Listed {
                 empty: aws.bucket_is_empty(r, n).await?,
             },
-            Deletion::Empty { pages } => empty(bucket, ctx, at, pages).await?,
-            Deletion::EmptyNextPass => return Ok(false),
+            Deletion::Empty { pages } => empty(witness, ctx, at, pages).await?,
+            Deletion::EmptyNextPass => return Ok(Ended::More),
             Deletion::Delete => {
                 aws.delete_bucket(r, n).await?;
                 let msg = format!("Deleted S3 bucket {n}");
-                ctx.event(bucket, false, "Deleted", msg).await;
-                return Ok(true);
+                witness.say(ctx, false, "Deleted", msg).await;
+                return Ok(Ended::Deleted);
             }
-            Deletion::Wait(msg) => return Err(hold(bucket, ctx, at, msg).await),
+            Deletion::Wait(msg) => match witness {
+                Witness::Bucket(b) => return Err(hold(b, ctx, at, msg).await),
+                // `next` never waits for a gone object.
+                Witness::Gone => return Err(Error::DeletionBlocked(msg)),
+            },
         };
         if let Found::Ours { contents, .. } = &mut found {
             *contents = now;
@@ -239,7 +352,7 @@ async fn find(ctx: &Context, at: &Address, owner: &Owner) -> Result<Found, crate
 
 /// Leaves the bucket in S3 without this object's grants and ownership.
 async fn retain(
-    bucket: &Bucket,
+    witness: Witness<'_>,
     ctx: &Context,
     owner: &Owner,
     tags: &BTreeMap<String, String>,
@@ -252,23 +365,18 @@ async fn retain(
     aws.put_bucket_policy(r, n, &policy::bucket_policy(&arn, &[]))
         .await?;
     aws.put_tags(r, n, &released(tags, owner)).await?;
-    ctx.event(
-        bucket,
-        false,
-        "Retained",
-        format!(
-            "S3 bucket {n} retained; ownership tags and bucket policy grants removed (only namespace {} may adopt it again)",
-            owner.namespace
-        ),
-    )
-    .await;
+    let note = format!(
+        "S3 bucket {n} retained; ownership tags and bucket policy grants removed (only namespace {} may adopt it again)",
+        owner.namespace
+    );
+    witness.say(ctx, false, "Retained", note).await;
     Ok(())
 }
 
 /// Deletes up to `pages` pages of object versions: what is left, or S3's denial (which
-/// [`step`] judges). Never bypasses object lock retention.
+/// [`deletion`] judges). Never bypasses object lock retention.
 async fn empty(
-    bucket: &Bucket,
+    witness: Witness<'_>,
     ctx: &Context,
     at: &Address,
     pages: usize,
@@ -278,7 +386,7 @@ async fn empty(
         Ok(Emptied { deleted, empty }) => {
             if deleted > 0 {
                 let msg = format!("Deleted {deleted} object versions from {n} (forceDelete)");
-                ctx.event(bucket, false, "Emptied", msg).await;
+                witness.say(ctx, false, "Emptied", msg).await;
             }
             Ok(Contents::Emptied { empty })
         }
@@ -398,6 +506,72 @@ mod tests {
         assert_eq!(deletion("b", FORCE, &left), Deletion::EmptyNextPass);
         let done = ours(Contents::Emptied { empty: true });
         assert_eq!(deletion("b", FORCE, &done), Deletion::Delete);
+    }
+
+    /// Deletion follows what a pass accepted, made stricter by the class; never the spec.
+    #[test]
+    fn cleanup_follows_the_rules_last_accepted_or_the_class_when_stricter() {
+        let accepted = |policy, force_delete| AcceptedDeletion {
+            policy,
+            force_delete,
+        };
+        let forced = Some(accepted(DeletionPolicy::Delete, true));
+        let open = BucketConstraints::default();
+        assert_eq!(
+            in_force(forced, Some(&open), DeletionPolicy::Retain),
+            accepted(DeletionPolicy::Delete, true)
+        );
+        // The class now allows only Retain and no forceDelete: both tighten what was accepted.
+        let strict = BucketConstraints {
+            allowed_deletion_policies: vec![DeletionPolicy::Retain],
+            allow_force_delete: false,
+            ..Default::default()
+        };
+        assert_eq!(
+            in_force(forced, Some(&strict), DeletionPolicy::Delete),
+            accepted(DeletionPolicy::Retain, false)
+        );
+        // A class allowing only Delete never turns an accepted Retain into a deletion.
+        let delete_only = BucketConstraints {
+            allowed_deletion_policies: vec![DeletionPolicy::Delete],
+            ..Default::default()
+        };
+        let kept = Some(accepted(DeletionPolicy::Retain, false));
+        assert_eq!(
+            in_force(kept, Some(&delete_only), DeletionPolicy::Delete),
+            accepted(DeletionPolicy::Retain, false)
+        );
+        // Nothing accepted yet (or from before the record existed): the operator's default,
+        // without forceDelete, under the class.
+        assert_eq!(
+            in_force(None, None, DeletionPolicy::Delete),
+            accepted(DeletionPolicy::Delete, false)
+        );
+        assert_eq!(
+            in_force(None, Some(&strict), DeletionPolicy::Delete),
+            accepted(DeletionPolicy::Retain, false)
+        );
+    }
+
+    /// With nobody left to act on a wait (the object gone), a deletion that would wait releases.
+    #[test]
+    fn a_gone_objects_deletion_that_would_wait_releases_instead() {
+        let full = ours(Contents::Listed { empty: false });
+        assert!(matches!(next("b", DELETE, &full, false), Deletion::Wait(_)));
+        assert_eq!(next("b", DELETE, &full, true), Deletion::Release);
+        let refused = ours(Contents::DeletesRefused(denied()));
+        assert_eq!(next("b", FORCE, &refused, true), Deletion::Release);
+        // Everything else is the same step as for a live object.
+        let empty = ours(Contents::Listed { empty: true });
+        assert_eq!(next("b", DELETE, &empty, true), Deletion::Delete);
+        assert_eq!(
+            next("b", FORCE, &ours(Contents::Unread), true),
+            deletion("b", FORCE, &ours(Contents::Unread))
+        );
+        assert_eq!(
+            next("b", DELETE, &Found::NotOurs, true),
+            Deletion::LeaveUntouched
+        );
     }
 
     #[test]

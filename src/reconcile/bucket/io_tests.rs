@@ -52,6 +52,12 @@ fn deleting() -> Bucket {
     let mut b = bucket("5", true);
     b.spec.deletion_policy = Some(DeletionPolicy::Delete);
     b.spec.force_delete = true;
+    // As a pass that accepted the spec recorded it: deletion follows the record.
+    let status = b.status.get_or_insert_with(Default::default);
+    status.deletion = Some(crate::api::AcceptedDeletion {
+        policy: DeletionPolicy::Delete,
+        force_delete: true,
+    });
     b.metadata.deletion_timestamp = Some(Time(jiff::Timestamp::now()));
     b
 }

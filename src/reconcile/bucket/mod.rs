@@ -27,6 +27,7 @@ use crate::api::Bucket;
 use crate::api::condition::Reason;
 use crate::aws::s3::tagging::ABAC_ENABLED;
 
+pub use cleanup::{Ended, release_orphan, vanished};
 pub use desired::{Address, Desired, REGION_ANNOTATION, address, desired};
 pub use plan::{BucketState, Change, Found, Plan, plan};
 

@@ -579,7 +579,7 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Requeue, Error>
     if !has_finalizer(access) {
         return Ok(Requeue::OnChange);
     }
-    if let Err(e) = delete_identity(access, ctx).await {
+    if let Err(e) = delete_identity(access, ctx, false).await {
         let Some(refused) = refusal(&e, None, "") else {
             return Err(e.into());
         };
@@ -593,53 +593,96 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Requeue, Error>
     Ok(Requeue::OnChange)
 }
 
-async fn delete_identity(access: &BucketAccess, ctx: &Context) -> Result<(), crate::aws::Error> {
-    let aws = &ctx.aws;
+/// Cleans up after a BucketAccess that disappeared without its cleanup (its finalizer
+/// stripped), from the last state the watch saw: the same deletions, said in log lines (the
+/// object is gone). How many of its association and identity it deleted, for the metric.
+pub async fn vanished(
+    access: &BucketAccess,
+    ctx: &Context,
+) -> Result<Vec<&'static str>, crate::aws::Error> {
+    delete_identity(access, ctx, true).await
+}
+
+/// Deletes the access's association and its user or role (each only if tagged as its own);
+/// returns what was deleted (`association`, `user`, `role`). `gone`: the object is, so each
+/// deletion is a log line rather than an event.
+async fn delete_identity(
+    access: &BucketAccess,
+    ctx: &Context,
+    gone: bool,
+) -> Result<Vec<&'static str>, crate::aws::Error> {
     let owner = owner(access, &ctx.settings.cluster_name);
+    let mut deleted = vec![];
     // The association first: it names the role.
     if let Found::Ours(a) = observe::association(ctx, access, &owner, true).await? {
         let cluster = ctx.settings.eks_cluster_name.as_deref().unwrap_or_default();
-        aws.delete_association(cluster, &a.id).await?;
+        ctx.aws.delete_association(cluster, &a.id).await?;
         let note = format!("Deleted EKS Pod Identity association {}", a.id);
-        ctx.event(access, false, "Deleted", note).await;
+        said(access, ctx, gone, note).await;
+        deleted.push("association");
     }
     // Under either name (one made before names carried the long hash keeps its own): a
     // status that names neither must not leave one behind.
     for identity in identity_candidates(access, &owner) {
-        delete_if_ours(ctx, access, &owner, identity).await?;
+        if let Some(kind) = delete_if_ours(ctx, access, &owner, identity, gone).await? {
+            deleted.push(kind);
+        }
     }
-    Ok(())
+    Ok(deleted)
 }
 
-/// Deletes `identity` (its keys and inline policies first) if its tags name this access.
+/// Deletes `identity` (its keys and inline policies first) if its tags name this access;
+/// which kind it deleted.
 async fn delete_if_ours(
     ctx: &Context,
     access: &BucketAccess,
     owner: &Owner,
     identity: Identity,
-) -> Result<(), crate::aws::Error> {
-    let aws = &ctx.aws;
-    let Some(found) = aws.get_identity(&identity).await? else {
-        return Ok(());
+    gone: bool,
+) -> Result<Option<&'static str>, crate::aws::Error> {
+    let Some(found) = ctx.aws.get_identity(&identity).await? else {
+        return Ok(None);
     };
     if owner.judge(&found.tags) != Ownership::Ours {
-        return Ok(());
+        return Ok(None);
     }
-    if let Identity::User(user) = &identity {
+    delete_owned_identity(ctx, &identity).await?;
+    let note = match &identity {
+        Identity::User(_) => format!("Deleted {identity} and its keys"),
+        Identity::Role(_) => format!("Deleted {identity}"),
+    };
+    said(access, ctx, gone, note).await;
+    Ok(Some(match identity {
+        Identity::User(_) => "user",
+        Identity::Role(_) => "role",
+    }))
+}
+
+/// A deletion, as an event on `access`, or a log line once it is `gone`.
+async fn said(access: &BucketAccess, ctx: &Context, gone: bool, note: String) {
+    if gone {
+        tracing::warn!(reason = "Deleted", note = %note, "orphan cleanup");
+    } else {
+        ctx.event(access, false, "Deleted", note).await;
+    }
+}
+
+/// Deletes a user's keys, the identity's inline policies, then the identity itself, whose
+/// tags the caller has judged as owned by this installation.
+pub async fn delete_owned_identity(
+    ctx: &Context,
+    identity: &Identity,
+) -> Result<(), crate::aws::Error> {
+    let aws = &ctx.aws;
+    if let Identity::User(user) = identity {
         for key in aws.access_keys(user).await? {
             aws.delete_access_key(user, &key.id).await?;
         }
     }
-    for p in aws.inline_policy_names(&identity).await? {
-        aws.delete_inline_policy(&identity, &p).await?;
+    for p in aws.inline_policy_names(identity).await? {
+        aws.delete_inline_policy(identity, &p).await?;
     }
-    aws.delete_identity(&identity).await?;
-    let note = match identity {
-        Identity::User(_) => format!("Deleted {identity} and its keys"),
-        Identity::Role(_) => format!("Deleted {identity}"),
-    };
-    ctx.event(access, false, "Deleted", note).await;
-    Ok(())
+    aws.delete_identity(identity).await
 }
 
 #[cfg(test)]
