@@ -62,6 +62,7 @@ pub struct Metrics {
     pub wake_overflows_total: IntCounterVec,
     pub drift_events_total: IntCounterVec,
     pub orphans_total: IntCounterVec,
+    pub class_decode_errors: IntGaugeVec,
 }
 
 impl Default for Metrics {
@@ -201,6 +202,11 @@ impl Metrics {
                 "Writes the operator made to the Kubernetes API, by kind and verb",
                 &["kind", "verb"],
             ),
+            class_decode_errors: r.gauge(
+                "s3_operator_class_decode_errors",
+                "Classes the operator cannot read, by kind; the namespaces they may govern fail closed (ClassViolation)",
+                &["kind"],
+            ),
             managed_objects: r.gauge(
                 "s3_operator_managed_objects",
                 "Objects the operator manages, by kind, readiness and the class in force (empty: none)",
@@ -223,6 +229,9 @@ impl Metrics {
     /// Every controller's series exist from the first scrape, as controller-runtime's do, so a
     /// dashboard's `rate()` sees the first event.
     fn start_at_zero(&self) {
+        for kind in ["BucketClass", "BucketAccessClass"] {
+            self.class_decode_errors.with_label_values(&[kind]);
+        }
         for c in CONTROLLERS {
             for r in RESULTS {
                 self.reconcile_total.with_label_values(&[c, r]);

@@ -96,6 +96,7 @@ pub enum CredentialsType {
 #[x_kube(validation = Rule::new("self.type == 'AccessKey' || !has(self.rotation)").message("spec.credentials.rotation is only allowed when type is AccessKey"))]
 #[x_kube(validation = Rule::new("self.type == oldSelf.type").message("spec.credentials.type is immutable"))]
 #[x_kube(validation = Rule::new("has(self.secretName) == has(oldSelf.secretName) && (!has(self.secretName) || self.secretName == oldSelf.secretName)").message("spec.credentials.secretName is immutable").field_path(".secretName"))]
+#[x_kube(validation = Rule::new("has(self.serviceAccountName) == has(oldSelf.serviceAccountName) && (!has(self.serviceAccountName) || self.serviceAccountName == oldSelf.serviceAccountName)").message("spec.credentials.serviceAccountName is immutable: an identity stays with its ServiceAccount (create another BucketAccess for another one)").field_path(".serviceAccountName"))]
 pub struct Credentials {
     /// `AccessKey` (default), `ServiceAccountRole` or `PodIdentity`.
     #[serde(default, rename = "type")]
@@ -106,9 +107,10 @@ pub struct Credentials {
     #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.credentials.secretName must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"))]
     pub secret_name: Option<String>,
     /// ServiceAccount of this namespace whose Pods get the credentials (`ServiceAccountRole` and
-    /// `PodIdentity` only).
+    /// `PodIdentity` only). A ServiceAccount name (DNS-1123 subdomain). Immutable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.credentials.serviceAccountName must be a ServiceAccount name: a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"))]
     pub service_account_name: Option<String>,
     /// Access-key rotation (`AccessKey` only). When omitted, the class's `rotation.default`
     /// if it has one, else no rotation.

@@ -19,6 +19,21 @@ use super::{
 /// as `storageclass.kubernetes.io/is-default-class` does for StorageClasses.
 pub const DEFAULT_CLASS_ANNOTATION: &str = crate::domain_key!("is-default-class");
 
+/// The grammar of a class's rotation bounds (a CEL rule on each): Go's duration syntax as
+/// `kube::core::Duration` parses it, without a sign (API-server-side `duration()` would take
+/// `30d` nowhere, but nothing checked the bounds alone), each number bounded so that no
+/// accepted value overflows the parser. The test `every_duration_the_schema_accepts_parses`
+/// holds the two together.
+macro_rules! duration_pattern {
+    () => {
+        r"^(0|(([0-9]{1,9}([.][0-9]{0,9})?|[.][0-9]{1,9})(ns|us|ms|s|m|h))+)$"
+    };
+}
+
+/// [`duration_pattern`], for the tests.
+#[cfg(test)]
+pub(crate) const DURATION_PATTERN: &str = duration_pattern!();
+
 /// Defaults and limits for the Buckets of a group of namespaces.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Default)]
 #[kube(
@@ -36,6 +51,7 @@ pub struct BucketClassSpec {
     /// The namespaces whose Buckets may use this class, by label. Omitted or empty: every
     /// namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "namespace_selector")]
     pub namespace_selector: Option<LabelSelector>,
     /// Values for the fields a Bucket of this class leaves unset.
     #[serde(default)]
@@ -89,14 +105,14 @@ pub struct BucketDefaults {
 pub struct BucketConstraints {
     /// Regions a bucket may be in.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 50))]
+    #[schemars(length(max = 50), extend("items" = {"type": "string", "maxLength": 32, "pattern": "^[a-z]{2}(-[a-z]+)+-[0-9]+$"}))]
     pub allowed_regions: Vec<String>,
     /// The encryption every bucket must use (`aws:kms` to require SSE-KMS).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub required_encryption: Option<EncryptionAlgorithm>,
     /// KMS key ids or ARNs an SSE-KMS bucket may use.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 50))]
+    #[schemars(length(max = 50), extend("items" = {"type": "string", "minLength": 1, "maxLength": 2048}))]
     pub allowed_kms_keys: Vec<String>,
     /// Every bucket must have versioning `Enabled`.
     #[serde(default)]
@@ -121,15 +137,16 @@ pub struct BucketConstraints {
     #[serde(default = "yes")]
     pub allow_transfer_acceleration: bool,
     /// Principals outside the operator's account a bucket policy `Allow` may name, within the
-    /// operator's `--allowed-policy-principals`. Omitted: the operator's list.
+    /// operator's `--allowed-policy-principals`. Omitted: the operator's list. Each entry an
+    /// account id, an IAM or STS ARN, or an AWS service principal (`*.amazonaws.com`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 100))]
+    #[schemars(length(max = 100), extend("items" = {"type": "string", "maxLength": 2048, "pattern": "^([0-9]{12}|arn:aws[a-z-]*:(iam|sts)::[0-9]{12}:[^*]+|[a-z0-9.-]+[.]amazonaws[.]com(-cn|[.]cn)?)$"}))]
     pub allowed_policy_principals: Option<Vec<String>>,
     /// SQS queue and SNS topic ARNs (an entry ending in `*` is a prefix) notifications may
     /// name, within the operator's `--allowed-notification-targets`. Omitted: the operator's
-    /// list.
+    /// list. Each entry an SQS or SNS ARN, or an ARN prefix ending in a single `*`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(length(max = 100))]
+    #[schemars(length(max = 100), extend("items" = {"type": "string", "maxLength": 2048, "pattern": "^arn:aws[a-z-]*:(sqs|sns):[^*]*[*]?$"}))]
     pub allowed_notification_targets: Option<Vec<String>>,
 }
 
@@ -176,6 +193,7 @@ pub struct BucketAccessClassSpec {
     /// The namespaces whose BucketAccesses may use this class, by label. Omitted or empty:
     /// every namespace.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "namespace_selector")]
     pub namespace_selector: Option<LabelSelector>,
     /// Credential types an access may use. Empty: any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -206,11 +224,150 @@ pub struct RotationBounds {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub default: Option<Rotation>,
     /// The shortest interval an access may ask for (the operator's `--min-rotation-interval`
-    /// still applies).
+    /// still applies), such as `1h`: hours, minutes and seconds (`h`, `m`, `s`, `ms`, `us`,
+    /// `ns`), no days.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 64))]
+    #[x_kube(validation = Rule::new(concat!("self.matches('", duration_pattern!(), "')")).message("spec.rotation.minimum must be a duration such as 720h or 1h30m (units h, m, s, ms, us, ns; no days)"))]
     pub minimum: Option<Duration>,
-    /// The longest interval an access may ask for; with it, every `AccessKey` access must
-    /// rotate.
+    /// The longest interval an access may ask for, such as `720h` (units as for `minimum`);
+    /// with it, every `AccessKey` access must rotate.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxLength" = 64))]
+    #[x_kube(validation = Rule::new(concat!("self.matches('", duration_pattern!(), "')")).message("spec.rotation.maximum must be a duration such as 720h or 1h30m (units h, m, s, ms, us, ns; no days)"))]
     pub maximum: Option<Duration>,
+}
+
+/// A label key: an optional DNS-subdomain prefix and `/`, then a name of at most 63
+/// characters, as the API server checks on Namespaces.
+const LABEL_KEY: &str = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$";
+/// A label value: empty, or at most 63 characters.
+const LABEL_VALUE: &str = "^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$";
+
+/// A class's `spec.namespaceSelector`: a Kubernetes label selector whose operators, keys and
+/// values the API server checks as it does a Deployment's, so every selector it accepts is one
+/// the operator can evaluate (`reconcile::class::admission`).
+fn namespace_selector(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    let key_rule = format!("self.matches('{LABEL_KEY}')");
+    let values_rule =
+        format!("!has(self.values) || self.values.all(v, v.matches('{LABEL_VALUE}'))");
+    // Keys are not checked here: a map key has no length bound for CEL's cost estimate, and a
+    // key no namespace can carry is read as it is (it matches no namespace).
+    let labels_rule = format!("self.all(k, self[k].matches('{LABEL_VALUE}'))");
+    schemars::json_schema!({
+        "type": "object",
+        "nullable": true,
+        "description": "A label selector over namespaces (matchLabels and matchExpressions, ANDed).",
+        "properties": {
+            "matchLabels": {
+                "type": "object",
+                "maxProperties": 64,
+                "additionalProperties": {"type": "string", "maxLength": 63},
+                "x-kubernetes-validations": [{
+                    "rule": labels_rule,
+                    "message": "spec.namespaceSelector.matchLabels values must be label values (at most 63 letters, digits, '-', '_' or '.', beginning and ending with a letter or digit)"
+                }]
+            },
+            "matchExpressions": {
+                "type": "array",
+                "maxItems": 64,
+                "items": {
+                    "type": "object",
+                    "required": ["key", "operator"],
+                    "properties": {
+                        "key": {"type": "string", "maxLength": 317},
+                        "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                        "values": {
+                            "type": "array",
+                            "maxItems": 64,
+                            "items": {"type": "string", "maxLength": 63}
+                        }
+                    },
+                    "x-kubernetes-validations": [
+                        {
+                            "rule": key_rule,
+                            "message": "spec.namespaceSelector.matchExpressions[].key must be a label key (an optional DNS subdomain and '/', then at most 63 letters, digits, '-', '_' or '.')"
+                        },
+                        {
+                            "rule": values_rule,
+                            "message": "spec.namespaceSelector.matchExpressions[].values must be label values (at most 63 letters, digits, '-', '_' or '.')"
+                        },
+                        {
+                            "rule": "(self.operator == 'In' || self.operator == 'NotIn') == (has(self.values) && size(self.values) > 0)",
+                            "message": "spec.namespaceSelector.matchExpressions[].values must be non-empty for In and NotIn, and empty for Exists and DoesNotExist"
+                        }
+                    ]
+                }
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every string over the alphabet of durations (and a few traps) up to five characters that
+    /// the API server's rule accepts is one the operator's parser reads, without a panic; the
+    /// longest values the bounds allow too.
+    #[test]
+    fn every_duration_the_schema_accepts_parses() {
+        let accepted = regex::Regex::new(DURATION_PATTERN).unwrap();
+        let alphabet = ['0', '1', '9', '.', 'h', 'm', 's', 'n', 'u', 'd', '-', '+'];
+        let mut strings = vec![String::new()];
+        let (mut checked, mut all) = (0, vec![]);
+        for _ in 0..5 {
+            strings = strings
+                .iter()
+                .flat_map(|s| alphabet.iter().map(move |c| format!("{s}{c}")))
+                .collect();
+            all.extend(strings.iter().cloned());
+        }
+        let long = "999999999.999999999h".repeat(3);
+        all.extend([
+            long.clone(),
+            format!("{long}9ns"),
+            "1h30m".into(),
+            "720h".into(),
+        ]);
+        for s in &all {
+            if s.len() <= 64 && accepted.is_match(s) {
+                checked += 1;
+                let parsed = std::panic::catch_unwind(|| s.parse::<Duration>());
+                assert!(
+                    matches!(parsed, Ok(Ok(_))),
+                    "{s:?} is accepted but does not parse"
+                );
+            }
+        }
+        assert!(checked > 1000, "only {checked} accepted strings checked");
+        for refused in ["30d", "", "-1h", "+1h", "1", "1h-1m", "1.5", "1d2h", "1e3s"] {
+            assert!(!accepted.is_match(refused), "{refused:?} is accepted");
+        }
+        for ok in [
+            "0",
+            "720h",
+            "1h30m",
+            "1.5h",
+            ".5s",
+            "10ms",
+            "1h2m3s4ms5us6ns",
+        ] {
+            assert!(accepted.is_match(ok), "{ok:?} is refused");
+        }
+    }
+
+    /// The rules the API server runs on a class's durations and selector are in the CRD.
+    #[test]
+    fn the_crds_carry_the_duration_and_selector_rules() {
+        use kube::CustomResourceExt;
+        let access = serde_json::to_string(&BucketAccessClass::crd()).unwrap();
+        let pattern = serde_json::to_string(DURATION_PATTERN).unwrap();
+        let pattern = pattern.trim_matches('"');
+        assert_eq!(access.matches(pattern).count(), 2, "minimum and maximum");
+        for crd in [access, serde_json::to_string(&BucketClass::crd()).unwrap()] {
+            assert!(crd.contains(r#""enum":["In","NotIn","Exists","DoesNotExist"]"#));
+            assert!(crd.contains("values must be non-empty for In and NotIn"));
+        }
+    }
 }

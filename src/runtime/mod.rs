@@ -92,7 +92,7 @@ pub async fn run(config: Config) -> Result<(), Error> {
     // Watches start now, on leader and standby alike: a new leader starts with warm caches, and
     // /readyz turns ready on every replica once they have listed.
     let (leading_tx, leading) = watch::channel(config.leader_election.is_none());
-    let (watches, classes) = start_watches(&config, &client, health, &leading);
+    let (watches, classes) = start_watches(&config, &client, health, &leading, &metrics);
 
     // Leader election: standbys wait here; the leader goes on to reconcile.
     let (release_tx, release) = watch::channel(false);
@@ -191,6 +191,7 @@ fn start_watches(
     client: &kube::Client,
     health: Arc<Health>,
     leading: &watch::Receiver<bool>,
+    metrics: &Arc<Metrics>,
 ) -> (Vec<Watches>, ClassWatches) {
     let scopes: Vec<Option<String>> = if config.watch_namespaces.is_empty() {
         vec![None]
@@ -205,7 +206,7 @@ fn start_watches(
         .iter()
         .map(|ns| Watches::start(client, ns.as_deref(), &sync, leading))
         .collect();
-    (watches, ClassWatches::start(client, &sync))
+    (watches, ClassWatches::start(client, &sync, metrics))
 }
 
 /// What every reconcile shares: clients, settings, the event publisher, the warm Bucket caches

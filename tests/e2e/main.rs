@@ -12,6 +12,7 @@ mod bucket_logging;
 mod bucket_notifications;
 mod bucket_protection;
 mod class_admission;
+mod class_failclosed;
 mod cli;
 mod cluster;
 mod drift_bench;

@@ -302,3 +302,46 @@ async fn bucket_ref_is_immutable_and_permission_is_not(accesses: &Api<BucketAcce
         .await
         .unwrap();
 }
+
+/// A ServiceAccount-bound access's `serviceAccountName` is a ServiceAccount name and stays with
+/// it: a rename is refused (it would leave the first one's Pod Identity association behind),
+/// and so is a name that is no ServiceAccount's, each naming the field and the rule.
+#[tokio::test]
+async fn service_account_names_are_checked_and_immutable() {
+    install_crds().await;
+    let client = admin().await;
+    let ns = namespace(&client, "valsa").await;
+    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    for kind in ["PodIdentity", "ServiceAccountRole"] {
+        for bad in ["*", "App", "a_b", "-app", "app."] {
+            let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly",
+                "credentials": {"type": kind, "serviceAccountName": bad}});
+            let msg = refused(&accesses, bka("bad", spec)).await;
+            assert!(
+                msg.contains("spec.credentials.serviceAccountName must be a ServiceAccount name"),
+                "{kind} {bad:?}: {msg}"
+            );
+        }
+        let name = kind.to_lowercase();
+        let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly",
+            "credentials": {"type": kind, "serviceAccountName": "app.v1-x"}});
+        let a: BucketAccess = serde_json::from_value(bka(&name, spec)).unwrap();
+        accesses.create(&PostParams::default(), &a).await.unwrap();
+        let rename = json!({"spec": {"credentials": {"serviceAccountName": "other"}}});
+        let err = accesses
+            .patch(&name, &PatchParams::default(), &Patch::Merge(rename))
+            .await
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("spec.credentials.serviceAccountName is immutable"),
+            "{kind}: {err}"
+        );
+        // Other fields still change.
+        let widen = json!({"spec": {"permission": "ReadWrite"}});
+        accesses
+            .patch(&name, &PatchParams::default(), &Patch::Merge(widen))
+            .await
+            .unwrap();
+    }
+}

@@ -48,6 +48,13 @@ pub fn logging_statement(bucket_arn: &str, sources: &[String], account: &str) ->
     })
 }
 
+/// May an `Allow` name AWS principal `p`: one of the operator's `account`, or one `allowed`
+/// lists (by ARN, or by its account id)?
+pub fn principal_allowed(p: &str, account: &str, allowed: &[String]) -> bool {
+    let acct = principal_account(p);
+    acct == Some(account) || allowed.iter().any(|a| a == p || Some(a.as_str()) == acct)
+}
+
 /// The account an AWS principal belongs to: itself for an account id, the account field of an
 /// IAM or STS ARN; `None` for anything else.
 fn principal_account(p: &str) -> Option<&str> {
@@ -186,10 +193,7 @@ pub fn allow_refused(s: &PolicyStatement, account: &str, allowed: &[String]) -> 
         .principal
         .aws
         .iter()
-        .find(|p| {
-            let acct = principal_account(p);
-            acct != Some(account) && !allowed.iter().any(|a| a == *p || Some(a.as_str()) == acct)
-        })
+        .find(|p| !principal_allowed(p, account, allowed))
         .or_else(|| s.principal.service.iter().find(|p| !allowed.contains(p)));
     outside.map(|p| {
         format!(

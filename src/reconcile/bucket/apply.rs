@@ -1,19 +1,22 @@
 //! The writes of a Bucket pass: the spec resolved and checked, S3 observed and planned, each
 //! planned write made, and the outcome reported (status and one event).
 
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::observe::{self, confirm_held, observe};
 use super::{
     Address, Change, Desired, Found, Plan, address, desired, logging, plan, protection, refusal,
+    security,
 };
 use crate::api::condition::{self, Reason};
-use crate::api::{AcceptedDeletion, Bucket, BucketStatus};
+use crate::api::{AcceptedDeletion, Bucket, BucketClass, BucketStatus};
 use crate::aws::naming;
-use crate::aws::tags::Ownership;
+use crate::aws::tags::{Owner, Ownership};
 use crate::reconcile::{
     Blocked, Context, Error, Requeue, class, ensure_finalizer, object_key, owner, report_blocked,
-    served, update_status,
+    served, tag_reads, update_status,
 };
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -30,13 +33,23 @@ pub(super) async fn apply(
 ) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
-    // A class violation changes nothing in AWS: reported before anything is read or written.
-    let classed = match under_class(bucket, ctx, &owner)? {
+    // A class violation changes nothing in AWS but the withdrawal of what the flags or the
+    // class no longer allow (`refused`).
+    let (in_force, classed) = under_class(bucket, ctx, &owner)?;
+    let refusing = Refusing {
+        bucket,
+        owner: &owner,
+        class: in_force.as_deref(),
+    };
+    let classed = match classed {
         Ok(Classed {
             region: Some(r), ..
         }) => return record_region(bucket, ctx, &r).await,
         Ok(c) => c,
-        Err(why) => return class_blocked(bucket, ctx, &owner, &why).await,
+        Err(why) => {
+            let at = address(bucket, settings, region, &owner).ok();
+            return refused(ctx, &refusing, at.as_ref(), &why).await;
+        }
     };
     let mut d = match desired(&classed.bucket, settings, region, &owner) {
         Ok(d) => d,
@@ -46,16 +59,16 @@ pub(super) async fn apply(
             if let Ok(at) = address(bucket, settings, region, &owner) {
                 confirm_held(ctx, &at, &owner).await;
             }
-            return blocked(bucket, ctx, None, &why).await;
+            return refused(ctx, &refusing, None, &why).await;
         }
     };
     let at = d.address();
     if let Some(why) = logging::complete(&mut d, bucket, settings, region, links) {
-        return blocked(bucket, ctx, Some(&at), &why).await;
+        return refused(ctx, &refusing, Some(&at), &why).await;
     }
     match observe::log_target(ctx, &d, links).await {
         Ok(None) => {}
-        Ok(Some(why)) => return blocked(bucket, ctx, Some(&at), &why).await,
+        Ok(Some(why)) => return refused(ctx, &refusing, Some(&at), &why).await,
         Err(e) => return failed(bucket, ctx, &at, e).await,
     }
     // The finalizer must be in place before anything is created in AWS, not before it is read:
@@ -71,7 +84,7 @@ pub(super) async fn apply(
         Err(e) => return failed(bucket, ctx, &at, e).await,
     };
     let changes = match plan(&d, &observed) {
-        Plan::Blocked(why) => return blocked(bucket, ctx, Some(&at), &why).await,
+        Plan::Blocked(why) => return refused(ctx, &refusing, Some(&at), &why).await,
         Plan::Apply(changes) => changes,
     };
     let pass = Pass {
@@ -115,45 +128,129 @@ fn accepted_deletion(classed: &Bucket, settings: &crate::reconcile::Settings) ->
     }
 }
 
-async fn class_blocked(
-    bucket: &Bucket,
+/// What a refused pass needs to withdraw what is no longer allowed.
+struct Refusing<'a> {
+    bucket: &'a Bucket,
+    owner: &'a Owner,
+    /// The class in force, if it could be resolved (else the flags alone decide).
+    class: Option<&'a BucketClass>,
+}
+
+/// Reports `why` (a violation or an invalid spec: nothing else changes in AWS), after
+/// withdrawing from the bucket what its Bucket may no longer grant (see `security`). `at`:
+/// the bucket the status reports, if any (the withdrawal finds it from the spec and UID alone
+/// otherwise).
+async fn refused(
     ctx: &Context,
-    owner: &crate::aws::tags::Owner,
+    r: &Refusing<'_>,
+    at: Option<&Address>,
     why: &Blocked,
 ) -> Result<Requeue, Error> {
-    let at = address(bucket, &ctx.settings, &ctx.aws.region, owner).ok();
-    blocked(bucket, ctx, at.as_ref(), why).await
+    let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
+    let found = at
+        .cloned()
+        .or_else(|| address(r.bucket, settings, region, r.owner).ok());
+    let withdrawn = match &found {
+        Some(a) => security_only(ctx, r, a, why).await,
+        None => Ok(()),
+    };
+    let reported = blocked(r.bucket, ctx, at, why).await;
+    match withdrawn {
+        // Retried with backoff: what is no longer allowed must not wait for the resync.
+        Err(e) if refusal(&e).is_none() => Err(e.into()),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not withdraw what the Bucket may no longer grant");
+            reported
+        }
+        Ok(()) => reported,
+    }
 }
+
+/// The security-only pass of a refused Bucket: reads its bucket's policy (and notifications,
+/// when the spec manages them), and writes them back without what the flags or the class no
+/// longer allow, on a bucket this Bucket holds (confirmed afresh before writing). Steady
+/// state: the shared tag read and one policy read, no write.
+async fn security_only(
+    ctx: &Context,
+    r: &Refusing<'_>,
+    at: &Address,
+    why: &Blocked,
+) -> Result<(), crate::aws::Error> {
+    let (aws, region, name) = (&ctx.aws, at.region.as_str(), at.name.as_str());
+    let within = tag_reads::for_bucket(ctx.settings.resync_period);
+    let ours = |tags: Option<BTreeMap<String, String>>| {
+        tags.is_some_and(|t| r.owner.judge(&t) == Ownership::Ours)
+    };
+    if !ours(ctx.bucket_tags(region, name, within).await?) {
+        return Ok(());
+    }
+    let policy = aws.bucket_policy(region, name).await?;
+    let notifications = match r.bucket.spec.notifications {
+        Some(_) => Some(aws.notifications(region, name).await?.config),
+        None => None,
+    };
+    let s = &ctx.settings;
+    let constraints = r.class.map(|c| (c.name_any(), &c.spec.constraints));
+    let allowed = security::Allowed {
+        account: &s.account_id,
+        principals: &s.allowed_policy_principals,
+        targets: &s.allowed_notification_targets,
+        class: constraints.as_ref().map(|(name, c)| security::ClassLists {
+            name: name.clone(),
+            principals: c.allowed_policy_principals.as_deref(),
+            targets: c.allowed_notification_targets.as_deref(),
+        }),
+    };
+    let w = security::withdrawal(policy.as_ref(), notifications.as_ref(), &allowed);
+    if w.removed.is_empty() || !ours(ctx.bucket_tags(region, name, Duration::ZERO).await?) {
+        return Ok(());
+    }
+    if let Some(p) = &w.policy {
+        aws.put_bucket_policy(region, name, p).await?;
+    }
+    if let Some(n) = &w.notifications {
+        aws.put_notifications(region, name, n).await?;
+    }
+    let note = format!(
+        "Removed from S3 bucket {name}, whose Bucket is not Ready ({}): {}",
+        why.reason.as_str(),
+        w.removed.join("; ")
+    );
+    ctx.event(r.bucket, true, "SecurityEnforced", note).await;
+    Ok(())
+}
+
+/// The class in force, if one could be resolved, and the Bucket under it or its violation.
+type UnderClass = (Option<Arc<BucketClass>>, Result<Classed, Blocked>);
 
 /// `bucket` as its class makes it: the class's defaults, then the operator's, filled in and
 /// the constraints checked (what the security constraints remove is gone from the result).
-/// `Ok(Err)`: the violation to report.
-fn under_class(
-    bucket: &Bucket,
-    ctx: &Context,
-    owner: &crate::aws::tags::Owner,
-) -> Result<Result<Classed, Blocked>, Error> {
+/// Returned with the class in force, if one could be resolved; `Err`: the violation to report.
+fn under_class(bucket: &Bucket, ctx: &Context, owner: &Owner) -> Result<UnderClass, Error> {
     let ns = bucket.namespace().unwrap_or_default();
     let class = match ctx
         .classes
         .bucket_class(&ns, bucket.spec.class_name.as_deref())
     {
         Ok(c) => c,
-        Err(Error::Blocked(why)) => return Ok(Err(why)),
+        Err(Error::Blocked(why)) => return Ok((None, Err(why))),
         Err(e) => return Err(e),
     };
     let mut classed = bucket.clone();
     let defaults = class.as_ref().map(|c| &c.spec.defaults);
     classed.spec = class::bucket::with_defaults(&bucket.spec, defaults);
-    let done = |bucket, region, enforced| {
-        Ok(Ok(Classed {
-            bucket,
-            region,
-            enforced,
-        }))
+    let done = |class, bucket, region, enforced| {
+        Ok((
+            class,
+            Ok(Classed {
+                bucket,
+                region,
+                enforced,
+            }),
+        ))
     };
     let Some(class) = class else {
-        return done(classed, None, None);
+        return done(None, classed, None, None);
     };
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
     let class_region = class::bucket::creation_region(bucket, &class, region);
@@ -162,17 +259,17 @@ fn under_class(
     }
     let Ok(at) = address(&classed, settings, region, owner) else {
         // Refused on its own by `desired`, with its own message.
-        return done(classed, None, None);
+        return done(Some(class), classed, None, None);
     };
     match class::bucket::enforce(&mut classed.spec, &class, &at.region, settings) {
-        Err(why) => Ok(Err(why)),
+        Err(why) => Ok((Some(class), Err(why))),
         Ok(removed) => {
             let note = (!removed.is_empty()).then(|| {
                 let name = class.name_any();
                 let what = removed.join("; ");
                 format!("BucketClass {name} does not allow {what}: removed from the bucket")
             });
-            done(classed, class_region, note)
+            done(Some(class), classed, class_region, note)
         }
     }
 }

@@ -2,7 +2,8 @@
 //!
 //! A pass resolves the spec (`desired.rs`), reads what S3 holds (`observe.rs`), plans the writes
 //! with a pure function (`plan.rs`) and makes them (`apply.rs`). Deletion has a pure planner of
-//! its own, and its steps (`cleanup.rs`). Each feature group keeps its rules in a file of its
+//! its own, and its steps (`cleanup.rs`). A refused pass still withdraws what is no longer allowed
+//! (`security.rs`, pure). Each feature group keeps its rules in a file of its
 //! own: [`protection`] (object lock, tiering, acceleration), [`notifications`] and [`logging`].
 
 mod apply;
@@ -17,6 +18,7 @@ pub mod notifications;
 mod observe;
 mod plan;
 pub mod protection;
+mod security;
 
 use std::sync::Arc;
 

@@ -702,7 +702,7 @@ fn classes(classes: &[&str], ns_seen: bool) -> Classes {
         };
         writer.apply_watcher_event(&watcher::Event::Apply(ns.into_request_partial()));
     }
-    Classes::new(buckets, accesses, namespaces)
+    Classes::new(buckets, accesses, namespaces, Default::default())
 }
 
 /// The namespace's default class allows only reads.
