@@ -283,8 +283,12 @@ tool_previous_operator() {
   local dir="$S3OP_CACHE/src/previous-operator-$PREVIOUS_OPERATOR_COMMIT"
   rm -rf "$dir" && mkdir -p "$dir"
   git -C "$here/.." archive "$PREVIOUS_OPERATOR_COMMIT" | tar -x -C "$dir"
-  (cd "$dir" && CARGO_TARGET_DIR="$S3OP_CACHE/target-previous-operator" cargo build --locked --bin s3-operator)
-  install -D -m 0755 "$S3OP_CACHE/target-previous-operator/debug/s3-operator" "$bin"
+  # The tests' own target dir: its Cargo.lock has the same dependencies, so they are compiled once
+  # for both builds (a cold run saved a whole dependency build). Cargo re-links a fresh crate's
+  # binary on every build, so the next build of this tree puts its own s3-operator back.
+  local target="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
+  (cd "$dir" && CARGO_TARGET_DIR="$target" cargo build --locked --bin s3-operator)
+  install -D -m 0755 "$target/debug/s3-operator" "$bin"
   log "built the previous operator: $bin"
 }
 
