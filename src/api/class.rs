@@ -248,7 +248,7 @@ const LABEL_VALUE: &str = "^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$";
 /// values the API server checks as it does a Deployment's, so every selector it accepts is one
 /// the operator can evaluate (`reconcile::class::admission`).
 fn namespace_selector(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    let key_rule = format!("self.matches('{LABEL_KEY}')");
+    let key_rule = format!("self.key.matches('{LABEL_KEY}')");
     let values_rule =
         format!("!has(self.values) || self.values.all(v, v.matches('{LABEL_VALUE}'))");
     // Keys are not checked here: a map key has no length bound for CEL's cost estimate, and a

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use base64::Engine;
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess, BucketAccessClass, BucketClass};
 use serde_json::{Value, json};
 
@@ -276,7 +276,12 @@ async fn class_values_the_operator_cannot_read_are_refused_by_the_api_server() {
     .await;
     assert!(msg.contains("allowedRegions"), "{msg}");
 
-    // Accepted values come back as classes the operator decodes.
+    // Accepted values, sent as written (as `kubectl apply` does: the typed client would
+    // re-render a duration in seconds), come back as classes the operator decodes.
+    let raw: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::erase::<BucketAccessClass>(&()),
+    );
     for (i, d) in [
         "0",
         "720h",
@@ -293,9 +298,8 @@ async fn class_values_the_operator_cannot_read_are_refused_by_the_api_server() {
         let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccessClass",
             "metadata": {"name": name}, "spec": {"rotation": {"maximum": d},
             "namespaceSelector": {"matchExpressions": [{"key": "example.com/tier", "operator": "NotIn", "values": ["a", ""]}]}}});
-        let obj: BucketAccessClass = serde_json::from_value(obj).unwrap();
-        access
-            .create(&PostParams::default(), &obj)
+        let obj: DynamicObject = serde_json::from_value(obj).unwrap();
+        raw.create(&PostParams::default(), &obj)
             .await
             .unwrap_or_else(|e| panic!("{d}: {e}"));
         let back = access.get(&name).await.expect("decodes");
@@ -407,8 +411,9 @@ async fn a_class_the_operator_cannot_read_fails_its_namespaces_closed_and_no_oth
         1.0
     );
 
-    // Fixed through the API server: the access is served, the gauge back to 0.
-    let fixed = json!({"spec": {"rotation": {"maximum": "720h"}}});
+    // Fixed through the API server (the duration removed: a maximum would have this access
+    // rotate, which it does not ask for): the access is served, the gauge back to 0.
+    let fixed = json!({"spec": {"rotation": null}});
     Api::<BucketAccessClass>::all(client.clone())
         .patch(
             &access_class,

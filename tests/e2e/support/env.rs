@@ -386,8 +386,12 @@ where
     K: kube::Resource<DynamicType = ()>,
 {
     let client = admin().await;
-    let ns = api.namespace().unwrap_or("default").to_string();
-    let raw: Api<DynamicObject> = Api::namespaced_with(client, &ns, &ApiResource::erase::<K>(&()));
+    let resource = ApiResource::erase::<K>(&());
+    // An `Api::all` is a cluster-scoped kind here (the classes): no namespace in its path.
+    let raw: Api<DynamicObject> = match api.namespace() {
+        Some(ns) => Api::namespaced_with(client, ns, &resource),
+        None => Api::all_with(client, &resource),
+    };
     let obj: DynamicObject = serde_json::from_value(obj).expect("a Kubernetes object");
     match raw.create(&PostParams::default(), &obj).await {
         Err(kube::Error::Api(e)) => {
