@@ -260,6 +260,7 @@ fn namespace_selector(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "description": "A label selector over namespaces (matchLabels and matchExpressions, ANDed).",
         "properties": {
             "matchLabels": {
+                "description": "Labels a namespace must carry, each with exactly this value.",
                 "type": "object",
                 "maxProperties": 64,
                 "additionalProperties": {"type": "string", "maxLength": 63},
@@ -269,15 +270,17 @@ fn namespace_selector(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
                 }]
             },
             "matchExpressions": {
+                "description": "Requirements on a namespace's labels, all of which must hold.",
                 "type": "array",
                 "maxItems": 64,
                 "items": {
                     "type": "object",
                     "required": ["key", "operator"],
                     "properties": {
-                        "key": {"type": "string", "maxLength": 317},
-                        "operator": {"type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
+                        "key": {"description": "The label key the requirement is on.", "type": "string", "maxLength": 317},
+                        "operator": {"description": "How the key's value is tested: In, NotIn, Exists or DoesNotExist.", "type": "string", "enum": ["In", "NotIn", "Exists", "DoesNotExist"]},
                         "values": {
+                            "description": "The values for In and NotIn; empty for Exists and DoesNotExist.",
                             "type": "array",
                             "maxItems": 64,
                             "items": {"type": "string", "maxLength": 63}

@@ -84,7 +84,13 @@ pub(super) async fn apply(
         Err(e) => return failed(bucket, ctx, &at, e).await,
     };
     let changes = match plan(&d, &observed) {
-        Plan::Blocked(why) => return refused(ctx, &refusing, Some(&at), &why).await,
+        // Only a bucket this Bucket holds has anything to withdraw; one that is absent or
+        // another's (NameConflict) is not read again.
+        Plan::Blocked(why) if matches!(&observed, Found::Present(c) if owner.judge(&c.tags) == Ownership::Ours) =>
+        {
+            return refused(ctx, &refusing, Some(&at), &why).await;
+        }
+        Plan::Blocked(why) => return blocked(bucket, ctx, Some(&at), &why).await,
         Plan::Apply(changes) => changes,
     };
     let pass = Pass {
