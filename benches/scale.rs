@@ -7,7 +7,8 @@
 //! operator's RSS after every cycle (`--pairs '' --buckets ''` for it alone). `--fairness N`
 //! measures a single Bucket's time to Ready in one namespace while another floods N Buckets.
 //! `--drift` measures how long out-of-band changes wait for their correction with drift events
-//! on and off, and what the drift-event queue costs an idle operator.
+//! on and off, and what the drift-event queue costs an idle operator. `--sweep N` counts the
+//! AWS calls of one orphan sweep with N live pairs.
 //!
 //! Each run is a child process with its own private control plane and emulator, so every run
 //! starts from the same empty state. The report (rendered by `report`, as BENCHMARKS.md) goes
@@ -60,6 +61,10 @@ fn child(args: &[String]) -> bool {
         let n: usize = n.parse().expect("--one-fairness N");
         let f = runtime().block_on(scale::fairness(n, 5));
         println!("{}", serde_json::to_string(&f).expect("JSON"));
+    } else if let Some(n) = arg(args, "--one-sweep") {
+        let n: usize = n.parse().expect("--one-sweep N");
+        let cost = runtime().block_on(scale::sweep(n, 20));
+        println!("{}", serde_json::to_string(&cost).expect("JSON"));
     } else if args.iter().any(|a| a == "--one-drift") {
         let d = runtime().block_on(drift_bench::drift(5, "60s", Duration::from_secs(120)));
         println!("{}", serde_json::to_string(&d).expect("JSON"));
@@ -178,6 +183,10 @@ fn main() {
         let out = in_child(&["--one-drift"], "the drift run");
         with_run(out.last().cloned().expect("a result line"))
     });
+    let sweep = arg(&args, "--sweep").map(|n| {
+        let out = in_child(&["--one-sweep", &n], "the sweep run");
+        with_run(out.last().cloned().expect("a result line"))
+    });
     let rows = measure_rows(&args, runs, &measured);
     // What this run did not measure is kept from BENCHMARKS.json, with the run that did.
     let json_path = support::repo().join("BENCHMARKS.json");
@@ -191,6 +200,7 @@ fn main() {
         "churn": churn.unwrap_or_else(|| previous["churn"].clone()),
         "fairness": fairness.unwrap_or_else(|| previous["fairness"].clone()),
         "drift": drift.unwrap_or_else(|| previous["drift"].clone()),
+        "sweep": sweep.unwrap_or_else(|| previous["sweep"].clone()),
         "peer_reference": previous["peer_reference"],
     });
     let write = args.iter().any(|a| a == "--write");

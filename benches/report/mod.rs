@@ -408,6 +408,30 @@ fn fairness(doc: &Value) -> Result<String> {
     ))
 }
 
+fn sweep(doc: &Value) -> Result<String> {
+    let w = &doc["sweep"];
+    if w.is_null() {
+        return Ok(String::new());
+    }
+    let calls = w["calls"]
+        .as_object()
+        .ok_or("BENCHMARKS.json: `sweep.calls`")?;
+    let mut out = format!(
+        "\n## The orphan sweep\n\n({provenance})\n\n\
+         `--sweep {pairs}`: {pairs} Bucket + BucketAccess pairs converged, nothing orphaned, the \
+         sweep every {period}s (the default is 10 minutes) and no resync: the AWS calls between \
+         the starts of two consecutive sweeps, which are one sweep's.\n\n\
+         | call | per sweep |\n|---|---|\n",
+        provenance = provenance(doc, w)?,
+        pairs = num(w, "pairs")?,
+        period = num(w, "period_s")?,
+    );
+    for (call, n) in calls {
+        let _ = writeln!(out, "| {call} | {} |", n.as_f64().ok_or("a number")?);
+    }
+    Ok(out)
+}
+
 /// With the resync at its default, 10 minutes without drift events and 6 hours with them.
 const RESYNCS_PER_HOUR_OFF: f64 = 6.0;
 const RESYNCS_PER_HOUR_ON: f64 = 1.0 / 6.0;
@@ -554,5 +578,6 @@ pub fn render(doc: &Value) -> Result<String> {
         + &calls_tables(doc)?
         + &churn(doc)?
         + &fairness(doc)?
-        + &drift(doc)?)
+        + &drift(doc)?
+        + &sweep(doc)?)
 }

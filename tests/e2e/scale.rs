@@ -864,6 +864,69 @@ pub async fn fairness(flood: usize, samples: usize) -> Fairness {
     }
 }
 
+/// What one orphan sweep costs at steady state, with `pairs` live pairs and nothing orphaned.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct SweepCost {
+    pub pairs: usize,
+    pub period_s: u64,
+    /// `service:Operation` → calls between the starts of two consecutive sweeps.
+    pub calls: BTreeMap<String, f64>,
+}
+
+/// `pairs` pairs converged under an operator sweeping every `period_s` (and no resync within
+/// the hour), then the AWS calls between the starts of two sweeps (a sweep begins with
+/// `ListBuckets`): nothing else runs then, so they are one sweep's.
+pub async fn sweep(pairs: usize, period_s: u64) -> SweepCost {
+    let client = admin().await;
+    let ns = namespace(&client, "sweep").await;
+    let op = Operator::start(OperatorOpts {
+        namespaces: vec![ns.clone()],
+        resync: "1h",
+        extra_args: vec![
+            "--max-concurrent-reconciles".into(),
+            CONCURRENCY.to_string(),
+            "--namespace-aws-write-rate".into(),
+            "0".into(),
+            "--orphan-sweep-period".into(),
+            format!("{period_s}s"),
+        ],
+        ..Default::default()
+    })
+    .await;
+    let (buckets, accesses) = (
+        Api::<Bucket>::namespaced(client.clone(), &ns),
+        Api::<BucketAccess>::namespaced(client.clone(), &ns),
+    );
+    let ready_b = tokio::spawn(all_ready(buckets.clone(), pairs));
+    let ready_a = tokio::spawn(all_ready(accesses.clone(), pairs));
+    let names = (0..pairs).map(|i| format!("p{i}"));
+    create_objects(&buckets, &accesses, names, Workload::Pairs).await;
+    ready_b.await.unwrap();
+    ready_a.await.unwrap();
+    eprintln!("[sweep] {pairs} pairs Ready; waiting for two sweep starts");
+    op.wait_settled(Duration::from_secs(3)).await;
+    let started = |n: f64| {
+        let op = &op;
+        async move {
+            let what = "a sweep to start";
+            let wait = Duration::from_secs(3 * period_s + 60);
+            wait_for(what, wait, || async {
+                (op.aws_calls("ListBuckets").await > n).then_some(())
+            })
+            .await;
+            op.metrics().await
+        }
+    };
+    let before = started(op.aws_calls("ListBuckets").await).await;
+    let after = started(op.aws_calls("ListBuckets").await).await;
+    op.terminate().await;
+    SweepCost {
+        pairs,
+        period_s,
+        calls: delta(&calls(&after), &calls(&before), 1),
+    }
+}
+
 async fn ready_count_of(api: &Api<Bucket>) -> usize {
     let list = api.list(&Default::default()).await.unwrap();
     list.items
