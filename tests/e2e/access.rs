@@ -7,7 +7,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
-use s3_operator::api::{Bucket, BucketAccess};
+use s3_operator::api::{Bucket, BucketAccess, FINALIZER};
 use s3_operator::aws::{naming, tags};
 use serde_json::json;
 
@@ -730,13 +730,13 @@ async fn identities_carry_a_long_uid_hash_and_legacy_names_are_kept_and_cleaned_
     let hash = arn.rsplit('-').next().unwrap();
     assert!(hash.len() >= 12, "the UID's hash in {arn} is short");
 
-    // What an earlier operator left: the access's user under the short name, made as it made
-    // it (path, boundary, ownership tags), while no operator runs.
+    // What an earlier operator left: the access with its finalizer (which every release puts
+    // on before making anything) and its user under the short name, made as it made it (path,
+    // boundary, ownership tags), while no operator runs.
     op.terminate().await;
-    let legacy_uid = uid(accesses
-        .create(&PostParams::default(), &access("old", spec))
-        .await
-        .unwrap());
+    let mut old = access("old", spec);
+    old.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
+    let legacy_uid = uid(accesses.create(&PostParams::default(), &old).await.unwrap());
     let legacy = naming::legacy_iam_name(&ns, "old", &legacy_uid);
     let owner = tags::Owner {
         cluster: id.cluster.clone(),

@@ -23,19 +23,21 @@ use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 
 /// One pass over a Bucket that is not being deleted. `start`: the object's resourceVersion the
-/// pass began from.
+/// pass began from; `class`: the class in force as the pass resolved it, with its version.
 pub(super) async fn apply(
     bucket: &Bucket,
     ctx: &Context,
     start: String,
     links: &logging::Links,
-    class: String,
+    (class, class_version): (class::bucket::InForce, String),
 ) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
     // A class violation changes nothing in AWS but the withdrawal of what the flags or the
     // class no longer allow (`refused`).
-    let (in_force, classed) = under_class(bucket, ctx, &owner)?;
+    let (in_force, classed) = under_class(bucket, ctx, &owner, class);
+    let class_name = in_force.as_ref().map(|c| c.name_any());
+    let named = class_name.as_deref();
     let refusing = Refusing {
         bucket,
         owner: &owner,
@@ -69,7 +71,7 @@ pub(super) async fn apply(
     match observe::log_target(ctx, &d, links).await {
         Ok(None) => {}
         Ok(Some(why)) => return refused(ctx, &refusing, Some(&at), &why).await,
-        Err(e) => return failed(bucket, ctx, &at, e).await,
+        Err(e) => return failed(bucket, ctx, named, &at, e).await,
     }
     // The finalizer must be in place before anything is created in AWS, not before it is read:
     // both in one round trip.
@@ -81,7 +83,7 @@ pub(super) async fn apply(
     let versions = vec![start, version?];
     let observed = match observed {
         Ok(o) => o,
-        Err(e) => return failed(bucket, ctx, &at, e).await,
+        Err(e) => return failed(bucket, ctx, named, &at, e).await,
     };
     let changes = match plan(&d, &observed) {
         // Only a bucket this Bucket holds has anything to withdraw; one that is absent or
@@ -90,7 +92,7 @@ pub(super) async fn apply(
         {
             return refused(ctx, &refusing, Some(&at), &why).await;
         }
-        Plan::Blocked(why) => return blocked(bucket, ctx, Some(&at), &why).await,
+        Plan::Blocked(why) => return blocked(bucket, ctx, named, Some(&at), &why).await,
         Plan::Apply(changes) => changes,
     };
     let pass = Pass {
@@ -98,9 +100,10 @@ pub(super) async fn apply(
         deletion: accepted_deletion(&classed.bucket, settings),
         enforced: classed.enforced,
         // What a class edit brings is an update, not drift (the generation does not move).
-        class_changed: ctx.settled.saw(&object_key(bucket), 2, &class) == Some(false),
+        class_changed: ctx.settled.saw(&object_key(bucket), 2, &class_version) == Some(false),
+        class: class_name.clone(),
     };
-    let inputs = vec![versions, vec![links.fingerprint()], vec![class]];
+    let inputs = vec![versions, vec![links.fingerprint()], vec![class_version]];
     converge(bucket, ctx, &d, &changes, pass, inputs).await
 }
 
@@ -123,6 +126,8 @@ struct Pass {
     class_changed: bool,
     /// The deletion rules this pass accepts, recorded with its Ready status.
     deletion: AcceptedDeletion,
+    /// The name of the class the pass applied, reported in status.
+    class: Option<String>,
 }
 
 /// The deletion rules of `classed` (the spec under its class, which accepted it), as cleanup
@@ -160,7 +165,8 @@ async fn refused(
         Some(a) => security_only(ctx, r, a, why).await,
         None => Ok(()),
     };
-    let reported = blocked(r.bucket, ctx, at, why).await;
+    let name = r.class.map(ResourceExt::name_any);
+    let reported = blocked(r.bucket, ctx, name.as_deref(), at, why).await;
     match withdrawn {
         // Retried with backoff: what is no longer allowed must not wait for the resync.
         Err(e) if refusal(&e).is_none() => Err(e.into()),
@@ -232,28 +238,28 @@ type UnderClass = (Option<Arc<BucketClass>>, Result<Classed, Blocked>);
 /// `bucket` as its class makes it: the class's defaults, then the operator's, filled in and
 /// the constraints checked (what the security constraints remove is gone from the result).
 /// Returned with the class in force, if one could be resolved; `Err`: the violation to report.
-fn under_class(bucket: &Bucket, ctx: &Context, owner: &Owner) -> Result<UnderClass, Error> {
-    let ns = bucket.namespace().unwrap_or_default();
-    let class = match ctx
-        .classes
-        .bucket_class(&ns, bucket.spec.class_name.as_deref())
-    {
+fn under_class(
+    bucket: &Bucket,
+    ctx: &Context,
+    owner: &Owner,
+    class: class::bucket::InForce,
+) -> UnderClass {
+    let class = match class {
         Ok(c) => c,
-        Err(Error::Blocked(why)) => return Ok((None, Err(why))),
-        Err(e) => return Err(e),
+        Err(why) => return (None, Err(why)),
     };
     let mut classed = bucket.clone();
     let defaults = class.as_ref().map(|c| &c.spec.defaults);
     classed.spec = class::bucket::with_defaults(&bucket.spec, defaults);
     let done = |class, bucket, region, enforced| {
-        Ok((
+        (
             class,
             Ok(Classed {
                 bucket,
                 region,
                 enforced,
             }),
-        ))
+        )
     };
     let Some(class) = class else {
         return done(None, classed, None, None);
@@ -268,7 +274,7 @@ fn under_class(bucket: &Bucket, ctx: &Context, owner: &Owner) -> Result<UnderCla
         return done(Some(class), classed, None, None);
     };
     match class::bucket::enforce(&mut classed.spec, &class, &at.region, settings) {
-        Err(why) => Ok((Some(class), Err(why))),
+        Err(why) => (Some(class), Err(why)),
         Ok(removed) => {
             let note = (!removed.is_empty()).then(|| {
                 let name = class.name_any();
@@ -328,7 +334,7 @@ async fn converge(
                 // Created meanwhile by someone in this account: the next pass judges its tags.
                 return Ok(Requeue::After(Duration::from_secs(1)));
             }
-            return failed(bucket, ctx, &d.address(), e).await;
+            return failed(bucket, ctx, pass.class.as_deref(), &d.address(), e).await;
         }
         applied.push(change.clone());
     }
@@ -340,6 +346,7 @@ async fn converge(
     let mut status = status_for(
         bucket,
         ctx,
+        pass.class.as_deref(),
         Some(&d.address()),
         true,
         Reason::Available,
@@ -472,9 +479,12 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
     }
 }
 
+/// The status a pass reports. `class`: the name of the class the pass applied (none while the
+/// one named cannot be used).
 pub(super) fn status_for(
     bucket: &Bucket,
     ctx: &Context,
+    class: Option<&str>,
     d: Option<&Address>,
     ready: bool,
     reason: Reason,
@@ -493,13 +503,8 @@ pub(super) fn status_for(
     // The region is the record of where the bucket is (see `address`): kept when this pass
     // could not resolve the address.
     let d_region = d.map(|d| d.region.clone()).or(previous.region.clone());
-    let ns = bucket.metadata.namespace.as_deref().unwrap_or_default();
-    let class = ctx
-        .classes
-        .bucket_class(ns, bucket.spec.class_name.as_deref());
     BucketStatus {
-        // The class in force; none while the one named cannot be used.
-        class_name: class.ok().flatten().map(|c| c.name_any()),
+        class_name: class.map(str::to_string),
         conditions: vec![cond],
         observed_generation: generation,
         // Only a bucket we hold is reported as ours.
@@ -523,10 +528,12 @@ pub(super) fn status_for(
 pub(super) async fn blocked(
     bucket: &Bucket,
     ctx: &Context,
+    class: Option<&str>,
     d: Option<&Address>,
     why: &Blocked,
 ) -> Result<Requeue, Error> {
-    let status = status_for(bucket, ctx, d, false, why.reason, why.message.clone());
+    let msg = why.message.clone();
+    let status = status_for(bucket, ctx, class, d, false, why.reason, msg);
     report_blocked(ctx, bucket, bucket.status.as_ref(), &status, why).await
 }
 
@@ -535,11 +542,12 @@ pub(super) async fn blocked(
 async fn failed(
     bucket: &Bucket,
     ctx: &Context,
+    class: Option<&str>,
     at: &Address,
     e: crate::aws::Error,
 ) -> Result<Requeue, Error> {
     match refusal(&e) {
-        Some(why) => blocked(bucket, ctx, Some(at), &why).await,
+        Some(why) => blocked(bucket, ctx, class, Some(at), &why).await,
         None => Err(e.into()),
     }
 }

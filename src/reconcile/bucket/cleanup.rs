@@ -399,7 +399,9 @@ async fn empty(
 /// finalizer and retries with backoff.
 async fn hold(bucket: &Bucket, ctx: &Context, at: &Address, msg: String) -> Error {
     let why = Blocked::new(Reason::DeletionBlocked, msg);
-    if let Err(e) = blocked(bucket, ctx, Some(at), &why).await {
+    // Deleting, it stays reported under the class its last pass applied.
+    let class = bucket.status.as_ref().and_then(|s| s.class_name.as_deref());
+    if let Err(e) = blocked(bucket, ctx, class, Some(at), &why).await {
         return e;
     }
     Error::DeletionBlocked(why.message)

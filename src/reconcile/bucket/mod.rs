@@ -28,6 +28,7 @@ use super::{Blocked, Context, Error, Requeue, object_key};
 use crate::api::Bucket;
 use crate::api::condition::Reason;
 use crate::aws::s3::tagging::ABAC_ENABLED;
+use crate::reconcile::class::bucket as class;
 
 pub use cleanup::{Ended, release_orphan, vanished};
 pub use desired::{Address, Desired, REGION_ANNOTATION, address, desired};
@@ -54,30 +55,15 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue
     // The Buckets it logs into or that log into it are inputs too.
     let links = logging::links_in(&bucket, &ctx);
     let linked = links.fingerprint();
-    // So is its class: a change to it, or to the namespace's labels, runs a full pass.
-    let class = class_fingerprint(&bucket, &ctx);
-    let inputs = [start.clone(), linked.clone(), class.clone()];
+    // So is its class, resolved once for the whole pass: a change to it, or to the namespace's
+    // labels, runs a full pass, and what the pass applies and reports is that one version.
+    let class = class::in_force(&ctx.classes, &bucket)?;
+    let version = class::version(&class);
+    let inputs = [start.clone(), linked.clone(), version.clone()];
     if let Some(wait) = ctx.settled.remaining(&key, &inputs) {
         return Ok(Requeue::Resync(wait));
     }
-    apply::apply(&bucket, &ctx, start, &links, class).await
-}
-
-/// Which class, at which version, a pass of `bucket` would apply (or why none can be found).
-fn class_fingerprint(bucket: &Bucket, ctx: &Context) -> String {
-    let ns = bucket.namespace().unwrap_or_default();
-    match ctx
-        .classes
-        .bucket_class(&ns, bucket.spec.class_name.as_deref())
-    {
-        Ok(Some(c)) => format!(
-            "{}@{}",
-            c.name_any(),
-            c.resource_version().unwrap_or_default()
-        ),
-        Ok(None) => String::new(),
-        Err(e) => e.to_string(),
-    }
+    apply::apply(&bucket, &ctx, start, &links, (class, version)).await
 }
 
 #[cfg(test)]

@@ -437,7 +437,8 @@ async fn observe_identity(
 /// The identity [`iam_identity`](super::iam_identity) names, or, when it does not exist, this access's identity under
 /// its other name if its tags say it is ours: one made before names carried the long UID hash
 /// keeps its name (status, which records it after a pass, may be lost or edited). The second
-/// read happens only while the first name is absent, never in a steady pass.
+/// read happens only while the first name is absent on an access that has the finalizer, never
+/// in a steady pass or a first one.
 async fn find_identity(
     ctx: &Context,
     access: &BucketAccess,
@@ -446,6 +447,11 @@ async fn find_identity(
     let [chosen, other] = identity_candidates(access, owner);
     if let Some(found) = ctx.aws.get_identity(&chosen).await? {
         return Ok(Some((chosen, found)));
+    }
+    // Without the finalizer nothing was ever made for this access (it goes on before any
+    // identity does, in every release), so a new access costs one read, not two.
+    if !has_finalizer(access) {
+        return Ok(None);
     }
     Ok(match ctx.aws.get_identity(&other).await? {
         Some(found) if owner.judge(&found.tags) == Ownership::Ours => Some((other, found)),

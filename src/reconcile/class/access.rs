@@ -4,7 +4,6 @@
 
 use std::borrow::Cow;
 use std::fmt::Display;
-use std::sync::Arc;
 use std::time::Duration;
 
 use kube::ResourceExt;
@@ -16,36 +15,14 @@ use crate::reconcile::{Blocked, Error};
 
 /// The class an access is under (none when no class applies), or the violation that naming it
 /// is (a class that does not exist, or whose selector leaves the namespace out).
-pub type InForce = Result<Option<Arc<BucketAccessClass>>, Blocked>;
+pub type InForce = super::InForce<BucketAccessClass>;
+pub use super::{name, version};
 
 /// The class `access` is under, as the watches see it now. A namespace not seen yet is an
 /// error (retried), not a violation.
 pub fn in_force(classes: &Classes, access: &BucketAccess) -> Result<InForce, Error> {
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
-    match classes.access_class(&ns, access.spec.class_name.as_deref()) {
-        Ok(class) => Ok(Ok(class)),
-        Err(Error::Blocked(why)) => Ok(Err(why)),
-        Err(e) => Err(e),
-    }
-}
-
-/// The name status reports as the class in force.
-pub fn name(class: &InForce) -> Option<String> {
-    class.as_ref().ok()?.as_ref().map(|c| c.name_any())
-}
-
-/// The class as an input of a pass: a pass settled under one version of it is not settled
-/// under the next, so an edited class is checked at once, not at the next resync.
-pub fn version(class: &InForce) -> String {
-    match class {
-        Ok(Some(c)) => format!(
-            "{}@{}",
-            c.name_any(),
-            c.resource_version().unwrap_or_default()
-        ),
-        Ok(None) => String::new(),
-        Err(why) => why.message.clone(),
-    }
+    super::violation(classes.access_class(&ns, access.spec.class_name.as_deref()))
 }
 
 /// The access as the pass works from it: the class's defaults filled in, its limits kept
@@ -166,6 +143,8 @@ fn human(d: impl Into<Duration>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
+
     use crate::api::BucketAccessClassSpec;
     use serde_json::{Value, json};
 

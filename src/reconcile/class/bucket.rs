@@ -14,7 +14,17 @@ use crate::api::{
 };
 use crate::aws::policy;
 use crate::reconcile::bucket::notifications::allows;
-use crate::reconcile::{Blocked, Settings, deletion_policy, has_finalizer};
+use crate::reconcile::{Blocked, Error, Settings, deletion_policy, has_finalizer};
+
+/// The class a Bucket is under, or the violation naming it is (see [`super::InForce`]).
+pub type InForce = super::InForce<BucketClass>;
+pub use super::{name, version};
+
+/// The class `bucket` is under, as the watches see it now: resolved once per pass.
+pub fn in_force(classes: &super::Classes, bucket: &Bucket) -> Result<InForce, Error> {
+    let ns = bucket.namespace().unwrap_or_default();
+    super::violation(classes.bucket_class(&ns, bucket.spec.class_name.as_deref()))
+}
 
 /// `spec` with the class's defaults in every field it leaves unset (tags: merged, the spec's
 /// keys win), then the operator's own defaults for encryption (SSE-S3) and the public access

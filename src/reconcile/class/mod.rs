@@ -18,6 +18,40 @@ use crate::api::condition::Reason;
 use crate::api::{BucketAccessClass, BucketClass, DEFAULT_CLASS_ANNOTATION};
 use crate::reconcile::{Blocked, Error};
 
+/// The class an object is under (none when no class applies), or the violation that naming it
+/// is (a class that does not exist or cannot be read, or whose selector leaves the namespace
+/// out). A pass resolves it once and every later step reads it.
+pub type InForce<C> = Result<Option<Arc<C>>, Blocked>;
+
+/// A lookup's result as the class in force: a violation is the object's to report, any other
+/// error (a namespace not seen yet) is retried.
+fn violation<C>(found: Result<Option<Arc<C>>, Error>) -> Result<InForce<C>, Error> {
+    match found {
+        Ok(class) => Ok(Ok(class)),
+        Err(Error::Blocked(why)) => Ok(Err(why)),
+        Err(e) => Err(e),
+    }
+}
+
+/// The name status reports as the class in force.
+pub fn name<C: Resource>(class: &InForce<C>) -> Option<String> {
+    class.as_ref().ok()?.as_ref().map(|c| c.name_any())
+}
+
+/// The class as an input of a pass: a pass settled under one version of it is not settled
+/// under the next, so an edited class is checked at once, not at the next resync.
+pub fn version<C: Resource>(class: &InForce<C>) -> String {
+    match class {
+        Ok(Some(c)) => format!(
+            "{}@{}",
+            c.name_any(),
+            c.resource_version().unwrap_or_default()
+        ),
+        Ok(None) => String::new(),
+        Err(why) => why.message.clone(),
+    }
+}
+
 /// The classes and namespaces as the operator's watches see them (read live: a change to a
 /// class or to a namespace's labels reaches the next pass). Without stores (classes off, or a
 /// unit test that sets none) no class applies, as when none exists.
