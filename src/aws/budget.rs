@@ -148,8 +148,14 @@ impl Budgets {
     /// pays its first read (so passes woken together start only as far as the reads left go);
     /// else which budget it waits for, and how long.
     pub fn defer(&self, namespace: &str) -> Option<(Kind, Duration)> {
-        let writes = self.writes.defer(namespace).map(|w| (Kind::Writes, w));
-        let reads = self.reads.defer(namespace).map(|w| (Kind::Reads, w));
+        // A pass deferred for writes may need none (the echo of a pass that spent the burst):
+        // only a write refused inside a pass says the namespace ran out. Reads are never
+        // refused inside a pass, so a deferral is how their budget runs out.
+        let writes = self
+            .writes
+            .defer(namespace, false)
+            .map(|w| (Kind::Writes, w));
+        let reads = self.reads.defer(namespace, true).map(|w| (Kind::Reads, w));
         match (writes, reads) {
             (Some(w), Some(r)) => Some(if r.1 > w.1 { r } else { w }),
             (None, None) => {
@@ -182,7 +188,8 @@ impl Budget {
     /// passes line up a call apart, so a namespace in debt wakes its objects one at a time as
     /// its budget refills instead of all at once; the line reaches no further than one burst's
     /// refill, so a flood of wakes cannot push its own objects' turns out without end.
-    fn defer(&self, namespace: &str) -> Option<Duration> {
+    /// `exhausts`: the deferral itself starts an episode to report.
+    fn defer(&self, namespace: &str, exhausts: bool) -> Option<Duration> {
         if self.rate == 0.0 {
             return None;
         }
@@ -192,7 +199,9 @@ impl Budget {
         if t.left >= 1.0 {
             return None;
         }
-        t.exhausted.get_or_insert(Reported::No);
+        if exhausts {
+            t.exhausted.get_or_insert(Reported::No);
+        }
         let first = now + self.until_one(t.left);
         let last = first + Duration::from_secs_f64(self.burst / self.rate);
         let turn = first.max(t.next_turn).min(last);
@@ -352,6 +361,15 @@ mod tests {
             "in debt: the next pass may not start writing"
         );
         assert_eq!(b.defer("b"), None);
+        // "c" spends its whole burst: its next pass waits, but no write was refused, so it
+        // did not run out (nothing to report).
+        let both = b.pass("c".into(), async { (spend(), spend()) }).await;
+        assert_eq!(both, (Ok(()), Ok(())));
+        assert!(b.defer("c").is_some());
+        assert!(
+            !b.of(Kind::Writes).report("c"),
+            "a deferral alone is no refusal"
+        );
         // Passes waiting in debt line up a write apart (1,000 s at 0.001/s).
         let (first, second) = (b.defer("a").unwrap(), b.defer("a").unwrap());
         assert_eq!((first.0, second.0), (Kind::Writes, Kind::Writes));

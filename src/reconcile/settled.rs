@@ -34,7 +34,13 @@ pub struct Settled {
     requests: Mutex<HashMap<String, Option<String>>>,
     /// Per object, the last version a pass was let through for (see [`Settled::coalesce`]).
     let_through: Mutex<HashMap<String, LetThrough>>,
+    /// Per object, the last versions written by passes that settled nothing (see
+    /// [`Settled::wrote_unsettled`]).
+    unsettled_writes: Mutex<HashMap<String, Vec<String>>>,
 }
+
+/// How many such versions are kept per object: a pass writes at most a finalizer and a status.
+const UNSETTLED_KEPT: usize = 4;
 
 /// A version of an object a pass was let through for: its resourceVersion, what a pass
 /// decides from in its metadata ([`deciding`]), and when.
@@ -122,8 +128,15 @@ impl Settled {
         let now = Instant::now();
         let version = meta.resource_version.clone().unwrap_or_default();
         let deciding = deciding(meta);
+        let unsettled = self
+            .unsettled_writes
+            .lock()
+            .expect("settled map poisoned")
+            .get(key)
+            .is_some_and(|own| own.contains(&version));
         let mut lets = self.let_through.lock().expect("settled map poisoned");
         if let Some(last) = lets.get(key)
+            && !unsettled
             && last.version != version
             && last.deciding == deciding
             && !self.own_or_due(key, &version, now)
@@ -142,6 +155,19 @@ impl Settled {
             },
         );
         None
+    }
+
+    /// Notes `version` of `key`'s object as written by a pass that settled nothing (a refusal
+    /// reported in status): neither the echo of that write (which may come after the echo of
+    /// the pass's finalizer write) nor a wake from another input with the object at that
+    /// version (its Bucket, its Secret) waits out the spacing, as no tenant changed anything.
+    pub fn wrote_unsettled(&self, key: &str, version: String) {
+        let mut all = self.unsettled_writes.lock().expect("settled map poisoned");
+        let own = all.entry(key.to_string()).or_default();
+        if own.len() == UNSETTLED_KEPT {
+            own.remove(0);
+        }
+        own.push(version);
     }
 
     /// Is `version` of `key`'s object one its last recorded pass saw or wrote, or is a full
@@ -166,6 +192,10 @@ impl Settled {
             .expect("settled map poisoned")
             .remove(key);
         self.let_through
+            .lock()
+            .expect("settled map poisoned")
+            .remove(key);
+        self.unsettled_writes
             .lock()
             .expect("settled map poisoned")
             .remove(key);
@@ -429,6 +459,36 @@ mod tests {
             None,
             "forgotten"
         );
+    }
+
+    /// A refused pass settles nothing but writes its status: the echo of that write, and a wake
+    /// from another input with the object at that version, are let through at once (as before
+    /// the spacing existed), never held for it; a tenant's annotation after it still waits.
+    #[test]
+    fn the_status_write_of_a_refused_pass_is_no_tenant_change() {
+        let s = Settled::default();
+        assert_eq!(s.coalesce("k", &meta("1", 1, &[])), None);
+        // The pass put its finalizer on (version 2), then wrote its refusal (version 3).
+        s.wrote_unsettled("k", "3".into());
+        let at = |version: &str, labels: &[(&str, &str)]| {
+            let mut m = meta(version, 1, labels);
+            m.finalizers = Some(vec!["f".into()]);
+            m
+        };
+        assert_eq!(s.coalesce("k", &at("2", &[])), None, "the finalizer's echo");
+        assert_eq!(s.coalesce("k", &at("3", &[])), None, "the status echo");
+        assert_eq!(
+            s.coalesce("k", &at("3", &[])),
+            None,
+            "a wake from its Bucket"
+        );
+        let annotated = at("4", &[("a", "b")]);
+        assert!(
+            s.coalesce("k", &annotated).is_some(),
+            "a tenant's annotation"
+        );
+        s.forget("k");
+        assert!(s.unsettled_writes.lock().unwrap().is_empty());
     }
 
     #[test]

@@ -8,7 +8,7 @@ use serde_json::json;
 
 use super::context::Context;
 use super::error::{Blocked, Error, Requeue};
-use super::object::Object;
+use super::object::{Object, object_key};
 use crate::api::FINALIZER;
 use crate::api::condition::Reason;
 
@@ -36,7 +36,9 @@ where
             ctx.event(obj, true, why.reason.as_str(), why.message.clone())
                 .await;
         }
-        update_status(ctx, obj, current, status).await?;
+        if let Some(version) = update_status(ctx, obj, current, status).await? {
+            ctx.settled.wrote_unsettled(&object_key(obj), version);
+        }
     }
     if why.is_terminal() {
         let controller = K::kind(&()).to_lowercase();

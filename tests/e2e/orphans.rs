@@ -175,6 +175,13 @@ async fn a_stripped_finalizer_is_cleaned_up_from_the_last_state() {
             .await
         }
     };
+    // Counted once each cleanup has returned, which what it removed being gone can precede.
+    wait_for("both cleanups to be counted", T, || async {
+        let user = orphans("user", "deleted").await;
+        let bucket = orphans("bucket", "released").await;
+        (user > 0.0 && bucket > 0.0).then_some(())
+    })
+    .await;
     assert_eq!(orphans("user", "deleted").await, 1.0);
     assert_eq!(orphans("bucket", "released").await, 1.0);
     assert!(
@@ -227,6 +234,13 @@ async fn what_was_stripped_while_no_operator_ran_is_swept() {
         has_object(&s3_name, "keep.txt").await,
         "the sweep never deletes data"
     );
+    // Counted once the deletion has returned, which the user being gone can precede.
+    wait_for("the orphan to be counted", T, || async {
+        let labels = [("kind", "user"), ("action", "deleted")];
+        let n = op.metric("s3_operator_orphans_total", &labels).await;
+        (n > 0.0).then_some(n)
+    })
+    .await;
     assert_eq!(
         op.metric(
             "s3_operator_orphans_total",

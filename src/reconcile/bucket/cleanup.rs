@@ -20,6 +20,7 @@ use crate::api::{AcceptedDeletion, Bucket, BucketConstraints, DeletionPolicy};
 use crate::aws::s3::Emptied;
 use crate::aws::tags::{Owner, Ownership, released};
 use crate::aws::{ErrorKind, naming, policy};
+use crate::reconcile::class::bucket::cleanup_deletion_policy;
 use crate::reconcile::{Blocked, Context, Error, Requeue, has_finalizer, owner, remove_finalizer};
 
 /// Pages of object versions (up to 1,000 each) deleted per pass at most when emptying a bucket
@@ -40,14 +41,26 @@ impl Asked {
     fn of(bucket: &Bucket, ctx: &Context) -> Asked {
         let recorded = bucket.status.as_ref().and_then(|s| s.deletion);
         let ns = bucket.metadata.namespace.as_deref().unwrap_or_default();
-        // A class that cannot be resolved tightens nothing: what was accepted still holds.
-        let class = ctx
+        let default = ctx.settings.default_deletion_policy;
+        let (spec, class) = match ctx
             .classes
             .bucket_class(ns, bucket.spec.class_name.as_deref())
-            .ok()
-            .flatten();
+        {
+            // What the spec asks now, which a pass would accept if the class allows it.
+            Ok(class) => {
+                let policy = cleanup_deletion_policy(&bucket.spec, class.as_deref(), &ctx.settings);
+                let spec = AcceptedDeletion {
+                    policy,
+                    force_delete: bucket.spec.force_delete,
+                };
+                (Some(spec), class)
+            }
+            // A class that cannot be resolved (a name edited to one that does not apply) accepts
+            // no edit and tightens nothing: what was accepted still holds.
+            Err(_) => (None, None),
+        };
         let constraints = class.as_ref().map(|c| &c.spec.constraints);
-        let rules = in_force(recorded, constraints, ctx.settings.default_deletion_policy);
+        let rules = in_force(spec, recorded, constraints, default);
         Asked {
             policy: rules.policy,
             force_delete: rules.force_delete,
@@ -56,30 +69,38 @@ impl Asked {
     }
 }
 
-/// The deletion rules cleanup follows (pure): those a pass last accepted (`recorded`, in status,
-/// which tenants cannot write), else the operator's default without `forceDelete`; either made
-/// stricter by the class in force now. Never the spec itself: an edit a pass refused
-/// (ClassViolation) is in the spec but was never recorded.
+/// The deletion rules cleanup follows (pure). The spec's (`spec`: None when the class cannot be
+/// resolved) when the class in force allows them: an edit made while deleting (`forceDelete`
+/// set to end a `DeletionBlocked`) is one a pass would accept. Otherwise those a pass last
+/// accepted (`recorded`, in status, which tenants cannot write), else the operator's default
+/// without `forceDelete`, made stricter by the class: an edit the class refuses (ClassViolation)
+/// is never followed.
 pub(super) fn in_force(
+    spec: Option<AcceptedDeletion>,
     recorded: Option<AcceptedDeletion>,
     class: Option<&BucketConstraints>,
     default: DeletionPolicy,
 ) -> AcceptedDeletion {
-    let mut rules = recorded.unwrap_or(AcceptedDeletion {
+    let under_class = |mut rules: AcceptedDeletion| {
+        if let Some(c) = class {
+            let allowed = &c.allowed_deletion_policies;
+            if rules.policy == DeletionPolicy::Delete
+                && !allowed.is_empty()
+                && !allowed.contains(&DeletionPolicy::Delete)
+            {
+                rules.policy = DeletionPolicy::Retain;
+            }
+            rules.force_delete &= c.allow_force_delete;
+        }
+        rules
+    };
+    if let Some(spec) = spec.filter(|s| under_class(*s) == *s) {
+        return spec;
+    }
+    under_class(recorded.unwrap_or(AcceptedDeletion {
         policy: default,
         force_delete: false,
-    });
-    if let Some(c) = class {
-        let allowed = &c.allowed_deletion_policies;
-        if rules.policy == DeletionPolicy::Delete
-            && !allowed.is_empty()
-            && !allowed.contains(&DeletionPolicy::Delete)
-        {
-            rules.policy = DeletionPolicy::Retain;
-        }
-        rules.force_delete &= c.allow_force_delete;
-    }
-    rules
+    }))
 }
 
 /// Who hears of deletion's steps: the Bucket being deleted (events, and its status while
@@ -510,7 +531,8 @@ mod tests {
         assert_eq!(deletion("b", FORCE, &done), Deletion::Delete);
     }
 
-    /// Deletion follows what a pass accepted, made stricter by the class; never the spec.
+    /// Deletion follows what a pass accepted, made stricter by the class, or an edit the class allows;
+    /// never one it refuses.
     #[test]
     fn cleanup_follows_the_rules_last_accepted_or_the_class_when_stricter() {
         let accepted = |policy, force_delete| AcceptedDeletion {
@@ -520,7 +542,7 @@ mod tests {
         let forced = Some(accepted(DeletionPolicy::Delete, true));
         let open = BucketConstraints::default();
         assert_eq!(
-            in_force(forced, Some(&open), DeletionPolicy::Retain),
+            in_force(None, forced, Some(&open), DeletionPolicy::Retain),
             accepted(DeletionPolicy::Delete, true)
         );
         // The class now allows only Retain and no forceDelete: both tighten what was accepted.
@@ -530,7 +552,7 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(
-            in_force(forced, Some(&strict), DeletionPolicy::Delete),
+            in_force(None, forced, Some(&strict), DeletionPolicy::Delete),
             accepted(DeletionPolicy::Retain, false)
         );
         // A class allowing only Delete never turns an accepted Retain into a deletion.
@@ -540,18 +562,42 @@ mod tests {
         };
         let kept = Some(accepted(DeletionPolicy::Retain, false));
         assert_eq!(
-            in_force(kept, Some(&delete_only), DeletionPolicy::Delete),
+            in_force(None, kept, Some(&delete_only), DeletionPolicy::Delete),
             accepted(DeletionPolicy::Retain, false)
         );
         // Nothing accepted yet (or from before the record existed): the operator's default,
         // without forceDelete, under the class.
         assert_eq!(
-            in_force(None, None, DeletionPolicy::Delete),
+            in_force(None, None, None, DeletionPolicy::Delete),
             accepted(DeletionPolicy::Delete, false)
         );
         assert_eq!(
-            in_force(None, Some(&strict), DeletionPolicy::Delete),
+            in_force(None, None, Some(&strict), DeletionPolicy::Delete),
             accepted(DeletionPolicy::Retain, false)
+        );
+        // An edit the class allows is followed, such as forceDelete set to end a wait; one it
+        // refuses is not, whatever was accepted before.
+        let asked = Some(accepted(DeletionPolicy::Delete, true));
+        let was = Some(accepted(DeletionPolicy::Delete, false));
+        assert_eq!(
+            in_force(asked, was, Some(&open), DeletionPolicy::Retain),
+            accepted(DeletionPolicy::Delete, true)
+        );
+        assert_eq!(
+            in_force(asked, was, None, DeletionPolicy::Retain),
+            accepted(DeletionPolicy::Delete, true)
+        );
+        assert_eq!(
+            in_force(asked, kept, Some(&strict), DeletionPolicy::Delete),
+            accepted(DeletionPolicy::Retain, false)
+        );
+        let no_force = BucketConstraints {
+            allow_force_delete: false,
+            ..Default::default()
+        };
+        assert_eq!(
+            in_force(asked, was, Some(&no_force), DeletionPolicy::Delete),
+            accepted(DeletionPolicy::Delete, false)
         );
     }
 
