@@ -371,10 +371,12 @@ async fn install_mode(prefix: &str, targets_of: impl Fn(&str) -> Vec<String>) {
     let node = node();
     let _names = PACKAGE_NAMES.write().await;
     let all_namespaces = targets_of("").is_empty();
+    // Scoped too, it holds its share of the gate: a cluster-wide operator of another test would
+    // serve the namespace this one shows unwatched.
     let _turn = if all_namespaces {
-        Some(cluster_wide().await)
+        cluster_wide().await
     } else {
-        None
+        Pass::acquire(false).await
     };
     let started = Instant::now();
     olm(&node).await;
@@ -472,6 +474,8 @@ async fn every_crd_established() {
 async fn olm_upgrades_through_the_channel_keeping_objects_ready() {
     let node = node();
     let _names = PACKAGE_NAMES.write().await;
+    // No cluster-wide operator of another test may serve its objects meanwhile.
+    let _turn = Pass::acquire(false).await;
     let started = Instant::now();
     let bundle = olm(&node).await;
     let images = images(&node).await;
