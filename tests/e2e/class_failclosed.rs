@@ -116,25 +116,28 @@ async fn a_tightened_class_withdraws_a_grant_from_a_bucket_in_violation() {
         .unwrap();
     let msg = wait_reason(&api, "b", "ClassViolation", T).await;
     assert!(msg.contains("spec.forceDelete true"), "{msg}");
-    wait_for(
-        "the partner's statement withdrawn",
-        Duration::from_secs(20),
-        || async {
-            let p = statements(&s3_name).await;
-            (!p.contains("999999999999") && p.contains("DenyInsecureTransport")).then_some(())
-        },
-    )
-    .await;
-    wait_event(
-        &ns,
-        "SecurityEnforced",
-        &["999999999999", &class, "allowedPolicyPrincipals"],
-    )
-    .await;
+    partner_withdrawn(&ns, &s3_name, &[&class, "allowedPolicyPrincipals"]).await;
     let msg = wait_reason(&api, "b", "ClassViolation", T).await;
     assert!(msg.contains("allowForceDelete"), "still reported: {msg}");
     op.terminate().await;
     delete_classes(&client, &[&class], &[]).await;
+}
+
+/// The partner's statement leaves the bucket policy (the TLS-only one stays), and the
+/// `SecurityEnforced` event names it and `why`.
+async fn partner_withdrawn(ns: &str, s3_name: &str, why: &[&str]) {
+    wait_for(
+        "the partner's statement withdrawn",
+        Duration::from_secs(20),
+        || async {
+            let p = statements(s3_name).await;
+            (!p.contains("999999999999") && p.contains("DenyInsecureTransport")).then_some(())
+        },
+    )
+    .await;
+    let mut words = vec!["999999999999"];
+    words.extend_from_slice(why);
+    wait_event(ns, "SecurityEnforced", &words).await;
 }
 
 /// Item 4, the flags: the operator allowed a partner, and is restarted without it. The Bucket
@@ -169,21 +172,7 @@ async fn a_principal_dropped_from_the_flags_leaves_the_bucket_policy() {
     let op = Operator::start_as(&id, &without, "0").await;
     let msg = wait_reason(&api, "b", "InvalidSpec", T).await;
     assert!(msg.contains("spec.policy[0]"), "{msg}");
-    wait_for(
-        "the partner's statement withdrawn",
-        Duration::from_secs(20),
-        || async {
-            let p = statements(&s3_name).await;
-            (!p.contains("999999999999") && p.contains("DenyInsecureTransport")).then_some(())
-        },
-    )
-    .await;
-    wait_event(
-        &ns,
-        "SecurityEnforced",
-        &["999999999999", "--allowed-policy-principals"],
-    )
-    .await;
+    partner_withdrawn(&ns, &s3_name, &["--allowed-policy-principals"]).await;
     op.terminate().await;
 }
 
