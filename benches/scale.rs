@@ -28,6 +28,7 @@ mod scale;
 #[path = "../tests/e2e/support/mod.rs"]
 #[allow(dead_code, unused_imports)]
 mod support;
+mod workloads;
 
 use std::process::{Command, Stdio};
 use std::time::Duration;
@@ -59,11 +60,11 @@ fn child(args: &[String]) -> bool {
         println!("{}", serde_json::to_string(&row).expect("JSON"));
     } else if let Some(n) = arg(args, "--one-fairness") {
         let n: usize = n.parse().expect("--one-fairness N");
-        let f = runtime().block_on(scale::fairness(n, 5));
+        let f = runtime().block_on(workloads::fairness(n, 5));
         println!("{}", serde_json::to_string(&f).expect("JSON"));
     } else if let Some(n) = arg(args, "--one-sweep") {
         let n: usize = n.parse().expect("--one-sweep N");
-        let cost = runtime().block_on(scale::sweep(n, 20));
+        let cost = runtime().block_on(workloads::sweep(n, 20));
         println!("{}", serde_json::to_string(&cost).expect("JSON"));
     } else if args.iter().any(|a| a == "--one-drift") {
         let d = runtime().block_on(drift_bench::drift(5, "60s", Duration::from_secs(120)));
@@ -71,7 +72,7 @@ fn child(args: &[String]) -> bool {
     } else if let Some(spec) = arg(args, "--one-churn") {
         let (secs, batch) = churn_spec(&spec);
         let duration = std::time::Duration::from_secs(secs);
-        for s in runtime().block_on(scale::churn(duration, batch)) {
+        for s in runtime().block_on(workloads::churn(duration, batch)) {
             println!("{}", serde_json::to_string(&s).expect("JSON"));
         }
     } else {

@@ -50,11 +50,13 @@ pub struct Metrics {
     pub access_key_age_seconds: Gauge,
     pub access_key_rotation_overdue_seconds: Gauge,
     pub kube_writes_total: IntCounterVec,
+    pub kube_write_duration_seconds: HistogramVec,
     pub reconcile_panics_total: IntCounterVec,
     pub workqueue_depth: IntGaugeVec,
     pub workqueue_adds_total: IntCounterVec,
     pub workqueue_queue_duration_seconds: HistogramVec,
     pub workqueue_work_duration_seconds: HistogramVec,
+    pub gate_wait_seconds: HistogramVec,
     pub workqueue_retries_total: IntCounterVec,
     pub rest_client_requests_total: IntCounterVec,
     pub aws_write_budget_exhausted_total: IntCounterVec,
@@ -141,6 +143,13 @@ impl Metrics {
                 QUEUE,
                 WORKQUEUE_BUCKETS,
             ),
+            // Part of the queue's time: the wait for a slot at the controller's fair gate.
+            gate_wait_seconds: r.histogram(
+                "s3_operator_gate_wait_seconds",
+                "How long in seconds a due reconcile waited for a reconcile slot, taking turns between namespaces (part of workqueue_queue_duration_seconds)",
+                CONTROLLER,
+                WORKQUEUE_BUCKETS,
+            ),
             workqueue_retries_total: r.counter(
                 "workqueue_retries_total",
                 "Total number of retries handled by workqueue",
@@ -202,6 +211,12 @@ impl Metrics {
                 "Writes the operator made to the Kubernetes API, by kind and verb",
                 &["kind", "verb"],
             ),
+            kube_write_duration_seconds: r.histogram(
+                "s3_operator_kube_write_duration_seconds",
+                "Latency of the operator's writes to the Kubernetes API, by kind and verb",
+                &["kind", "verb"],
+                AWS_BUCKETS,
+            ),
             class_decode_errors: r.gauge(
                 "s3_operator_class_decode_errors",
                 "Classes the operator cannot read, by kind; the namespaces they may govern fail closed (ClassViolation)",
@@ -253,6 +268,7 @@ impl Metrics {
             self.workqueue_queue_duration_seconds
                 .with_label_values(&[c]);
             self.workqueue_work_duration_seconds.with_label_values(&[c]);
+            self.gate_wait_seconds.with_label_values(&[c]);
         }
         for kind in ORPHAN_KINDS {
             for action in ORPHAN_ACTIONS {
@@ -273,11 +289,18 @@ impl Metrics {
             .observe(seconds);
     }
 
-    /// A write to the Kubernetes API, by kind and verb.
-    pub fn kube_write(&self, kind: &str, verb: &str) {
+    /// Makes `write` to the Kubernetes API, counted and timed by kind and verb.
+    pub async fn kube_write<F: Future>(&self, kind: &str, verb: &str, write: F) -> F::Output {
         self.kube_writes_total
             .with_label_values(&[kind, verb])
             .inc();
+        let timer = self
+            .kube_write_duration_seconds
+            .with_label_values(&[kind, verb])
+            .start_timer();
+        let written = write.await;
+        timer.observe_duration();
+        written
     }
 
     /// The Prometheus text exposition of every metric.
@@ -349,6 +372,7 @@ mod tests {
         for family in [
             "workqueue_queue_duration_seconds",
             "workqueue_work_duration_seconds",
+            "s3_operator_gate_wait_seconds",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {family} ")),
@@ -357,15 +381,21 @@ mod tests {
         }
     }
 
-    #[test]
-    fn each_registry_counts_alone() {
+    #[tokio::test]
+    async fn each_registry_counts_alone() {
         let (a, b) = (Metrics::new(), Metrics::new());
-        a.kube_write("Secret", "apply");
+        a.kube_write("Secret", "apply", async {}).await;
         let applied = |m: &Metrics| {
             m.kube_writes_total
                 .with_label_values(&["Secret", "apply"])
                 .get()
         };
         assert_eq!((applied(&a), applied(&b)), (1, 0));
+        let timed = |m: &Metrics| {
+            m.kube_write_duration_seconds
+                .with_label_values(&["Secret", "apply"])
+                .get_sample_count()
+        };
+        assert_eq!((timed(&a), timed(&b)), (1, 0));
     }
 }

@@ -432,6 +432,63 @@ fn sweep(doc: &Value) -> Result<String> {
     Ok(out)
 }
 
+/// Where a pair's time goes, for every pair row that measured it.
+fn breakdown(doc: &Value) -> Result<String> {
+    let rows: Vec<&Value> = rows_of(doc, "Pairs")
+        .filter(|r| r["breakdown"].is_object())
+        .collect();
+    if rows.is_empty() {
+        return Ok(String::new());
+    }
+    let mut out = String::from(
+        "\n## Where a pair's time goes\n\n\
+         Seconds per pair while converging, summed over the Bucket and the BucketAccess and over \
+         every pass (a pass and its echoes), from the operator's own histograms: \
+         `workqueue_work_duration_seconds` (a slot), `s3_operator_aws_request_duration_seconds`, \
+         `s3_operator_kube_write_duration_seconds`, `s3_operator_gate_wait_seconds` and \
+         `workqueue_queue_duration_seconds`. The floor's AWS time is from its own client, at the \
+         same concurrency (10 slots per kind). A slot's time divided by the 20 slots is the \
+         shortest wall time the slots allow.\n\n| |",
+    );
+    for r in &rows {
+        let _ = write!(out, " N = {} |", num(r, "n")?);
+    }
+    out += &format!("\n|---|{}\n", "---|".repeat(rows.len()));
+    type Figure<'a> = (&'a str, &'a dyn Fn(&Value) -> Result<f64>);
+    let lines: [Figure; 9] = [
+        ("Floor: AWS calls (s)", &|b| num(b, "floor_aws_s")),
+        ("Operator: AWS calls (s)", &|b| num(b, "aws_s")),
+        ("Operator: API writes in the slot (s)", &|b| {
+            num(b, "kube_writes_s")
+        }),
+        ("Operator: rest of the slot (s)", &|b| {
+            num(b, "rest_of_slot_s")
+        }),
+        ("Operator: slot total (s)", &|b| {
+            Ok(num(b, "aws_s")? + num(b, "kube_writes_s")? + num(b, "rest_of_slot_s")?)
+        }),
+        ("Operator: waiting at the fair gate (s)", &|b| {
+            num(b, "gate_wait_s")
+        }),
+        ("Operator: waiting in the queue besides (s)", &|b| {
+            num(b, "other_queue_wait_s")
+        }),
+        ("Reconciles per pair", &|b| num(b, "reconciles")),
+        ("API writes' share of the slot (%)", &|b| {
+            let slot = num(b, "aws_s")? + num(b, "kube_writes_s")? + num(b, "rest_of_slot_s")?;
+            Ok(100.0 * num(b, "kube_writes_s")? / slot.max(f64::MIN_POSITIVE))
+        }),
+    ];
+    for (label, cell) in lines {
+        out += &format!("| {label} |");
+        for r in &rows {
+            let _ = write!(out, " {:.3} |", cell(&r["breakdown"])?);
+        }
+        out.push('\n');
+    }
+    Ok(out)
+}
+
 /// With the resync at its default, 10 minutes without drift events and 6 hours with them.
 const RESYNCS_PER_HOUR_OFF: f64 = 6.0;
 const RESYNCS_PER_HOUR_ON: f64 = 1.0 / 6.0;
@@ -575,6 +632,7 @@ pub fn render(doc: &Value) -> Result<String> {
         + &targets(doc)?
         + &peer_section(doc)?
         + WRITES
+        + &breakdown(doc)?
         + &calls_tables(doc)?
         + &churn(doc)?
         + &fairness(doc)?

@@ -222,8 +222,8 @@ impl Context {
         } else {
             tracing::info!(reason, note = %note, "event");
         }
-        self.metrics.kube_write("Event", "publish");
-        if let Err(e) = self.events.publish(obj, warning, reason, &note).await {
+        let publish = self.events.publish(obj, warning, reason, &note);
+        if let Err(e) = self.metrics.kube_write("Event", "publish", publish).await {
             tracing::warn!(error = %e, "could not publish event");
         }
     }

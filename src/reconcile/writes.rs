@@ -96,13 +96,9 @@ async fn patch_finalizers<K: Object>(
     let api = namespaced_api(&ctx.client, obj)?;
     let patch =
         json!({"metadata": {"finalizers": finalizers, "resourceVersion": obj.resource_version()}});
-    ctx.metrics.kube_write(&K::kind(&()), "patch");
-    let patched = api
-        .patch(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(patch),
-        )
+    let (name, params, patch) = (obj.name_any(), PatchParams::default(), Patch::Merge(patch));
+    let patched = (ctx.metrics)
+        .kube_write(&K::kind(&()), "patch", api.patch(&name, &params, &patch))
         .instrument_kube("patch finalizers")
         .await?;
     Ok(patched.resource_version().unwrap_or_default())
@@ -124,13 +120,11 @@ where
         return Ok(None);
     }
     let api = namespaced_api(&ctx.client, obj)?;
-    ctx.metrics.kube_write(&K::kind(&()), "patch_status");
-    let patched = api
-        .patch_status(
-            &obj.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(json!({ "status": status })),
-        )
+    let (name, params) = (obj.name_any(), PatchParams::default());
+    let patch = Patch::Merge(json!({ "status": status }));
+    let write = api.patch_status(&name, &params, &patch);
+    let patched = (ctx.metrics)
+        .kube_write(&K::kind(&()), "patch_status", write)
         .instrument_kube("patch status")
         .await?;
     Ok(patched.resource_version())

@@ -256,7 +256,7 @@ where
                         return Ok(Action::requeue(wait));
                     }
                     // Shutting down: a reconcile that has not started yet never will.
-                    let Some(_slot) = gate.enter(&ns).await else {
+                    let Some(_slot) = queue.gate_wait(gate.enter(&ns)).await else {
                         queue.forget(&key);
                         return Ok(Action::await_change());
                     };
@@ -408,6 +408,16 @@ impl Queue {
             .workqueue_queue_duration_seconds
             .with_label_values(&[self.name])
             .observe(seconds);
+    }
+
+    /// Waits at the fair gate, timed: the gate's part of the queue's time.
+    async fn gate_wait<F: Future>(&self, enter: F) -> F::Output {
+        let timer = (self.metrics.gate_wait_seconds)
+            .with_label_values(&[self.name])
+            .start_timer();
+        let slot = enter.await;
+        timer.observe_duration();
+        slot
     }
 
     /// An object gone before its turn leaves the queue.

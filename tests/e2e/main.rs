@@ -5,6 +5,7 @@
 mod access;
 mod access_classes;
 mod audit;
+mod benchmark_smoke;
 mod bucket;
 mod bucket_abac;
 mod bucket_classes;

@@ -4,8 +4,6 @@
 //! BENCHMARKS.md; the e2e suite runs it at a small N as a smoke test that asserts correctness
 //! (everything Ready, the floor's calls, a quiet resync, a clean audit), never speed.
 
-#![allow(dead_code)]
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +25,7 @@ use serde_json::json;
 use crate::audit::audit;
 use crate::support::*;
 
-fn bucket(name: &str, spec: serde_json::Value) -> Bucket {
+pub(crate) fn bucket(name: &str, spec: serde_json::Value) -> Bucket {
     serde_json::from_value(json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket", "metadata": {"name": name}, "spec": spec}))
         .expect("valid Bucket")
 }
@@ -111,12 +109,53 @@ pub struct Row {
     pub latency_minus_aws_p50_s: f64,
     pub latency_minus_aws_p99_s: f64,
     pub audit_problems: Vec<String>,
+    /// Where a pair's time went while converging (`Breakdown`).
+    #[serde(default)]
+    pub breakdown: Breakdown,
 }
 
-const CONCURRENCY: u16 = 10;
+/// Where a pair's (or Bucket's) time went while converging, in seconds per pair summed over
+/// both controllers, from the operator's own histograms (the floor's AWS time from its own).
+/// A slot's time is `aws_s + kube_writes_s + rest_of_slot_s`; the wait before it, at the fair
+/// gate and besides.
+#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
+pub struct Breakdown {
+    pub floor_aws_s: f64,
+    pub aws_s: f64,
+    pub kube_writes_s: f64,
+    pub rest_of_slot_s: f64,
+    pub gate_wait_s: f64,
+    pub other_queue_wait_s: f64,
+    /// Reconciles per pair, both kinds (a pass and its echoes).
+    pub reconciles: f64,
+}
+
+impl Breakdown {
+    /// From the operator's metrics before and after converging `n` pairs.
+    fn of(before: &str, after: &str, n: usize, floor_aws_s: f64) -> Breakdown {
+        let per_pair =
+            |name: &str| (metric_sum(after, name, &[]) - metric_sum(before, name, &[])) / n as f64;
+        let aws_s = per_pair("s3_operator_aws_request_duration_seconds_sum");
+        let kube_writes_s = per_pair("s3_operator_kube_write_duration_seconds_sum");
+        let slot = per_pair("workqueue_work_duration_seconds_sum");
+        let gate_wait_s = per_pair("s3_operator_gate_wait_seconds_sum");
+        Breakdown {
+            floor_aws_s,
+            aws_s,
+            kube_writes_s,
+            rest_of_slot_s: (slot - aws_s - kube_writes_s).max(0.0),
+            gate_wait_s,
+            other_queue_wait_s: (per_pair("workqueue_queue_duration_seconds_sum") - gate_wait_s)
+                .max(0.0),
+            reconciles: per_pair("controller_runtime_reconcile_total"),
+        }
+    }
+}
+
+pub(crate) const CONCURRENCY: u16 = 10;
 
 /// `service:Operation` → calls, from a metrics text, for every outcome.
-fn calls(text: &str) -> BTreeMap<String, f64> {
+pub(crate) fn calls(text: &str) -> BTreeMap<String, f64> {
     by_labels(
         text,
         "s3_operator_aws_requests_total",
@@ -145,7 +184,7 @@ fn by_labels(text: &str, metric: &str, labels: [&str; 2]) -> BTreeMap<String, f6
     out
 }
 
-fn delta(
+pub(crate) fn delta(
     after: &BTreeMap<String, f64>,
     before: &BTreeMap<String, f64>,
     n: usize,
@@ -162,21 +201,21 @@ fn delta(
         .collect()
 }
 
-fn is_read(op: &str) -> bool {
+pub(crate) fn is_read(op: &str) -> bool {
     let op = op.split(':').nth(1).unwrap_or(op);
     ["Get", "List", "Head"].iter().any(|p| op.starts_with(p))
 }
 
 /// A process's memory (MiB) and CPU time, from /proc.
-struct Footprint {
-    rss: f64,
+pub(crate) struct Footprint {
+    pub(crate) rss: f64,
     peak: f64,
     /// The part of `rss` that is heap and stacks rather than mapped files (the binary's code).
-    anon: f64,
+    pub(crate) anon: f64,
     cpu_s: f64,
 }
 
-fn footprint(pid: u32) -> Footprint {
+pub(crate) fn footprint(pid: u32) -> Footprint {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib = |key: &str| {
         status
@@ -207,13 +246,8 @@ fn footprint(pid: u32) -> Footprint {
 /// The floor: each pair's AWS calls for a fresh Bucket and BucketAccess (the reads that find
 /// nothing, then the writes; the Bucket's alone for `Workload::Buckets`), made directly with
 /// the operator's own AWS client code, the operator's credentials and policy, and its
-/// concurrency per kind. Returns (seconds, calls per pair, failed calls).
-async fn floor(
-    id: &Identity,
-    ns: &str,
-    n: usize,
-    workload: Workload,
-) -> (f64, BTreeMap<String, f64>, f64) {
+/// concurrency per kind.
+async fn floor(id: &Identity, ns: &str, n: usize, workload: Workload) -> Floor {
     let creds =
         aws_sdk_s3::config::Credentials::new(&id.aws_key.0, &id.aws_key.1, None, None, "bench");
     let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
@@ -306,6 +340,7 @@ async fn floor(
     let after_text = metrics.render();
     let used = delta(&calls(&after_text), &before, n);
     let failures = failed(&after_text) - failed(&before_text);
+    let aws_s = (aws_seconds(&after_text) - aws_seconds(&before_text)) / n as f64;
     // Clean up (untimed) so the operator's run starts on an emulator of the same size.
     stream::iter(made)
         .for_each_concurrent(2 * CONCURRENCY as usize, |(bucket, user)| {
@@ -326,7 +361,20 @@ async fn floor(
             }
         })
         .await;
-    (secs, used, failures)
+    Floor {
+        secs,
+        calls: used,
+        failures,
+        aws_s,
+    }
+}
+
+/// The floor's run: its seconds, calls per pair, failed calls and AWS seconds per pair.
+struct Floor {
+    secs: f64,
+    calls: BTreeMap<String, f64>,
+    failures: f64,
+    aws_s: f64,
 }
 
 /// AWS calls that ended in an error or throttling (a GetUser of a missing user is one: AWS
@@ -339,7 +387,7 @@ fn failed(text: &str) -> f64 {
 }
 
 /// Its Ready condition's status is True.
-trait Ready {
+pub(crate) trait Ready {
     fn conditions(&self) -> Option<&[Condition]>;
 }
 
@@ -357,7 +405,7 @@ impl Ready for BucketAccess {
 
 /// Resolves once `n` objects of kind K in `ns` are Ready. It reads the typed status: this
 /// watch shares the cores with what it measures.
-async fn all_ready<K>(api: Api<K>, n: usize) -> Instant
+pub(crate) async fn all_ready<K>(api: Api<K>, n: usize) -> Instant
 where
     K: kube::Resource
         + Ready
@@ -381,7 +429,7 @@ where
 }
 
 /// Creates a Bucket and, for pairs, a ReadWrite BucketAccess on it per name, 32 at a time.
-async fn create_objects(
+pub(crate) async fn create_objects(
     buckets: &Api<Bucket>,
     accesses: &Api<BucketAccess>,
     names: impl Iterator<Item = String>,
@@ -411,93 +459,6 @@ async fn create_objects(
                 .unwrap();
         })
         .await;
-}
-
-/// One create/delete cycle of the churn run: when it ended and the operator's RSS then.
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct ChurnSample {
-    pub cycle: usize,
-    pub elapsed_s: f64,
-    pub rss_mib: f64,
-    /// Of `rss_mib`, the heap and stacks.
-    pub anon_mib: f64,
-}
-
-/// Creates `batch` pairs, waits for them to be Ready, deletes them and waits until they are
-/// gone, over and over for `duration`; samples the operator's RSS after each cycle. Flat RSS
-/// shows that per-object bookkeeping goes with its object.
-pub async fn churn(duration: Duration, batch: usize) -> Vec<ChurnSample> {
-    let client = admin().await;
-    let ns = namespace(&client, "churn").await;
-    let opts = OperatorOpts {
-        namespaces: vec![ns.clone()],
-        extra_args: [
-            "--namespace-aws-write-rate",
-            "0",
-            "--namespace-aws-read-rate",
-            "0",
-        ]
-        .map(String::from)
-        .into(),
-        env: vec![("RUST_LOG".into(), "info".into())],
-        ..Default::default()
-    };
-    let op = Operator::start(opts).await;
-    let (buckets, accesses) = (
-        Api::<Bucket>::namespaced(client.clone(), &ns),
-        Api::<BucketAccess>::namespaced(client.clone(), &ns),
-    );
-    let (start, mut samples) = (Instant::now(), Vec::new());
-    for cycle in 0.. {
-        if start.elapsed() >= duration {
-            break;
-        }
-        let names: Vec<String> = (0..batch).map(|i| format!("c{cycle}-{i}")).collect();
-        let ready_b = tokio::spawn(all_ready(buckets.clone(), batch));
-        let ready_a = tokio::spawn(all_ready(accesses.clone(), batch));
-        create_objects(&buckets, &accesses, names.iter().cloned(), Workload::Pairs).await;
-        ready_b.await.unwrap();
-        ready_a.await.unwrap();
-        for name in &names {
-            accesses
-                .delete(name, &DeleteParams::default())
-                .await
-                .unwrap();
-            buckets
-                .delete(name, &DeleteParams::default())
-                .await
-                .unwrap();
-        }
-        wait_for(
-            "the cycle's objects to go",
-            Duration::from_secs(300),
-            || async {
-                let left = buckets.list(&Default::default()).await.unwrap().items.len()
-                    + accesses
-                        .list(&Default::default())
-                        .await
-                        .unwrap()
-                        .items
-                        .len();
-                (left == 0).then_some(())
-            },
-        )
-        .await;
-        let now = footprint(op.pid());
-        let sample = ChurnSample {
-            cycle,
-            elapsed_s: start.elapsed().as_secs_f64(),
-            rss_mib: now.rss,
-            anon_mib: now.anon,
-        };
-        eprintln!("[churn] {sample:?}");
-        samples.push(sample);
-    }
-    let cluster = op.cluster.clone();
-    drop(op);
-    let problems = audit(&cluster, &[ns]).await;
-    assert!(problems.is_empty(), "audit after churn: {problems:?}");
-    samples
 }
 
 /// Samples the operator's footprint every 200 ms until dropped; returns the peak RSS seen.
@@ -535,7 +496,7 @@ impl Drop for Sampler {
     }
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
+pub(crate) fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
     }
@@ -578,7 +539,9 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
         ..Default::default()
     };
     eprintln!("[{n}] floor");
-    (row.floor_s, row.floor_calls, row.floor_failures) = floor(&id, &ns, n, workload).await;
+    let floor = floor(&id, &ns, n, workload).await;
+    (row.floor_s, row.floor_failures) = (floor.secs, floor.failures);
+    row.floor_calls = floor.calls;
 
     let unit = workload.unit();
     eprintln!("[{n}] operator: applying {n} {unit}s");
@@ -623,6 +586,7 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
         "controller_runtime_reconcile_total",
         &[("result", "error")],
     );
+    row.breakdown = Breakdown::of(&before, &after, n, floor.aws_s);
     let writes = |t: &str| by_labels(t, "s3_operator_kube_writes_total", ["kind", "verb"]);
     row.kube_writes = delta(&writes(&after), &writes(&before), n);
     let cpu1 = footprint(op.pid()).cpu_s;
@@ -753,424 +717,4 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
     }
     drop(op);
     row
-}
-
-/// The fairness run: one namespace floods a cluster-wide operator (its defaults: 10 reconciles
-/// at once, the default write budget) while another applies single Buckets one after another.
-#[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
-pub struct Fairness {
-    pub flood: usize,
-    /// Time to Ready of a single Bucket on the idle operator, median of the samples.
-    pub idle_ready_s: f64,
-    /// The same while the flood converges: median and worst.
-    pub flooded_ready_p50_s: f64,
-    pub flooded_ready_max_s: f64,
-    pub samples: usize,
-    /// The flood's own time from the first create to all Ready.
-    pub flood_converge_s: f64,
-    /// Passes of the flood deferred by its write budget.
-    pub budget_deferrals: f64,
-    pub write_rate: f64,
-    pub write_burst: u32,
-}
-
-/// Time from create to Ready of Bucket `name` in `api`, watched.
-async fn time_to_ready(api: &Api<Bucket>, name: &str) -> f64 {
-    let ready = await_condition(api.clone(), name, |b: Option<&Bucket>| {
-        b.and_then(|b| b.status.as_ref())
-            .is_some_and(|s| condition::is_ready(&s.conditions))
-    });
-    let start = Instant::now();
-    let (pp, object) = (PostParams::default(), bucket(name, json!({})));
-    let create = api.create(&pp, &object);
-    let (created, ready) = tokio::join!(
-        create,
-        tokio::time::timeout(Duration::from_secs(120), ready)
-    );
-    created.unwrap();
-    ready.expect("Ready within 120 s").expect("watch");
-    start.elapsed().as_secs_f64()
-}
-
-/// Runs the fairness measurement with a flood of `flood` Buckets and `samples` single Buckets
-/// of the other namespace before and during it. Cluster-wide, as the default install runs: a
-/// benchmark child has the control plane to itself.
-pub async fn fairness(flood: usize, samples: usize) -> Fairness {
-    let client = admin().await;
-    let (busy, quiet) = (
-        namespace(&client, "flood").await,
-        namespace(&client, "quiet").await,
-    );
-    // The operator's default budgets (the harness turns the read budget off).
-    let read_budget = [
-        "--namespace-aws-read-rate".to_string(),
-        s3_operator::aws::budget::DEFAULT_READ_RATE.to_string(),
-    ];
-    let opts = OperatorOpts {
-        resync: "1h",
-        extra_args: read_budget.into(),
-        env: vec![("RUST_LOG".into(), "info".into())],
-        ..Default::default()
-    };
-    let op = Operator::start(opts).await;
-    let (flooded, alone) = (
-        Api::<Bucket>::namespaced(client.clone(), &busy),
-        Api::<Bucket>::namespaced(client.clone(), &quiet),
-    );
-    let mut idle = Vec::new();
-    for j in 0..samples {
-        idle.push(time_to_ready(&alone, &format!("idle{j}")).await);
-        // The echo reconcile of the Ready write ends before the next idle sample starts.
-        op.wait_settled(Duration::from_millis(300)).await;
-    }
-    eprintln!("[fairness] idle time to Ready {idle:?}; flooding {flood}");
-    let start = Instant::now();
-    let done = tokio::spawn(all_ready(flooded.clone(), flood));
-    let names = (0..flood).map(|i| format!("f{i}"));
-    let empty = Api::<BucketAccess>::namespaced(client.clone(), &busy);
-    let creating = create_objects(&flooded, &empty, names, Workload::Buckets);
-    // Samples spread over the flood: the first while it is still being applied.
-    let sampling = async {
-        let mut during = Vec::new();
-        for j in 0..samples {
-            during.push(time_to_ready(&alone, &format!("during{j}")).await);
-            // Kept: the pause is what spreads the samples over the flood (the thing measured).
-            tokio::time::sleep(Duration::from_secs(2)).await;
-        }
-        during
-    };
-    let ((), mut during) = tokio::join!(creating, sampling);
-    let converged = done.await.unwrap();
-    let pending = ready_count_of(&flooded).await < flood;
-    eprintln!("[fairness] flooded time to Ready {during:?}; flood still converging: {pending}");
-    idle.sort_by(f64::total_cmp);
-    during.sort_by(f64::total_cmp);
-    let metrics = op.metrics().await;
-    Fairness {
-        flood,
-        idle_ready_s: percentile(&idle, 0.5),
-        flooded_ready_p50_s: percentile(&during, 0.5),
-        flooded_ready_max_s: during.last().copied().unwrap_or_default(),
-        samples,
-        flood_converge_s: converged.duration_since(start).as_secs_f64(),
-        budget_deferrals: metric_sum(
-            &metrics,
-            "s3_operator_aws_write_budget_exhausted_total",
-            &[],
-        ),
-        // The operator ran with its defaults.
-        write_rate: s3_operator::aws::budget::DEFAULT_RATE,
-        write_burst: s3_operator::aws::budget::DEFAULT_BURST,
-    }
-}
-
-/// What one orphan sweep costs at steady state, with `pairs` live pairs and nothing orphaned.
-#[derive(Clone, Debug, Serialize, serde::Deserialize)]
-pub struct SweepCost {
-    pub pairs: usize,
-    pub period_s: u64,
-    /// `service:Operation` → calls between the starts of two consecutive sweeps.
-    pub calls: BTreeMap<String, f64>,
-}
-
-/// `pairs` pairs converged under an operator sweeping every `period_s` (and no resync within
-/// the hour), then the AWS calls between the starts of two sweeps (a sweep begins with
-/// `ListBuckets`): nothing else runs then, so they are one sweep's.
-pub async fn sweep(pairs: usize, period_s: u64) -> SweepCost {
-    let client = admin().await;
-    let ns = namespace(&client, "sweep").await;
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        resync: "1h",
-        extra_args: vec![
-            "--max-concurrent-reconciles".into(),
-            CONCURRENCY.to_string(),
-            "--namespace-aws-write-rate".into(),
-            "0".into(),
-            "--orphan-sweep-period".into(),
-            format!("{period_s}s"),
-        ],
-        ..Default::default()
-    })
-    .await;
-    let (buckets, accesses) = (
-        Api::<Bucket>::namespaced(client.clone(), &ns),
-        Api::<BucketAccess>::namespaced(client.clone(), &ns),
-    );
-    let ready_b = tokio::spawn(all_ready(buckets.clone(), pairs));
-    let ready_a = tokio::spawn(all_ready(accesses.clone(), pairs));
-    let names = (0..pairs).map(|i| format!("p{i}"));
-    create_objects(&buckets, &accesses, names, Workload::Pairs).await;
-    ready_b.await.unwrap();
-    ready_a.await.unwrap();
-    eprintln!("[sweep] {pairs} pairs Ready; waiting for two sweep starts");
-    op.wait_settled(Duration::from_secs(3)).await;
-    let started = |n: f64| {
-        let op = &op;
-        async move {
-            let what = "a sweep to start";
-            let wait = Duration::from_secs(3 * period_s + 60);
-            wait_for(what, wait, || async {
-                (op.aws_calls("ListBuckets").await > n).then_some(())
-            })
-            .await;
-            op.metrics().await
-        }
-    };
-    let before = started(op.aws_calls("ListBuckets").await).await;
-    let after = started(op.aws_calls("ListBuckets").await).await;
-    op.terminate().await;
-    SweepCost {
-        pairs,
-        period_s,
-        calls: delta(&calls(&after), &calls(&before), 1),
-    }
-}
-
-async fn ready_count_of(api: &Api<Bucket>) -> usize {
-    let list = api.list(&Default::default()).await.unwrap();
-    list.items
-        .iter()
-        .filter(|b| {
-            b.status
-                .as_ref()
-                .is_some_and(|s| condition::is_ready(&s.conditions))
-        })
-        .count()
-}
-
-/// The summary table, one column per run.
-pub fn table(rows: &[Row]) -> String {
-    let mut out = String::new();
-    let head: Vec<String> = rows.iter().map(|r| format!("N = {}", r.n)).collect();
-    out += &format!(
-        "| | {} |\n|---|{}\n",
-        head.join(" | "),
-        "---|".repeat(rows.len())
-    );
-    let mut line = |name: &str, f: &dyn Fn(&Row) -> String| {
-        let cells: Vec<String> = rows.iter().map(f).collect();
-        out += &format!("| {name} | {} |\n", cells.join(" | "));
-    };
-    line("Floor: direct AWS calls (s)", &|r| {
-        format!("{:.1}", r.floor_s)
-    });
-    line("Operator: apply to all Ready (s)", &|r| {
-        format!("{:.1}", r.converge_s)
-    });
-    line(
-        "Ratio operator / floor (target ≤ 1.1, at 5,000 ≤ 1.3)",
-        &|r| format!("**{:.2}x**", r.ratio),
-    );
-    line("Applying the objects alone (s)", &|r| {
-        format!("{:.1}", r.apply_s)
-    });
-    line("AWS calls per pair, operator", &|r| {
-        format!("{:.2}", r.operator_calls.values().sum::<f64>())
-    });
-    line("AWS calls per pair, floor", &|r| {
-        format!("{:.2}", r.floor_calls.values().sum::<f64>())
-    });
-    line("AWS errors and throttles, operator / floor", &|r| {
-        format!("{} / {}", r.aws_failures, r.floor_failures)
-    });
-    line("Reconcile errors (retries)", &|r| {
-        format!("{}", r.reconcile_errors)
-    });
-    line("API writes per pair", &|r| {
-        format!("{:.2}", r.kube_writes.values().sum::<f64>())
-    });
-    line("Resync: AWS writes", &|r| {
-        format!("{}", r.resync_aws_writes.abs())
-    });
-    line("Resync: API writes", &|r| {
-        format!("{}", r.resync_kube_writes.abs())
-    });
-    line("Resync: S3 reads per pair (≤ 4)", &|r| {
-        format!("{:.2}", r.resync_s3_reads_per_pair)
-    });
-    line("Resync: IAM reads per BucketAccess", &|r| {
-        format!("{:.2}", r.resync_iam_reads_per_access)
-    });
-    line("Resync of every object (s)", &|r| {
-        format!("{:.1}", r.resync_s)
-    });
-    line("Peak RSS (MiB)", &|r| format!("{:.1}", r.rss_peak_mib));
-    line("Settled RSS after resync (MiB)", &|r| {
-        format!("{:.1}", r.rss_settled_mib)
-    });
-    line("of which heap and stacks (MiB)", &|r| {
-        format!("{:.1}", r.rss_anon_settled_mib)
-    });
-    line("CPU while converging (s)", &|r| {
-        format!("{:.1}", r.cpu_converge_s)
-    });
-    line("CPU for startup + resync (s)", &|r| {
-        format!("{:.1}", r.cpu_resync_s)
-    });
-    line("Startup: caches synced (s)", &|r| {
-        format!("{:.2}", r.caches_synced_s)
-    });
-    line("Startup: first reconcile (s)", &|r| {
-        format!("{:.2}", r.first_reconcile_s)
-    });
-    line("Single Bucket create→Ready p50 / p99 (s)", &|r| {
-        format!("{:.3} / {:.3}", r.latency_p50_s, r.latency_p99_s)
-    });
-    line("… minus its AWS time p50 / p99 (s)", &|r| {
-        format!(
-            "{:.3} / {:.3}",
-            r.latency_minus_aws_p50_s, r.latency_minus_aws_p99_s
-        )
-    });
-    line("Audit problems", &|r| format!("{}", r.audit_problems.len()));
-    out
-}
-
-/// Buckets-only rows in the columns of the quoted peer reference.
-pub fn peer_rows(rows: &[Row], tool: &str) -> String {
-    let mut out = String::new();
-    for r in rows.iter().filter(|r| r.workload == Workload::Buckets) {
-        let resync = r.resync_s3_reads_per_pair + r.resync_aws_writes.abs() / r.n as f64;
-        out += &format!(
-            "| {} | {tool} | {:.1} | {:.2}x | {:.2} / {:.2} | {:.2} | {:.1} | {:.1} |\n",
-            r.n,
-            r.converge_s,
-            r.ratio,
-            r.operator_calls.values().sum::<f64>(),
-            resync,
-            r.kube_writes.values().sum::<f64>(),
-            r.rss_peak_mib,
-            r.cpu_converge_s,
-        );
-    }
-    out
-}
-
-/// Per-operation calls per pair, operator next to floor.
-pub fn calls_table(rows: &[Row]) -> String {
-    let mut out = String::new();
-    for r in rows {
-        let unit = r.workload.unit();
-        out += &format!(
-            "\nN = {} {unit}s:\n\n| operation | operator | floor |\n|---|---|---|\n",
-            r.n
-        );
-        let ops: std::collections::BTreeSet<&String> = r
-            .operator_calls
-            .keys()
-            .chain(r.floor_calls.keys())
-            .collect();
-        for op in ops {
-            out += &format!(
-                "| {op} | {:.2} | {:.2} |\n",
-                r.operator_calls.get(op).copied().unwrap_or(0.0),
-                r.floor_calls.get(op).copied().unwrap_or(0.0)
-            );
-        }
-        out += &format!("\n| API write | per {unit} |\n|---|---|\n");
-        for (k, v) in &r.kube_writes {
-            out += &format!("| {k} | {v:.2} |\n");
-        }
-    }
-    out
-}
-
-/// The writes of a run's operator that its floor made too: the operator makes no AWS write the
-/// floor does not (no retries, nothing extra).
-fn aws_writes(m: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
-    m.iter()
-        .filter(|(k, _)| !is_read(k))
-        .map(|(k, v)| (k.clone(), *v))
-        .collect()
-}
-
-/// Checks what every workload's run must show, whatever the machine's speed. `writes`: the API
-/// writes per object, finalizer patches aside, by `kind:verb`.
-fn assert_correct(row: &Row, writes: &[(&str, f64)]) {
-    eprintln!("{}", calls_table(std::slice::from_ref(row)));
-    assert_eq!(
-        aws_writes(&row.operator_calls),
-        aws_writes(&row.floor_calls)
-    );
-    // The same failures as the floor: only the GetUser of each missing user.
-    assert_eq!(row.aws_failures, row.floor_failures);
-    assert_eq!(row.reconcile_errors, 0.0);
-    assert_eq!(
-        row.resync_writes_seen,
-        Vec::<String>::new(),
-        "a resync wrote"
-    );
-    assert_eq!(row.resync_aws_writes, 0.0, "a resync wrote to AWS");
-    assert_eq!(row.resync_kube_writes, 0.0, "a resync wrote to Kubernetes");
-    // Exactly the writes BENCHMARKS.md lists, for every object: one status (no flip while
-    // converging, however late one kind's watch events come), one event, and the Secret. No
-    // write is retried: a refused finalizer patch fails its pass before anything else is
-    // written. Finalizer patches are left out: one sent from a cache that has not yet seen the
-    // first is refused (409) and counted, which happens under load.
-    let made: BTreeMap<&str, f64> = row
-        .kube_writes
-        .iter()
-        .filter(|(k, _)| !k.ends_with(":patch"))
-        .map(|(k, v)| (k.as_str(), *v))
-        .collect();
-    assert_eq!(
-        made,
-        writes.iter().copied().collect::<BTreeMap<_, _>>(),
-        "API writes per object, finalizer patches aside: {:?}",
-        row.kube_writes
-    );
-    assert!(row.audit_problems.is_empty(), "{:?}", row.audit_problems);
-    assert!(row.rss_peak_mib > 0.0 && row.latency_p50_s > 0.0);
-}
-
-/// The floor counts the AWS calls of this test process: two floors at once would count each
-/// other's.
-static ONE_FLOOR: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
-#[tokio::test]
-async fn benchmark_smoke_converges_matches_the_floor_and_resyncs_quietly() {
-    let n = 8;
-    let row = {
-        let _floor = ONE_FLOOR.lock().await;
-        run(n, Workload::Pairs, 3, true).await
-    };
-    eprintln!("{}", table(std::slice::from_ref(&row)));
-    let writes = [
-        ("Bucket:patch_status", 1.0),
-        ("BucketAccess:patch_status", 1.0),
-        // One for each object.
-        ("Event:publish", 2.0),
-        ("Secret:apply", 1.0),
-    ];
-    assert_correct(&row, &writes);
-    // 4 for the Bucket: tagging, public access block, encryption, and the bucket policy (its
-    // TLS-only statement is a security property whose drift must be seen). The BucketAccess
-    // confirms from the bucket's tags in AWS, never from status, that its Bucket still owns the
-    // bucket it grants: from the Bucket's own read (reconcile::tag_reads), so no read of its own.
-    assert!(
-        row.resync_s3_reads_per_pair <= 4.0,
-        "{}",
-        row.resync_s3_reads_per_pair
-    );
-}
-
-#[tokio::test]
-async fn benchmark_smoke_of_buckets_alone_matches_the_floor() {
-    let row = {
-        let _floor = ONE_FLOOR.lock().await;
-        run(8, Workload::Buckets, 2, true).await
-    };
-    eprintln!("{}", peer_rows(std::slice::from_ref(&row), "smoke"));
-    assert_correct(
-        &row,
-        &[("Bucket:patch_status", 1.0), ("Event:publish", 1.0)],
-    );
-    // Versioning is managed here: its read joins the four of every Bucket.
-    let reads = row.resync_s3_reads_per_pair;
-    assert!(
-        (5.0..=5.25).contains(&reads),
-        "S3 reads per Bucket: {reads}"
-    );
-    assert_eq!(row.operator_calls.get("s3:PutBucketVersioning"), Some(&1.0));
 }

@@ -295,13 +295,15 @@ async fn record_region(bucket: &Bucket, ctx: &Context, region: &str) -> Result<R
         "metadata": {"resourceVersion": bucket.resource_version()},
         "status": {"region": region},
     });
-    ctx.metrics.kube_write("Bucket", "patch_status");
-    api.patch_status(
-        &bucket.name_any(),
-        &PatchParams::default(),
-        &Patch::Merge(patch),
-    )
-    .await?;
+    let (name, params, patch) = (
+        bucket.name_any(),
+        PatchParams::default(),
+        Patch::Merge(patch),
+    );
+    let write = api.patch_status(&name, &params, &patch);
+    ctx.metrics
+        .kube_write("Bucket", "patch_status", write)
+        .await?;
     Ok(Requeue::After(Duration::from_secs(1)))
 }
 

@@ -526,8 +526,9 @@ async fn write_secret(
         Some(_) => PatchParams::apply(MANAGER).force(),
         None => PatchParams::apply(MANAGER),
     };
-    ctx.metrics.kube_write("Secret", "apply");
-    let written = api.patch(name, &params, &Patch::Apply(&secret)).await?;
+    let apply = Patch::Apply(&secret);
+    let write = api.patch(name, &params, &apply);
+    let written = ctx.metrics.kube_write("Secret", "apply", write).await?;
     if is_served(access) {
         match current {
             None => drift_or_update(events, true, "secret", format!("Recreated Secret {name}")),
