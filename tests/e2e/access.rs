@@ -359,41 +359,16 @@ async fn rotating_access_becomes_available(
     client: &kube::Client,
     ns: &str,
 ) -> (String, String, BTreeMap<String, String>) {
-    let buckets = Api::<Bucket>::namespaced(client.clone(), ns);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), ns);
-    let secrets = Api::<Secret>::namespaced(client.clone(), ns);
-    buckets
-        .create(
-            &PostParams::default(),
-            &bucket(
-                "b",
-                json!({"deletionPolicy": "Delete", "forceDelete": true}),
-            ),
-        )
-        .await
-        .unwrap();
-    let name = wait_ready(&buckets, "b").await;
-    let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite", "credentials": {"rotation": {"interval": "12s", "gracePeriod": "4s"}}});
-    accesses
-        .create(&PostParams::default(), &access("app", spec))
-        .await
-        .unwrap();
-    wait_reason(&accesses, "app", "Available", T).await;
-    let user = user_name(
-        accesses
-            .get("app")
-            .await
-            .unwrap()
-            .status
-            .unwrap()
-            .user_arn
-            .as_deref()
-            .unwrap(),
+    let b = bucket(
+        "b",
+        json!({"deletionPolicy": "Delete", "forceDelete": true}),
     );
-    let first = secret_data(&secrets.get("app").await.unwrap());
-    let status = accesses.get("app").await.unwrap().status.unwrap();
+    let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite", "credentials": {"rotation": {"interval": "12s", "gracePeriod": "4s"}}});
+    let pair = AccessPair::create(client, ns, b, access("app", spec)).await;
+    let first = pair.secret_data().await;
+    let status = pair.access.status.clone().unwrap();
     assert!(status.next_rotation_time.is_some() && status.last_rotation_time.is_some());
-    (name, user, first)
+    (pair.s3_name.clone(), pair.user(), first)
 }
 
 /// An edited Secret is put back (non-credential data), without issuing a new key.
@@ -515,24 +490,20 @@ async fn a_deleted_or_edited_secret_is_restored_within_seconds_without_a_resync(
         ..Default::default()
     })
     .await;
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
-    let secrets = Api::<Secret>::namespaced(client.clone(), &ns);
-    let spec = json!({"deletionPolicy": "Delete", "forceDelete": true});
-    buckets
-        .create(&PostParams::default(), &bucket("b", spec))
-        .await
-        .unwrap();
-    let name = wait_ready(&buckets, "b").await;
+    let b = bucket(
+        "b",
+        json!({"deletionPolicy": "Delete", "forceDelete": true}),
+    );
     let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite"});
-    accesses
-        .create(&PostParams::default(), &access("app", spec))
-        .await
-        .unwrap();
-    wait_reason(&accesses, "app", "Available", T).await;
-    let status = accesses.get("app").await.unwrap().status.unwrap();
-    let user = user_name(status.user_arn.as_deref().unwrap());
-    let first = secret_data(&secrets.get("app").await.unwrap());
+    let pair = AccessPair::create(&client, &ns, b, access("app", spec)).await;
+    let user = pair.user();
+    let first = pair.secret_data().await;
+    let AccessPair {
+        accesses,
+        secrets,
+        s3_name: name,
+        ..
+    } = pair;
     let drift_before = op.drift_corrections("secret").await;
 
     // Deleted: back within seconds, with a new key (the old secret key is lost with it), the
@@ -704,25 +675,11 @@ async fn identities_carry_a_long_uid_hash_and_legacy_names_are_kept_and_cleaned_
     };
     let id = Identity::new(&opts.namespaces, None).await;
     let op = Operator::start_as(&id, &opts, "0").await;
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
-    buckets
-        .create(
-            &PostParams::default(),
-            &bucket("b", json!({"deletionPolicy": "Delete"})),
-        )
-        .await
-        .unwrap();
-    wait_ready(&buckets, "b").await;
     let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly"});
-    let pp = PostParams::default();
-    let uid = |a: BucketAccess| a.metadata.uid.unwrap();
-    let fresh_uid = uid(accesses
-        .create(&pp, &access("fresh", spec.clone()))
-        .await
-        .unwrap());
-    wait_reason(&accesses, "fresh", "Available", T).await;
-    let arn = user_arn_of(&accesses, "fresh").await;
+    let b = bucket("b", json!({"deletionPolicy": "Delete"}));
+    let pair = AccessPair::create(&client, &ns, b, access("fresh", spec.clone())).await;
+    let (fresh_uid, arn) = (pair.uid(), pair.user_arn());
+    let AccessPair { accesses, .. } = pair;
     assert_eq!(
         arn.rsplit('/').next(),
         Some(naming::iam_name(&ns, "fresh", &fresh_uid).as_str())
@@ -736,7 +693,8 @@ async fn identities_carry_a_long_uid_hash_and_legacy_names_are_kept_and_cleaned_
     op.terminate().await;
     let mut old = access("old", spec);
     old.metadata.finalizers = Some(vec![FINALIZER.to_string()]);
-    let legacy_uid = uid(accesses.create(&PostParams::default(), &old).await.unwrap());
+    let created = accesses.create(&PostParams::default(), &old).await.unwrap();
+    let legacy_uid = created.metadata.uid.unwrap();
     let legacy = naming::legacy_iam_name(&ns, "old", &legacy_uid);
     let owner = tags::Owner {
         cluster: id.cluster.clone(),

@@ -5,8 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use kube::api::{Api, PostParams};
-use s3_operator::api::{Bucket, BucketAccess};
 use s3_operator::aws::{naming, policy};
 use serde_json::json;
 
@@ -56,24 +54,11 @@ async fn out_of_band_changes_are_corrected_within_seconds_by_their_events() {
         ..Default::default()
     })
     .await;
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    buckets
-        .create(
-            &PostParams::default(),
-            &bucket("b", json!({"deletionPolicy": "Delete"})),
-        )
-        .await
-        .unwrap();
-    let name = wait_ready(&buckets, "b").await;
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    let b = bucket("b", json!({"deletionPolicy": "Delete"}));
     let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly"});
-    accesses
-        .create(&PostParams::default(), &access("a", spec))
-        .await
-        .unwrap();
-    wait_reason(&accesses, "a", "Available", T).await;
-    let uid = accesses.get("a").await.unwrap().metadata.uid.unwrap();
-    let user = naming::iam_name(&ns, "a", &uid);
+    let pair = AccessPair::create(&client, &ns, b, access("a", spec)).await;
+    let name = pair.s3_name.clone();
+    let user = naming::iam_name(&ns, "a", &pair.uid());
     op.wait_settled(Duration::from_secs(2)).await;
     assert!(
         op.metric("s3_operator_drift_events_total", &[("outcome", "own")])

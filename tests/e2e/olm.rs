@@ -480,17 +480,7 @@ async fn olm_upgrades_through_the_channel_keeping_objects_ready() {
     let bundle = olm(&node).await;
     let images = images(&node).await;
     let ns = namespace(&admin().await, "olm-upgrade").await;
-    let install = Install::subscribe(
-        &node,
-        &ns,
-        std::slice::from_ref(&ns),
-        &[],
-        Some(&csv_name(PREVIOUS)),
-    )
-    .await;
-    install.approve(&csv_name(PREVIOUS)).await;
-    let old = format!("{OPERATOR_REPO}:{}", images.upgrade_tag);
-    install.succeeded(&csv_name(PREVIOUS), &old).await;
+    let install = previous_version_installed(&node, &ns, images).await;
     eprintln!("upgrade: {PREVIOUS} Succeeded at {:.0?}", started.elapsed());
 
     let (bucket, access) = ready_pair(&ns).await;
@@ -498,10 +488,43 @@ async fn olm_upgrades_through_the_channel_keeping_objects_ready() {
     // Listed before the upgrade starts, so its first moment is watched too.
     watch.listed().await;
     let version = env!("CARGO_PKG_VERSION");
+    the_channel_upgrade_replaces_the_previous_csv(&install, &ns, images, version).await;
+    let not_ready = watch.finish().await;
+    assert!(
+        not_ready.is_empty(),
+        "objects left Ready during the upgrade: {not_ready:?}"
+    );
+    eprintln!("upgrade: {version} Succeeded at {:.0?}", started.elapsed());
+    the_deployment_belongs_to_the_csv_of(&ns, version).await;
+    install.rbac_is_least(&ns, None).await;
+    scorecard(&ns, &csv_name(version), bundle).await;
+    purge_aws(&install.cluster).await;
+    drop(install.scene);
+}
+
+/// The previous version subscribed to in `ns` for `ns` alone, approved by hand, and Succeeded
+/// on the operator image's second tag.
+async fn previous_version_installed(node: &Node, ns: &str, images: &Images) -> Install {
+    let install =
+        Install::subscribe(node, ns, &[ns.to_string()], &[], Some(&csv_name(PREVIOUS))).await;
+    install.approve(&csv_name(PREVIOUS)).await;
+    let old = format!("{OPERATOR_REPO}:{}", images.upgrade_tag);
+    install.succeeded(&csv_name(PREVIOUS), &old).await;
+    install
+}
+
+/// The upgrade to `version` the channel offers, approved: its CSV Succeeded on the current
+/// image, the previous CSV gone, and the new one recording the edge OLM took.
+async fn the_channel_upgrade_replaces_the_previous_csv(
+    install: &Install,
+    ns: &str,
+    images: &Images,
+    version: &str,
+) {
     install.approve(&csv_name(version)).await;
     let new = format!("{OPERATOR_REPO}:{}", images.tag);
     install.succeeded(&csv_name(version), &new).await;
-    let csvs = olm_api(&ns, "v1alpha1", "ClusterServiceVersion").await;
+    let csvs = olm_api(ns, "v1alpha1", "ClusterServiceVersion").await;
     wait_for(&format!("the replaced CSV {PREVIOUS} to go"), T, || async {
         csvs.get_opt(&csv_name(PREVIOUS))
             .await
@@ -516,13 +539,11 @@ async fn olm_upgrades_through_the_channel_keeping_objects_ready() {
         json!(csv_name(PREVIOUS)),
         "OLM records the upgrade edge it took"
     );
-    let not_ready = watch.finish().await;
-    assert!(
-        not_ready.is_empty(),
-        "objects left Ready during the upgrade: {not_ready:?}"
-    );
-    eprintln!("upgrade: {version} Succeeded at {:.0?}", started.elapsed());
-    let deployment = Api::<Deployment>::namespaced(admin().await, &ns)
+}
+
+/// The operator's Deployment in `ns` now belongs to the CSV of `version`.
+async fn the_deployment_belongs_to_the_csv_of(ns: &str, version: &str) {
+    let deployment = Api::<Deployment>::namespaced(admin().await, ns)
         .get(OPERATOR)
         .await
         .unwrap();
@@ -535,10 +556,6 @@ async fn olm_upgrades_through_the_channel_keeping_objects_ready() {
         Some(&csv_name(version)),
         "the Deployment now belongs to the new CSV"
     );
-    install.rbac_is_least(&ns, None).await;
-    scorecard(&ns, &csv_name(version), bundle).await;
-    purge_aws(&install.cluster).await;
-    drop(install.scene);
 }
 
 /// A Bucket and a BucketAccess created and Ready in `ns`; returns their names.
@@ -576,6 +593,16 @@ async fn ready_pair(ns: &str) -> (String, String) {
 /// resources, validation covering every example's spec field, and a spec or status descriptor
 /// for every top-level field of the examples' spec and of their status once reconciled.
 async fn scorecard(ns: &str, csv: &str, bundle: &Path) {
+    the_bundle_validates_with_no_warnings(bundle);
+    let (examples, owned) = the_csvs_examples_and_owned_crds(ns, csv).await;
+    let crds = Api::<CustomResourceDefinition>::all(admin().await);
+    for ex in &examples {
+        an_example_is_validated_and_described_by_its_crd(ns, ex, &owned, &crds).await;
+    }
+    delete_examples(ns, &examples).await;
+}
+
+fn the_bundle_validates_with_no_warnings(bundle: &Path) {
     let out = tool(
         "bundle-validate",
         &[
@@ -586,6 +613,10 @@ async fn scorecard(ns: &str, csv: &str, bundle: &Path) {
         None,
     );
     assert!(!out.contains("WARN") && !out.contains("ERROR"), "{out}");
+}
+
+/// The alm-examples and the owned CRDs of the CSV `csv` in `ns`.
+async fn the_csvs_examples_and_owned_crds(ns: &str, csv: &str) -> (Vec<Value>, Vec<Value>) {
     let csv = olm_api(ns, "v1alpha1", "ClusterServiceVersion")
         .await
         .get(csv)
@@ -597,59 +628,66 @@ async fn scorecard(ns: &str, csv: &str, bundle: &Path) {
         .as_array()
         .expect("owned CRDs")
         .clone();
-    let crds = Api::<CustomResourceDefinition>::all(admin().await);
-    for ex in &examples {
-        let kind = ex["kind"].as_str().unwrap();
-        let spec = ex["spec"].as_object().filter(|s| !s.is_empty());
-        let spec =
-            spec.unwrap_or_else(|| panic!("basic-check-spec: the {kind} example has no spec"));
-        let d = owned.iter().find(|d| d["kind"] == kind).expect("owned CRD");
+    (examples, owned)
+}
+
+/// The example `ex` has a spec; its owned CRD lists resources and validates its spec (and its
+/// status, for a kind with one); every top-level field of its spec, and of its status once
+/// created and reconciled in `ns`, has a descriptor.
+async fn an_example_is_validated_and_described_by_its_crd(
+    ns: &str,
+    ex: &Value,
+    owned: &[Value],
+    crds: &Api<CustomResourceDefinition>,
+) {
+    let kind = ex["kind"].as_str().unwrap();
+    let spec = ex["spec"].as_object().filter(|s| !s.is_empty());
+    let spec = spec.unwrap_or_else(|| panic!("basic-check-spec: the {kind} example has no spec"));
+    let d = owned.iter().find(|d| d["kind"] == kind).expect("owned CRD");
+    assert!(
+        d["resources"].as_array().is_some_and(|r| !r.is_empty()),
+        "olm-crds-have-resources: {kind} lists none"
+    );
+    let crd = crds.get(d["name"].as_str().unwrap()).await.unwrap();
+    let version = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| json!(v.name) == d["version"]);
+    let schema = json!(version.and_then(|v| v.schema.as_ref()).expect("a schema"));
+    let props = &schema["openAPIV3Schema"]["properties"];
+    // Classes have no status: only a kind with a status subresource must validate one.
+    let has_status =
+        version.is_some_and(|v| v.subresources.as_ref().is_some_and(|s| s.status.is_some()));
+    assert!(
+        !has_status || props["status"].is_object(),
+        "olm-crds-have-validation: {kind} status"
+    );
+    let descriptors = |which: &str| -> Vec<String> {
+        d[which]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|x| x["path"].as_str().map(String::from))
+            .collect()
+    };
+    for key in spec.keys() {
         assert!(
-            d["resources"].as_array().is_some_and(|r| !r.is_empty()),
-            "olm-crds-have-resources: {kind} lists none"
+            props["spec"]["properties"][key].is_object(),
+            "olm-crds-have-validation: {kind} spec.{key} is not in the schema"
         );
-        let crd = crds.get(d["name"].as_str().unwrap()).await.unwrap();
-        let version = crd
-            .spec
-            .versions
-            .iter()
-            .find(|v| json!(v.name) == d["version"]);
-        let schema = json!(version.and_then(|v| v.schema.as_ref()).expect("a schema"));
-        let props = &schema["openAPIV3Schema"]["properties"];
-        // Classes have no status: only a kind with a status subresource must validate one.
-        let has_status =
-            version.is_some_and(|v| v.subresources.as_ref().is_some_and(|s| s.status.is_some()));
         assert!(
-            !has_status || props["status"].is_object(),
-            "olm-crds-have-validation: {kind} status"
+            descriptors("specDescriptors").contains(key),
+            "olm-spec-descriptors: {kind} spec.{key} has no descriptor"
         );
-        let descriptors = |which: &str| -> Vec<String> {
-            d[which]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .filter_map(|x| x["path"].as_str().map(String::from))
-                .collect()
-        };
-        for key in spec.keys() {
-            assert!(
-                props["spec"]["properties"][key].is_object(),
-                "olm-crds-have-validation: {kind} spec.{key} is not in the schema"
-            );
-            assert!(
-                descriptors("specDescriptors").contains(key),
-                "olm-spec-descriptors: {kind} spec.{key} has no descriptor"
-            );
-        }
-        let status = create_example(ns, ex).await;
-        for key in status.keys() {
-            assert!(
-                descriptors("statusDescriptors").contains(key),
-                "olm-status-descriptors: {kind} status.{key} has no descriptor"
-            );
-        }
     }
-    delete_examples(ns, &examples).await;
+    let status = create_example(ns, ex).await;
+    for key in status.keys() {
+        assert!(
+            descriptors("statusDescriptors").contains(key),
+            "olm-status-descriptors: {kind} status.{key} has no descriptor"
+        );
+    }
 }
 
 /// Creates an alm-example in `ns`; returns its status once Ready.

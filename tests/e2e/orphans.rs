@@ -81,13 +81,6 @@ async fn user_exists(user: &str) -> bool {
     }
 }
 
-/// The IAM user name of an Available AccessKey access (from its status ARN).
-async fn user_of(accesses: &Api<BucketAccess>, name: &str) -> String {
-    let status = accesses.get(name).await.unwrap().status.unwrap();
-    let arn = status.user_arn.expect("a user ARN");
-    arn.rsplit('/').next().unwrap().to_string()
-}
-
 /// Waits until `bucket` is released to `ns`: no owner UID, the namespace it came from.
 async fn wait_released(bucket: &str, ns: &str) -> BTreeMap<String, String> {
     wait_for("the bucket to be released", T, || async {
@@ -105,21 +98,10 @@ async fn bucket_with_access(
     ns: &str,
     spec: serde_json::Value,
 ) -> (String, String) {
-    let buckets = Api::<Bucket>::namespaced(client.clone(), ns);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), ns);
-    buckets
-        .create(&PostParams::default(), &bucket("data", spec))
-        .await
-        .unwrap();
-    let s3_name = wait_ready(&buckets, "data").await;
-    put_object(&s3_name, "keep.txt").await;
     let grant = json!({"bucketRef": {"name": "data"}, "permission": "ReadWrite"});
-    accesses
-        .create(&PostParams::default(), &access("app", grant))
-        .await
-        .unwrap();
-    wait_reason(&accesses, "app", "Available", T).await;
-    (s3_name, user_of(&accesses, "app").await)
+    let pair = AccessPair::create(client, ns, bucket("data", spec), access("app", grant)).await;
+    put_object(&pair.s3_name, "keep.txt").await;
+    (pair.s3_name.clone(), pair.user())
 }
 
 /// (a) A Bucket (`Delete`) holding an object waits as DeletionBlocked; its access is deleted

@@ -81,6 +81,25 @@ pub(crate) async fn install_monitoring_crds() {
 
 /// The package's own samples converge, the credentials work, and deleting them cleans up AWS.
 pub(crate) async fn core_flow(ns: &str) {
+    let samples = the_samples_become_available(ns).await;
+    the_samples_key_pair_writes_to_its_bucket(&samples).await;
+    deleting_the_samples_cleans_up_aws(&samples).await;
+}
+
+/// The samples (a Bucket and a BucketAccess to it) served in one namespace.
+struct Samples {
+    buckets: Api<Bucket>,
+    accesses: Api<BucketAccess>,
+    secrets: Api<Secret>,
+    name: String,
+    access_name: String,
+    secret_name: String,
+    s3_name: String,
+    user_arn: String,
+}
+
+/// The sample Bucket and BucketAccess created in `ns` together, both then Available.
+async fn the_samples_become_available(ns: &str) -> Samples {
     let client = admin().await;
     let buckets = Api::<Bucket>::namespaced(client.clone(), ns);
     let accesses = Api::<BucketAccess>::namespaced(client.clone(), ns);
@@ -113,7 +132,7 @@ pub(crate) async fn core_flow(ns: &str) {
         .unwrap()
         .bucket_name
         .unwrap();
-    let user = accesses
+    let user_arn = accesses
         .get(&access_name)
         .await
         .unwrap()
@@ -121,18 +140,26 @@ pub(crate) async fn core_flow(ns: &str) {
         .unwrap()
         .user_arn
         .unwrap();
+    Samples {
+        buckets,
+        accesses,
+        secrets: Api::namespaced(client, ns),
+        name,
+        access_name,
+        secret_name: access.spec.credentials.secret_name.clone().unwrap(),
+        s3_name,
+        user_arn,
+    }
+}
 
-    let secret_name = access.spec.credentials.secret_name.clone().unwrap();
-    let secret = Api::<Secret>::namespaced(client.clone(), ns)
-        .get(&secret_name)
-        .await
-        .unwrap();
+async fn the_samples_key_pair_writes_to_its_bucket(samples: &Samples) {
+    let secret = samples.secrets.get(&samples.secret_name).await.unwrap();
     let d = secret_data(&secret);
     let s3 = s3_with(&d["AWS_ACCESS_KEY_ID"], &d["AWS_SECRET_ACCESS_KEY"]);
     // moto applies IAM changes at once; the retry only covers the first request racing the policy.
     wait_for("the sample's key pair writes to its bucket", T, || async {
         s3.put_object()
-            .bucket(&s3_name)
+            .bucket(&samples.s3_name)
             .key("hello")
             .body(b"hi".to_vec().into())
             .send()
@@ -140,10 +167,22 @@ pub(crate) async fn core_flow(ns: &str) {
             .ok()
     })
     .await;
+}
+
+/// Deleting the samples deletes their bucket (deletionPolicy Delete) and the access's IAM user.
+async fn deleting_the_samples_cleans_up_aws(samples: &Samples) {
+    let Samples {
+        buckets,
+        accesses,
+        name,
+        access_name,
+        s3_name,
+        ..
+    } = samples;
     // The sample keeps object versions, so its bucket is only deleted with forceDelete.
     buckets
         .patch(
-            &name,
+            name,
             &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"forceDelete": true}})),
         )
@@ -151,11 +190,11 @@ pub(crate) async fn core_flow(ns: &str) {
         .unwrap();
 
     accesses
-        .delete(&access_name, &DeleteParams::default())
+        .delete(access_name, &DeleteParams::default())
         .await
         .unwrap();
     buckets
-        .delete(&name, &DeleteParams::default())
+        .delete(name, &DeleteParams::default())
         .await
         .unwrap();
     wait_for("the samples are gone", T, || async {
@@ -170,10 +209,10 @@ pub(crate) async fn core_flow(ns: &str) {
     })
     .await;
     assert!(
-        !bucket_exists(&s3_name).await,
+        !bucket_exists(s3_name).await,
         "the sample bucket (deletionPolicy Delete) is gone"
     );
-    let user = user.rsplit('/').next().unwrap().to_string();
+    let user = samples.user_arn.rsplit('/').next().unwrap().to_string();
     assert!(
         admin_iam()
             .get_user()
@@ -195,17 +234,34 @@ fn forbidden<T: std::fmt::Debug>(what: &str, r: Result<T, kube::Error>) {
 /// What no package may grant: CRDs, webhooks and RBAC writes; and, when `unwatched` is given,
 /// Secrets in a namespace the operator does not watch.
 pub(crate) async fn refused(client: &kube::Client, watched: &str, unwatched: Option<&str>) {
-    let meta = || ObjectMeta {
+    no_crd_webhook_or_cluster_role_is_created(client).await;
+    no_role_is_created_nor_secret_deleted_where_it_watches(client, watched).await;
+    if let Some(ns) = unwatched {
+        forbidden(
+            "read Secrets in an unwatched namespace",
+            Api::<Secret>::namespaced(client.clone(), ns)
+                .list(&ListParams::default())
+                .await,
+        );
+    }
+}
+
+/// Metadata with a new random name.
+fn fresh_meta() -> ObjectMeta {
+    ObjectMeta {
         name: Some(format!("e2e-{}", random(5))),
         ..Default::default()
-    };
+    }
+}
+
+async fn no_crd_webhook_or_cluster_role_is_created(client: &kube::Client) {
     forbidden(
         "create a CRD",
         Api::<CustomResourceDefinition>::all(client.clone())
             .create(
                 &PostParams::default(),
                 &CustomResourceDefinition {
-                    metadata: meta(),
+                    metadata: fresh_meta(),
                     ..Default::default()
                 },
             )
@@ -217,7 +273,7 @@ pub(crate) async fn refused(client: &kube::Client, watched: &str, unwatched: Opt
             .create(
                 &PostParams::default(),
                 &ValidatingWebhookConfiguration {
-                    metadata: meta(),
+                    metadata: fresh_meta(),
                     ..Default::default()
                 },
             )
@@ -229,19 +285,25 @@ pub(crate) async fn refused(client: &kube::Client, watched: &str, unwatched: Opt
             .create(
                 &PostParams::default(),
                 &ClusterRole {
-                    metadata: meta(),
+                    metadata: fresh_meta(),
                     ..Default::default()
                 },
             )
             .await,
     );
+}
+
+async fn no_role_is_created_nor_secret_deleted_where_it_watches(
+    client: &kube::Client,
+    watched: &str,
+) {
     forbidden(
         "create a Role in a watched namespace",
         Api::<Role>::namespaced(client.clone(), watched)
             .create(
                 &PostParams::default(),
                 &Role {
-                    metadata: meta(),
+                    metadata: fresh_meta(),
                     ..Default::default()
                 },
             )
@@ -253,14 +315,6 @@ pub(crate) async fn refused(client: &kube::Client, watched: &str, unwatched: Opt
             .delete("anything", &DeleteParams::default())
             .await,
     );
-    if let Some(ns) = unwatched {
-        forbidden(
-            "read Secrets in an unwatched namespace",
-            Api::<Secret>::namespaced(client.clone(), ns)
-                .list(&ListParams::default())
-                .await,
-        );
-    }
 }
 
 /// A client with the token of the package's ServiceAccount.
@@ -412,6 +466,12 @@ fn helm_template(release: &str, ns: &str, sets: &[&str]) -> Vec<Value> {
 
 #[tokio::test]
 async fn helm_chart_lints_and_rejects_bad_values() {
+    every_values_combination_lints_strictly();
+    bad_values_are_refused_naming_the_value();
+}
+
+/// `helm lint --strict` passes with the defaults and each combination of features.
+fn every_values_combination_lints_strictly() {
     for sets in [
         vec![],
         vec!["watchNamespaces={a,b}"],
@@ -446,7 +506,10 @@ async fn helm_chart_lints_and_rejects_bad_values() {
         }
         tool("helm", &args, None);
     }
-    // The schema names the bad value.
+}
+
+/// The schema refuses a bad value and names it.
+fn bad_values_are_refused_naming_the_value() {
     for (set, needle) in [
         ("replicaCount=lots", "replicaCount"),
         ("noSuchValue=1", "noSuchValue"),
@@ -624,18 +687,29 @@ fn the_probe_args_pass_on_200_and_fail_on_503(args: &[String], authority: &str) 
 /// chart's default image.
 #[test]
 fn helm_chart_metadata_follows_the_sources() {
-    let read = |path: &str| -> Value {
-        let text = std::fs::read_to_string(repo().join(path)).unwrap();
-        serde_yaml::from_str(&text).unwrap()
-    };
-    let annotation = |chart: &Value, key: &str| -> Value {
-        let text = chart["annotations"][key]
-            .as_str()
-            .unwrap_or_else(|| panic!("Chart.yaml has no annotation {key}"));
-        serde_yaml::from_str(text).unwrap()
-    };
-    let chart = read("charts/s3-operator/Chart.yaml");
-    let csv = read("config/manifests/bases/s3-operator.clusterserviceversion.yaml");
+    let chart = repo_yaml("charts/s3-operator/Chart.yaml");
+    let csv = repo_yaml("config/manifests/bases/s3-operator.clusterserviceversion.yaml");
+    the_chart_has_its_home_icon_sources_and_maintainers(&chart);
+    icon_license_and_capabilities_follow_the_csv_and_the_crate(&chart, &csv);
+    crds_and_their_examples_follow_the_csv_and_the_samples(&chart, &csv);
+    images_and_links_follow_the_chart(&chart);
+}
+
+/// A YAML file of the repository.
+fn repo_yaml(path: &str) -> Value {
+    let text = std::fs::read_to_string(repo().join(path)).unwrap();
+    serde_yaml::from_str(&text).unwrap()
+}
+
+/// The chart annotation `key`, itself YAML.
+fn chart_annotation(chart: &Value, key: &str) -> Value {
+    let text = chart["annotations"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("Chart.yaml has no annotation {key}"));
+    serde_yaml::from_str(text).unwrap()
+}
+
+fn the_chart_has_its_home_icon_sources_and_maintainers(chart: &Value) {
     for key in ["home", "kubeVersion", "icon"] {
         assert!(chart[key].as_str().is_some_and(|v| !v.is_empty()), "{key}");
     }
@@ -645,6 +719,9 @@ fn helm_chart_metadata_follows_the_sources() {
             "{key}"
         );
     }
+}
+
+fn icon_license_and_capabilities_follow_the_csv_and_the_crate(chart: &Value, csv: &Value) {
     let icon = &csv["spec"]["icon"][0];
     assert_eq!(
         chart["icon"].as_str().unwrap(),
@@ -667,6 +744,9 @@ fn helm_chart_metadata_follows_the_sources() {
         chart["annotations"]["artifacthub.io/operatorCapabilities"],
         csv["metadata"]["annotations"]["capabilities"]
     );
+}
+
+fn crds_and_their_examples_follow_the_csv_and_the_samples(chart: &Value, csv: &Value) {
     let owned: Vec<Value> = csv["spec"]["customresourcedefinitions"]["owned"]
         .as_array()
         .unwrap()
@@ -676,24 +756,28 @@ fn helm_chart_metadata_follows_the_sources() {
                    "displayName": o["displayName"], "description": o["description"]})
         })
         .collect();
-    assert_eq!(annotation(&chart, "artifacthub.io/crds"), json!(owned));
+    assert_eq!(chart_annotation(chart, "artifacthub.io/crds"), json!(owned));
     let samples: Vec<Value> = ["s3_v1alpha1_bucket.yaml", "s3_v1alpha1_bucketaccess.yaml"]
         .iter()
-        .map(|f| read(&format!("config/samples/{f}")))
+        .map(|f| repo_yaml(&format!("config/samples/{f}")))
         .collect();
     assert_eq!(
-        annotation(&chart, "artifacthub.io/crdsExamples"),
+        chart_annotation(chart, "artifacthub.io/crdsExamples"),
         json!(samples)
     );
+}
+
+/// The image annotation is the one the chart renders by default; every link is under its home.
+fn images_and_links_follow_the_chart(chart: &Value) {
     let rendered = helm_template("s3-operator", "s3-operator-system", &[]);
     let image =
         &of_kind(&rendered, "Deployment")[0]["spec"]["template"]["spec"]["containers"][0]["image"];
     assert_eq!(
-        annotation(&chart, "artifacthub.io/images")[0]["image"],
+        chart_annotation(chart, "artifacthub.io/images")[0]["image"],
         *image
     );
     let home = chart["home"].as_str().unwrap();
-    for link in annotation(&chart, "artifacthub.io/links")
+    for link in chart_annotation(chart, "artifacthub.io/links")
         .as_array()
         .unwrap()
     {
@@ -712,7 +796,12 @@ async fn helm_chart_deployment_matches_config_manager() {
     let text = std::fs::read_to_string(repo().join("config/manager/manager.yaml")).unwrap();
     let base = docs(&text);
     let base = of_kind(&base, "Deployment")[0]["spec"]["template"].clone();
+    the_pod_labels_and_settings_match(&chart, &base);
+    let (chart, base) = the_one_container_matches(&chart, &base);
+    the_env_matches_but_for_the_region(chart, base);
+}
 
+fn the_pod_labels_and_settings_match(chart: &Value, base: &Value) {
     for label in ["app.kubernetes.io/name", "app.kubernetes.io/component"] {
         assert_eq!(
             chart["metadata"]["labels"][label], base["metadata"]["labels"][label],
@@ -727,6 +816,10 @@ async fn helm_chart_deployment_matches_config_manager() {
     ] {
         assert_eq!(chart["spec"][key], base["spec"][key], "pod {key}");
     }
+}
+
+/// Each pod template has one container, the same in both; returns the two containers.
+fn the_one_container_matches<'a>(chart: &'a Value, base: &'a Value) -> (&'a Value, &'a Value) {
     let (chart, base) = (&chart["spec"]["containers"], &base["spec"]["containers"]);
     assert_eq!(chart.as_array().map(Vec::len), Some(1), "{chart}");
     assert_eq!(base.as_array().map(Vec::len), Some(1), "{base}");
@@ -743,10 +836,14 @@ async fn helm_chart_deployment_matches_config_manager() {
     ] {
         assert_eq!(chart[key], base[key], "container {key}");
     }
-    // The same variables in the same order (POD_* first: later values may refer to them), with
-    // the same values; YAML may quote a value in one file and not the other. Only AWS_REGION
-    // differs: the chart leaves the region to the AWS default chain unless aws.region is set,
-    // while the kustomize base names it for the user to edit.
+    (chart, base)
+}
+
+/// The same variables in the same order (POD_* first: later values may refer to them), with
+/// the same values; YAML may quote a value in one file and not the other. Only AWS_REGION
+/// differs: the chart leaves the region to the AWS default chain unless aws.region is set,
+/// while the kustomize base names it for the user to edit.
+fn the_env_matches_but_for_the_region(chart: &Value, base: &Value) {
     let env = |c: &Value| -> Vec<(String, Value)> {
         c["env"]
             .as_array()
@@ -929,13 +1026,23 @@ async fn helm_chart_network_policy_renders_and_applies() {
     let policies = of_kind(&rendered, "NetworkPolicy");
     assert_eq!(policies.len(), 1);
     let spec = &policies[0]["spec"];
+    the_policy_covers_the_operators_pods_both_ways(spec, &rendered);
+    ingress_is_the_metrics_port_from_monitoring_and_the_probe_port(spec);
+    egress_is_dns_the_api_server_aws_and_the_extra_rule(spec);
+    the_api_server_stores_it_as_rendered(client, &ns, &policies).await;
+}
+
+fn the_policy_covers_the_operators_pods_both_ways(spec: &Value, rendered: &[Value]) {
     assert_eq!(spec["policyTypes"], json!(["Ingress", "Egress"]));
-    let deployment = of_kind(&rendered, "Deployment")[0];
+    let deployment = of_kind(rendered, "Deployment")[0];
     assert_eq!(
         spec["podSelector"]["matchLabels"],
         deployment["spec"]["selector"]["matchLabels"]
     );
-    // In: the metrics port (from the monitoring namespace only) and the probe port, nothing else.
+}
+
+/// In: the metrics port (from the monitoring namespace only) and the probe port, nothing else.
+fn ingress_is_the_metrics_port_from_monitoring_and_the_probe_port(spec: &Value) {
     let ingress = spec["ingress"].as_array().unwrap();
     let ports: Vec<&Value> = ingress.iter().map(|r| &r["ports"][0]["port"]).collect();
     assert_eq!(ports, [&json!(8080), &json!(8081)]);
@@ -948,7 +1055,10 @@ async fn helm_chart_network_policy_renders_and_applies() {
         ingress[0]["from"][0]["namespaceSelector"]["matchLabels"]["name"],
         "monitoring"
     );
-    // Out: DNS, the API server, AWS (with the emulator's port) and the extra rule.
+}
+
+/// Out: DNS, the API server, AWS (with the emulator's port) and the extra rule.
+fn egress_is_dns_the_api_server_aws_and_the_extra_rule(spec: &Value) {
     let egress = spec["egress"].as_array().unwrap();
     let ports_of = |r: &Value| -> Vec<(i64, String)> {
         r["ports"]
@@ -979,10 +1089,13 @@ async fn helm_chart_network_policy_renders_and_applies() {
     assert_eq!(egress[2]["to"][0]["ipBlock"]["cidr"], "10.20.0.0/16");
     assert_eq!(egress[3]["to"][0]["ipBlock"]["cidr"], "169.254.169.254/32");
     assert_eq!(egress.len(), 4);
-    // The API server accepts it as rendered (server-side dry run, then for real).
-    apply(&yaml(&policies));
+}
+
+/// The API server accepts it as rendered (server-side dry run, then for real).
+async fn the_api_server_stores_it_as_rendered(client: kube::Client, ns: &str, policies: &[&Value]) {
+    apply(&yaml(policies));
     let name = policies[0]["metadata"]["name"].as_str().unwrap();
-    let stored = Api::<NetworkPolicy>::namespaced(client, &ns)
+    let stored = Api::<NetworkPolicy>::namespaced(client, ns)
         .get(name)
         .await
         .unwrap();
@@ -998,6 +1111,18 @@ async fn kustomize_bases_and_overlays_install_and_run() {
     let _names = PACKAGE_NAMES.write().await;
     install_crds().await;
     install_monitoring_crds().await;
+    every_base_builds();
+    let client = admin().await;
+    // The overlays name fixed namespaces, so they are installed one after the other; each
+    // removes its RBAC afterwards so the next one runs with only its own grants.
+    for overlay in ["own-namespace", "namespaces", "cluster"] {
+        let rendered = overlay_applied(overlay).await;
+        overlay_runs_its_package(&client, overlay, &rendered).await;
+        overlay_rbac_removed(&rendered);
+    }
+}
+
+fn every_base_builds() {
     for base in [
         "crd",
         "rbac",
@@ -1008,52 +1133,59 @@ async fn kustomize_bases_and_overlays_install_and_run() {
     ] {
         tool("kustomize", &["build", &format!("config/{base}")], None);
     }
-    let client = admin().await;
-    // The overlays name fixed namespaces, so they are installed one after the other; each
-    // removes its RBAC afterwards so the next one runs with only its own grants.
-    for overlay in ["own-namespace", "namespaces", "cluster"] {
-        let rendered = docs(&tool(
-            "kustomize",
-            &["build", &format!("config/overlays/{overlay}")],
-            None,
-        ));
-        for n in of_kind(&rendered, "Role")
-            .iter()
-            .chain(of_kind(&rendered, "RoleBinding").iter())
-            .filter_map(|r| r["metadata"]["namespace"].as_str())
-        {
-            ensure_namespace(n).await;
-        }
-        ensure_namespace(OVERLAY_NS).await;
-        apply(&yaml(&rendered.iter().collect::<Vec<_>>()));
-        let other = namespace(&client, "kz-other").await;
-        match overlay {
-            "own-namespace" => {
-                assert_only_metrics_roles_cluster_wide(&rendered);
-                run_package(&rendered, "", OVERLAY_NS, Some(&other)).await
-            }
-            "namespaces" => {
-                assert_only_metrics_roles_cluster_wide(&rendered);
-                run_package(&rendered, "", "team-b", Some(&other)).await
-            }
-            _ => {
-                let flow = namespace(&client, "kz-app").await;
-                run_package(&rendered, "", &flow, None).await
-            }
-        }
-        let rbac: Vec<&Value> = rendered
-            .iter()
-            .filter(|d| {
-                ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
-                    .contains(&d["kind"].as_str().unwrap_or_default())
-            })
-            .collect();
-        tool(
-            "kubectl",
-            &["delete", "--wait=false", "-f", "-"],
-            Some(&yaml(&rbac)),
-        );
+}
+
+/// The overlay built and applied, with the namespaces it names; returns what it rendered.
+async fn overlay_applied(overlay: &str) -> Vec<Value> {
+    let rendered = docs(&tool(
+        "kustomize",
+        &["build", &format!("config/overlays/{overlay}")],
+        None,
+    ));
+    for n in of_kind(&rendered, "Role")
+        .iter()
+        .chain(of_kind(&rendered, "RoleBinding").iter())
+        .filter_map(|r| r["metadata"]["namespace"].as_str())
+    {
+        ensure_namespace(n).await;
     }
+    ensure_namespace(OVERLAY_NS).await;
+    apply(&yaml(&rendered.iter().collect::<Vec<_>>()));
+    rendered
+}
+
+/// The overlay's Deployment runs the core flow where it watches, and is refused elsewhere.
+async fn overlay_runs_its_package(client: &kube::Client, overlay: &str, rendered: &[Value]) {
+    let other = namespace(client, "kz-other").await;
+    match overlay {
+        "own-namespace" => {
+            assert_only_metrics_roles_cluster_wide(rendered);
+            run_package(rendered, "", OVERLAY_NS, Some(&other)).await
+        }
+        "namespaces" => {
+            assert_only_metrics_roles_cluster_wide(rendered);
+            run_package(rendered, "", "team-b", Some(&other)).await
+        }
+        _ => {
+            let flow = namespace(client, "kz-app").await;
+            run_package(rendered, "", &flow, None).await
+        }
+    }
+}
+
+fn overlay_rbac_removed(rendered: &[Value]) {
+    let rbac: Vec<&Value> = rendered
+        .iter()
+        .filter(|d| {
+            ["Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"]
+                .contains(&d["kind"].as_str().unwrap_or_default())
+        })
+        .collect();
+    tool(
+        "kubectl",
+        &["delete", "--wait=false", "-f", "-"],
+        Some(&yaml(&rbac)),
+    );
 }
 
 // ---------------------------------------------------------------- OLM

@@ -126,8 +126,11 @@ async fn setup(tag: &str, shared: bool) -> Setup {
         ..Default::default()
     })
     .await;
-    let bucket = workload_scene(&ns, pod_access("pi", Some(PREFIX))).await;
-    let accesses = Api::<BucketAccess>::namespaced(client, &ns);
+    let AccessPair {
+        s3_name: bucket,
+        accesses,
+        ..
+    } = workload_scene(&ns, pod_access("pi", Some(PREFIX))).await;
     Setup {
         ns,
         bucket,

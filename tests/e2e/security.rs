@@ -395,34 +395,18 @@ async fn retained_buckets_stay_with_their_namespace_and_grants_end_with_ownershi
     })
     .await;
     let name = format!("{}kept-{}", prefix(&op.cluster), random(6));
-    let (ba, bb) = (
-        Api::<Bucket>::namespaced(client.clone(), &a),
-        Api::<Bucket>::namespaced(client.clone(), &b),
-    );
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &a);
     let spec = json!({"bucketName": name, "deletionPolicy": "Retain", "adoptExisting": true});
-    ba.create(&PostParams::default(), &bucket("kept", spec.clone()))
-        .await
-        .unwrap();
-    wait_ready(&ba, "kept").await;
-    accesses
-        .create(
-            &PostParams::default(),
-            &access(
-                "app",
-                json!({"bucketRef": {"name": "kept"}, "permission": "ReadWrite"}),
-            ),
-        )
-        .await
-        .unwrap();
-    wait_reason(&accesses, "app", "Available", T).await;
-    let st = accesses.get("app").await.unwrap().status.unwrap();
-    assert_bounded(st.user_arn.as_deref().unwrap(), &op.cluster).await;
-    let secret = Api::<Secret>::namespaced(client.clone(), &a)
-        .get("app")
-        .await
-        .unwrap();
-    let creds = secret_data(&secret);
+    let grant = json!({"bucketRef": {"name": "kept"}, "permission": "ReadWrite"});
+    let kept = bucket("kept", spec.clone());
+    let pair = AccessPair::create(&client, &a, kept, access("app", grant)).await;
+    assert_bounded(&pair.user_arn(), &op.cluster).await;
+    let creds = pair.secret_data().await;
+    let AccessPair {
+        buckets: ba,
+        accesses,
+        ..
+    } = pair;
+    let bb = Api::<Bucket>::namespaced(client.clone(), &b);
     assert_eq!(s3_works(&creds, &name).await, "ok");
 
     // Deleting the Bucket (Retain) revokes the grant and says why; the data stays.
@@ -712,36 +696,16 @@ async fn cleanup_fails_closed_under_a_narrowed_policy() {
         ..Default::default()
     };
     let op = Operator::start_as(&id, &opts, "0").await;
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
-    buckets
-        .create(
-            &PostParams::default(),
-            &bucket("b", json!({"deletionPolicy": "Delete"})),
-        )
-        .await
-        .unwrap();
-    let name = wait_ready(&buckets, "b").await;
-    accesses
-        .create(
-            &PostParams::default(),
-            &access(
-                "a",
-                json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly"}),
-            ),
-        )
-        .await
-        .unwrap();
-    wait_reason(&accesses, "a", "Available", T).await;
-    let user_arn = accesses
-        .get("a")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .user_arn
-        .unwrap();
-    let user = user_arn.rsplit('/').next().unwrap().to_string();
+    let b = bucket("b", json!({"deletionPolicy": "Delete"}));
+    let grant = json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly"});
+    let pair = AccessPair::create(&client, &ns, b, access("a", grant)).await;
+    let user = pair.user();
+    let AccessPair {
+        buckets,
+        accesses,
+        s3_name: name,
+        ..
+    } = pair;
 
     // Take iam:GetUser and s3:GetBucketTagging away from the operator.
     let operator_user = format!("s3-operator-{}", id.cluster);

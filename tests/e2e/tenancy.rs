@@ -6,9 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use s3_operator::api::{Bucket, BucketAccess};
+use s3_operator::api::Bucket;
 use serde_json::json;
 
 use crate::access::access;
@@ -173,34 +172,18 @@ async fn a_tenant_policy_grants_only_object_actions_and_never_locks_the_operator
         ..Default::default()
     })
     .await;
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let spec = json!({"deletionPolicy": "Delete", "forceDelete": true});
-    buckets
-        .create(&PostParams::default(), &bucket("b", spec))
-        .await
-        .unwrap();
-    let name = wait_ready(&buckets, "b").await;
-    let arn = format!("arn:aws:s3:::{name}");
     let grant = json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite"});
-    accesses
-        .create(&PostParams::default(), &access("app", grant))
-        .await
-        .unwrap();
-    wait_reason(&accesses, "app", "Available", T).await;
-    let user_arn = accesses
-        .get("app")
-        .await
-        .unwrap()
-        .status
-        .unwrap()
-        .user_arn
-        .unwrap();
-    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
-        .get("app")
-        .await
-        .unwrap();
-    let creds = secret_data(&secret);
+    let pair = AccessPair::create(&client, &ns, bucket("b", spec), access("app", grant)).await;
+    let user_arn = pair.user_arn();
+    let creds = pair.secret_data().await;
+    let AccessPair {
+        buckets,
+        accesses,
+        s3_name: name,
+        ..
+    } = pair;
+    let arn = format!("arn:aws:s3:::{name}");
     let app = s3_with(&creds["AWS_ACCESS_KEY_ID"], &creds["AWS_SECRET_ACCESS_KEY"]);
     admin_s3()
         .put_object()
@@ -391,27 +374,16 @@ async fn a_grant_never_follows_a_bucket_name_to_its_next_owner() {
     })
     .await;
     let name = format!("{}shared-{}", prefix(&op.cluster), random(6));
-    let (ba, bb) = (
-        Api::<Bucket>::namespaced(client.clone(), &a),
-        Api::<Bucket>::namespaced(client.clone(), &b),
-    );
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &a);
     let spec = json!({"bucketName": name, "deletionPolicy": "Retain"});
-    ba.create(&PostParams::default(), &bucket("data", spec))
-        .await
-        .unwrap();
-    wait_ready(&ba, "data").await;
     let grant = json!({"bucketRef": {"name": "data"}, "permission": "ReadOnly"});
-    accesses
-        .create(&PostParams::default(), &access("app", grant))
-        .await
-        .unwrap();
-    wait_reason(&accesses, "app", "Available", T).await;
-    let secret = Api::<Secret>::namespaced(client.clone(), &a)
-        .get("app")
-        .await
-        .unwrap();
-    let creds = secret_data(&secret);
+    let pair = AccessPair::create(&client, &a, bucket("data", spec), access("app", grant)).await;
+    let creds = pair.secret_data().await;
+    let AccessPair {
+        buckets: ba,
+        accesses,
+        ..
+    } = pair;
+    let bb = Api::<Bucket>::namespaced(client.clone(), &b);
     let app = s3_with(&creds["AWS_ACCESS_KEY_ID"], &creds["AWS_SECRET_ACCESS_KEY"]);
     let read = |key: &'static str| {
         let (app, name) = (app.clone(), name.clone());
@@ -519,33 +491,14 @@ async fn a_grant_never_follows_a_name_made_again_by_hand() {
     })
     .await;
     let name = format!("{}byhand-{}", prefix(&op.cluster), random(6));
-    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let accesses = Api::<BucketAccess>::namespaced(client.clone(), &ns);
     let spec = json!({"bucketName": name, "deletionPolicy": "Retain"});
-    buckets
-        .create(&PostParams::default(), &bucket("data", spec))
-        .await
-        .unwrap();
-    wait_ready(&buckets, "data").await;
     let grant = json!({"bucketRef": {"name": "data"}, "permission": "ReadWrite"});
-    accesses
-        .create(&PostParams::default(), &access("app", grant))
-        .await
-        .unwrap();
-    wait_reason(&accesses, "app", "Available", T).await;
-    let status = accesses.get("app").await.unwrap().status.unwrap();
-    let user = status
-        .user_arn
-        .unwrap()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .to_string();
-    let secret = Api::<Secret>::namespaced(client.clone(), &ns)
-        .get("app")
-        .await
-        .unwrap();
-    let creds = secret_data(&secret);
+    let pair = AccessPair::create(&client, &ns, bucket("data", spec), access("app", grant)).await;
+    let user = pair.user();
+    let creds = pair.secret_data().await;
+    let AccessPair {
+        buckets, accesses, ..
+    } = pair;
     let app = s3_with(&creds["AWS_ACCESS_KEY_ID"], &creds["AWS_SECRET_ACCESS_KEY"]);
     let put = |s3: aws_sdk_s3::Client, key: &'static str| {
         let name = name.clone();

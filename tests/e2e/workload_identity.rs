@@ -12,7 +12,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD as B64;
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::core::v1::{Pod, Secret, ServiceAccount};
 use kube::api::{Api, DeleteParams, PostParams};
-use s3_operator::api::{Bucket, BucketAccess};
+use s3_operator::api::BucketAccess;
 use serde_json::{Value, json};
 
 use crate::access::access;
@@ -45,12 +45,11 @@ async fn irsa(tag: &str) -> Irsa {
     .await;
     let spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite", "prefix": PREFIX,
         "credentials": {"type": "ServiceAccountRole", "serviceAccountName": "reporter"}});
-    let bucket = workload_scene(&ns, access("irsa", spec)).await;
-    let accesses = Api::<BucketAccess>::namespaced(client, &ns);
-    let status = accesses.get("irsa").await.unwrap().status.unwrap();
+    let scene = workload_scene(&ns, access("irsa", spec)).await;
+    let status = scene.access.status.unwrap();
     Irsa {
         ns,
-        bucket,
+        bucket: scene.s3_name,
         role_arn: status.role_arn.expect("status.roleArn"),
         _op: op,
     }
@@ -58,29 +57,16 @@ async fn irsa(tag: &str) -> Irsa {
 
 /// What both workload identity kinds are tested in, in `ns` (whose operator runs):
 /// ServiceAccounts `reporter` and `intruder`, a Ready Bucket `b` (deleted with its objects), and
-/// `access` (for `reporter`), Available. Returns the S3 bucket's name.
-pub(crate) async fn workload_scene(ns: &str, access: BucketAccess) -> String {
+/// `access` (for `reporter`), Available.
+pub(crate) async fn workload_scene(ns: &str, access: BucketAccess) -> AccessPair {
     let client = admin().await;
     let sas = Api::<ServiceAccount>::namespaced(client.clone(), ns);
     for sa in ["reporter", "intruder"] {
         let obj = serde_json::from_value(json!({"metadata": {"name": sa}})).unwrap();
         sas.create(&PostParams::default(), &obj).await.unwrap();
     }
-    let buckets = Api::<Bucket>::namespaced(client.clone(), ns);
     let spec = json!({"deletionPolicy": "Delete", "forceDelete": true});
-    buckets
-        .create(&PostParams::default(), &bucket("b", spec))
-        .await
-        .unwrap();
-    let name = wait_ready(&buckets, "b").await;
-    let accesses = Api::<BucketAccess>::namespaced(client, ns);
-    let access_name = access.metadata.name.clone().expect("a named access");
-    accesses
-        .create(&PostParams::default(), &access)
-        .await
-        .unwrap();
-    wait_reason(&accesses, &access_name, "Available", T).await;
-    name
+    AccessPair::create(&client, ns, bucket("b", spec), access).await
 }
 
 /// A token the API server issues for `sa` (TokenRequest, as kubelet's projected volume does).
