@@ -401,11 +401,7 @@ async fn retained_buckets_stay_with_their_namespace_and_grants_end_with_ownershi
     let pair = AccessPair::create(&client, &a, kept, access("app", grant)).await;
     assert_bounded(&pair.user_arn(), &op.cluster).await;
     let creds = pair.secret_data().await;
-    let AccessPair {
-        buckets: ba,
-        accesses,
-        ..
-    } = pair;
+    let (ba, accesses) = (pair.buckets, pair.accesses);
     let bb = Api::<Bucket>::namespaced(client.clone(), &b);
     assert_eq!(s3_works(&creds, &name).await, "ok");
 

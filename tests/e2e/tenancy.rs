@@ -378,11 +378,7 @@ async fn a_grant_never_follows_a_bucket_name_to_its_next_owner() {
     let grant = json!({"bucketRef": {"name": "data"}, "permission": "ReadOnly"});
     let pair = AccessPair::create(&client, &a, bucket("data", spec), access("app", grant)).await;
     let creds = pair.secret_data().await;
-    let AccessPair {
-        buckets: ba,
-        accesses,
-        ..
-    } = pair;
+    let (ba, accesses) = (pair.buckets, pair.accesses);
     let bb = Api::<Bucket>::namespaced(client.clone(), &b);
     let app = s3_with(&creds["AWS_ACCESS_KEY_ID"], &creds["AWS_SECRET_ACCESS_KEY"]);
     let read = |key: &'static str| {
