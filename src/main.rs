@@ -438,6 +438,7 @@ fn reconcile_settings(args: &RunArgs) -> Result<s3_operator::reconcile::Settings
         namespace_aws_read_rate: args.namespace_aws_read_rate,
         namespace_aws_read_burst: args.namespace_aws_read_burst,
         min_rotation_interval: args.min_rotation_interval,
+        operator_namespace: args.leader_election_namespace.clone(),
     })
 }
 

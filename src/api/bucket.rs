@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Bucket Name","type":"string","jsonPath":".status.bucketName"}"#,
     printcolumn = r#"{"name":"Region","type":"string","jsonPath":".status.region"}"#,
     printcolumn = r#"{"name":"Class","type":"string","jsonPath":".status.className"}"#,
+    printcolumn = r#"{"name":"Account","type":"string","jsonPath":".status.account.name"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -598,6 +599,10 @@ pub struct BucketStatus {
     /// follows these, or the class when it is stricter, never an edit a pass refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deletion: Option<AcceptedDeletion>,
+    /// The AWSAccount the bucket lives in, recorded before it is created; absent: the
+    /// operator's own account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<super::AccountRecord>,
 }
 
 /// What deleting a Bucket was last accepted to do.

@@ -19,6 +19,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Permission","type":"string","jsonPath":".spec.permission"}"#,
     printcolumn = r#"{"name":"Secret","type":"string","jsonPath":".status.secretName"}"#,
     printcolumn = r#"{"name":"Class","type":"string","jsonPath":".status.className"}"#,
+    printcolumn = r#"{"name":"Account","type":"string","jsonPath":".status.account.name"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
@@ -167,4 +168,8 @@ pub struct BucketAccessStatus {
     /// The BucketAccessClass in force (named in spec, or the namespace's default).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub class_name: Option<String>,
+    /// The AWSAccount the access's identity lives in (its Bucket's), recorded before it is
+    /// created; absent: the operator's own account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<super::AccountRecord>,
 }

@@ -59,6 +59,12 @@ pub struct BucketClassSpec {
     /// Rules every Bucket of this class must keep, checked after the defaults are filled in.
     #[serde(default)]
     pub constraints: BucketConstraints,
+    /// The AWSAccount new Buckets of this class are created in. Omitted: the operator's own
+    /// account. Recorded on each Bucket (`status.account`) before its bucket is created: an edit
+    /// here never moves an existing bucket (it is a ClassViolation instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub account: Option<String>,
 }
 
 /// What a class fills in where a Bucket's spec says nothing. A Bucket's own value always wins.
@@ -207,6 +213,12 @@ pub struct BucketAccessClassSpec {
     /// Access-key rotation: the default for accesses that set none, and its bounds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotation: Option<RotationBounds>,
+    /// The AWSAccount an access of this class may live in: one whose Bucket lives in another
+    /// account is a ClassViolation. Omitted: its Bucket's account. An access's identity always
+    /// lives in its Bucket's account, recorded (`status.account`) before it is created.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    pub account: Option<String>,
 }
 
 /// Rotation a class gives and allows (access keys only).

@@ -37,6 +37,9 @@ pub enum Reason {
     /// is retried until the object changes or the periodic resync, so a person frees room or
     /// raises the quota.
     QuotaExceeded,
+    /// The AWSAccount the object lives in cannot be used (it does not exist, its ExternalId
+    /// Secret cannot be read, or STS refuses the role): nothing is written anywhere.
+    AccountUnavailable,
     /// A transient error; the operator retries with backoff.
     Retrying,
 }
@@ -56,6 +59,7 @@ impl Reason {
             Reason::OwnershipConflict => "OwnershipConflict",
             Reason::ClassViolation => "ClassViolation",
             Reason::QuotaExceeded => "QuotaExceeded",
+            Reason::AccountUnavailable => "AccountUnavailable",
             Reason::Retrying => "Retrying",
         }
     }

@@ -4,12 +4,14 @@
 //! Every doc comment here becomes `kubectl explain` text, and every `x_kube(validation)` rule is
 //! enforced by the API server, so bad input is refused before the operator ever sees it.
 
+mod account;
 mod bucket;
 mod bucket_access;
 mod bucket_notifications;
 mod class;
 pub mod condition;
 
+pub use account::*;
 pub use bucket::*;
 pub use bucket_access::*;
 pub use bucket_notifications::*;
@@ -46,6 +48,7 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         BucketAccess::crd(),
         BucketClass::crd(),
         BucketAccessClass::crd(),
+        AWSAccount::crd(),
     ]
     .into_iter()
     // merge_crds validates the single-version CRD shape kube expects.

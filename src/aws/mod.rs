@@ -102,6 +102,25 @@ pub struct Aws {
     bucket_owner: Option<String>,
 }
 
+/// What [`Aws::assuming`] assumes.
+#[derive(Clone, Debug)]
+pub struct AssumeRole {
+    pub role_arn: String,
+    /// The account the role's ARN names: the owner every S3 request expects.
+    pub account: String,
+    pub external_id: String,
+    /// Names the installation in the target account's CloudTrail.
+    pub session_name: String,
+    /// Session tags the role's trust policy may check.
+    pub tags: Vec<(String, String)>,
+    /// Region of the account's calls; `None`: the operator's.
+    pub region: Option<String>,
+}
+
+/// The code of a call that could not be signed because its credentials could not be had
+/// (for an assumed role: STS refused AssumeRole).
+pub const CREDENTIALS_UNAVAILABLE: &str = "CredentialsUnavailable";
+
 /// An AWS call failed.
 #[derive(thiserror::Error, Debug)]
 #[error("{service} {operation} failed: {code}: {message}")]
@@ -342,6 +361,40 @@ impl Aws {
         }
     }
 
+    /// Clients acting in another account through `role`: credentials from STS AssumeRole
+    /// (made with this client's own, over the fenced HTTP client), cached by the SDK's identity
+    /// cache and renewed before they expire, so no pass assumes the role; every S3 request
+    /// expects that account to own its bucket.
+    pub async fn assuming(&self, role: AssumeRole) -> Self {
+        let region = Region::new(role.region.unwrap_or_else(|| self.region.clone()));
+        let source = self
+            .base
+            .to_builder()
+            .http_client(self.http.clone())
+            .region(region.clone())
+            .build();
+        let provider = aws_config::sts::AssumeRoleProvider::builder(role.role_arn)
+            .external_id(role.external_id)
+            .session_name(role.session_name)
+            .tags(role.tags)
+            .configure(&source)
+            .build()
+            .await;
+        let base = source
+            .to_builder()
+            .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(
+                provider,
+            ))
+            .build();
+        let aws = Self::fenced(
+            base,
+            self.endpoint_url.clone(),
+            self.fence.clone(),
+            self.metrics.clone(),
+        );
+        aws.with_bucket_owner(&role.account)
+    }
+
     /// The S3 client for `region`; custom endpoints use path-style addressing.
     pub fn s3(&self, region: &str) -> aws_sdk_s3::Client {
         let mut clients = self.s3.lock().expect("s3 client map poisoned");
@@ -459,6 +512,15 @@ impl Error {
     where
         E: ProvideErrorMetadata,
     {
+        if let Some(why) = credentials_failure(&err) {
+            return Error {
+                service,
+                operation,
+                code: CREDENTIALS_UNAVAILABLE.into(),
+                message: why,
+                kind: ErrorKind::AccessDenied,
+            };
+        }
         let status = err.raw_response().map(|r| r.status().as_u16());
         let code = err.code().unwrap_or_default().to_string();
         let message = match &err {
@@ -480,6 +542,24 @@ impl Error {
             kind,
         }
     }
+}
+
+/// What went wrong when a call's credentials could not be loaded (the SDK reports it as a
+/// dispatch failure, before anything was sent): the whole chain, STS's refusal included.
+fn credentials_failure<E, R>(err: &SdkError<E, R>) -> Option<String> {
+    let SdkError::DispatchFailure(failure) = err else {
+        return None;
+    };
+    let connector = failure.as_connector_error()?;
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(connector);
+    while let Some(e) = source {
+        if e.is::<aws_credential_types::provider::error::CredentialsError>() {
+            let chain = aws_smithy_types::error::display::DisplayErrorContext(e).to_string();
+            return Some(format!("no credentials: {chain}"));
+        }
+        source = e.source();
+    }
+    None
 }
 
 /// Records every call into the clients' metrics: its latency, SDK retries included, and each

@@ -11,6 +11,7 @@ use super::error::Requeue;
 #[cfg(test)]
 use super::object::MANAGER;
 use super::settled::Settled;
+use super::accounts::{Account, Accounts};
 use super::{events, tag_reads};
 use crate::api::DeletionPolicy;
 use crate::aws::{self, Aws};
@@ -65,6 +66,8 @@ pub struct Settings {
     pub namespace_aws_read_burst: u32,
     /// Shortest key rotation interval a BucketAccess may ask for.
     pub min_rotation_interval: Duration,
+    /// The operator's own namespace: where an AWSAccount's ExternalId Secret is.
+    pub operator_namespace: String,
 }
 
 #[cfg(test)]
@@ -99,6 +102,7 @@ impl Settings {
             namespace_aws_read_rate: 0.0,
             namespace_aws_read_burst: 1,
             min_rotation_interval: Duration::from_secs(10),
+            operator_namespace: "s3-operator-system".into(),
         }
     }
 }
@@ -106,7 +110,9 @@ impl Settings {
 /// Shared by every reconcile.
 pub struct Context {
     pub client: kube::Client,
-    pub aws: Aws,
+    /// The AWS accounts passes act in (a pass acts in one: [`InAccount`]).
+    pub accounts: Accounts,
+    /// The operator's settings in its own account (a pass reads its account's: [`InAccount`]).
     pub settings: Settings,
     pub events: events::Events,
     pub settled: Settled,
@@ -159,10 +165,11 @@ impl Context {
         let client = kube::Client::try_from(config).expect("a client");
         let metrics = Arc::new(Metrics::new());
         let sdk = aws_config::SdkConfig::builder().build();
+        let home = Account::home(Aws::from_config(sdk, None, metrics.clone()), Settings::for_tests());
         Context {
             events: events::Events::new(client.clone(), MANAGER, None),
             client,
-            aws: Aws::from_config(sdk, None, metrics.clone()),
+            accounts: Accounts::home_only(home),
             settings: Settings::for_tests(),
             settled: Default::default(),
             buckets: vec![],
@@ -173,24 +180,6 @@ impl Context {
             classes: Default::default(),
             finalized: Default::default(),
         }
-    }
-
-    /// A bucket's tags: this process's read of them no older than `within`, else a new read,
-    /// recorded for the Bucket's and its accesses' next passes (`tag_reads`).
-    pub async fn bucket_tags(
-        &self,
-        region: &str,
-        bucket: &str,
-        within: Duration,
-    ) -> Result<tag_reads::Tags, aws::Error> {
-        let slot = self.tag_reads.slot(region, bucket);
-        let mut read = slot.lock().await;
-        if let Some(tags) = tag_reads::fresh(&read, within) {
-            return Ok(tags);
-        }
-        let tags = self.aws.bucket_tags(region, bucket).await?;
-        *read = Some((tags.clone(), Instant::now()));
-        Ok(tags)
     }
 
     /// The Bucket `name` in `namespace`, from the watch cache.
@@ -226,6 +215,56 @@ impl Context {
         if let Err(e) = self.metrics.kube_write("Event", "publish", publish).await {
             tracing::warn!(error = %e, "could not publish event");
         }
+    }
+}
+
+/// A pass's view of the [`Context`] in the account its object lives in: `aws` and `settings`
+/// are that account's; everything else is the context's.
+pub struct InAccount<'a> {
+    ctx: &'a Context,
+    pub account: Arc<Account>,
+    pub aws: Aws,
+    pub settings: Arc<Settings>,
+}
+
+impl<'a> InAccount<'a> {
+    pub fn new(ctx: &'a Context, account: Arc<Account>) -> Self {
+        InAccount {
+            ctx,
+            aws: account.aws.clone(),
+            settings: account.settings.clone(),
+            account,
+        }
+    }
+
+    /// The operator's own account.
+    pub fn home(ctx: &'a Context) -> Self {
+        Self::new(ctx, ctx.accounts.home().clone())
+    }
+
+    /// A bucket's tags: this process's read of them no older than `within`, else a new read
+    /// (in this account), recorded for the Bucket's and its accesses' next passes.
+    pub async fn bucket_tags(
+        &self,
+        region: &str,
+        bucket: &str,
+        within: Duration,
+    ) -> Result<tag_reads::Tags, aws::Error> {
+        let slot = self.ctx.tag_reads.slot(region, bucket);
+        let mut read = slot.lock().await;
+        if let Some(tags) = tag_reads::fresh(&read, within) {
+            return Ok(tags);
+        }
+        let tags = self.aws.bucket_tags(region, bucket).await?;
+        *read = Some((tags.clone(), Instant::now()));
+        Ok(tags)
+    }
+}
+
+impl std::ops::Deref for InAccount<'_> {
+    type Target = Context;
+    fn deref(&self) -> &Context {
+        self.ctx
     }
 }
 

@@ -110,6 +110,13 @@ impl Blocked {
 /// an invalid spec); `denied_also`: what else an AccessDenied may mean.
 pub fn refusal(e: &aws::Error, conflict: Option<Reason>, denied_also: &str) -> Option<Blocked> {
     let (service, op, code, msg) = (&e.service, &e.operation, &e.code, &e.message);
+    if e.is(aws::CREDENTIALS_UNAVAILABLE) {
+        // The account's role could not be assumed: nothing was sent.
+        return Some(Blocked::new(
+            Reason::AccountUnavailable,
+            format!("{service} {op} was not sent: {msg}"),
+        ));
+    }
     match (e.kind, conflict) {
         (ErrorKind::AccessDenied, _) => Some(Blocked::new(
             Reason::AccessDenied,

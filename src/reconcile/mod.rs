@@ -1,6 +1,7 @@
 //! The reconcilers, one module per kind. Each pass observes AWS and Kubernetes, computes a plan
 //! with a pure function, and applies only the difference, so a steady-state pass writes nothing.
 
+pub mod accounts;
 pub mod bucket;
 pub mod bucket_access;
 pub mod class;
@@ -17,7 +18,7 @@ mod settled;
 pub(crate) mod testing;
 mod writes;
 
-pub use context::{Context, Grants, Settings, deletion_policy, jitter};
+pub use context::{Context, Grants, InAccount, Settings, deletion_policy, jitter};
 pub use error::{Blocked, Error, Requeue, refusal};
 pub use object::{MANAGER, Object, object_key, owner, served};
 pub use pass_events::{PassEvents, serve_request};

@@ -461,10 +461,12 @@ impl Fakes {
     pub fn context(&self) -> Context {
         let client = self.kube_client();
         let base = Context::for_tests();
+        let aws = self.aws(base.metrics.clone());
+        let home = super::accounts::Account::home(aws, super::Settings::for_tests());
         Context {
             events: Events::new(client.clone(), MANAGER, None),
             client,
-            aws: self.aws(base.metrics.clone()),
+            accounts: super::accounts::Accounts::home_only(home),
             ..base
         }
     }

@@ -70,7 +70,7 @@ pub(super) async fn run(
         .collect();
     if let Some(url) = &config.drift_events_queue_url {
         let own = ctx.settings.operator_principals.clone();
-        let queue = ctx.aws.drift_queue(url);
+        let queue = ctx.accounts.home().aws.drift_queue(url);
         let metrics = ctx.metrics.clone();
         tokio::spawn(drift_events::poll(
             queue,

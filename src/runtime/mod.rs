@@ -220,9 +220,10 @@ fn context(
     metrics: Arc<Metrics>,
 ) -> Context {
     let instance = config.leader_election.as_ref().map(|l| l.identity.clone());
+    let home = reconcile::accounts::Account::home(aws, config.reconcile.clone());
     Context {
         client: client.clone(),
-        aws,
+        accounts: reconcile::accounts::Accounts::new(home, client.clone()),
         settings: config.reconcile.clone(),
         events: Events::new(client.clone(), "s3-operator", instance),
         settled: Default::default(),

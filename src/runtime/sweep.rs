@@ -23,7 +23,7 @@ use crate::api::{Bucket, BucketAccess, CredentialsType};
 use crate::aws::tags::Owner;
 use crate::reconcile::bucket::Ended;
 use crate::reconcile::orphans::{Verdict, count, judge, still_exists};
-use crate::reconcile::{Context, bucket, bucket_access, jitter, owner};
+use crate::reconcile::{Context, InAccount, bucket, bucket_access, jitter, owner};
 
 /// Cleanups from a last state running at once (each a handful of AWS calls).
 pub(super) const VANISHED_AT_ONCE: usize = 4;
@@ -35,8 +35,13 @@ pub(super) async fn vanished_bucket(b: Arc<Bucket>, ctx: Arc<Context>, slots: Ar
         return;
     };
     let span = orphan_span(b.as_ref());
+    let recorded = b.status.as_ref().and_then(|s| s.account.as_ref());
+    let Some(cx) = in_account(&ctx, recorded, &span).await else {
+        count(&ctx.metrics, "bucket", "failed");
+        return;
+    };
     let ns = b.meta().namespace.clone().unwrap_or_default();
-    let run = ctx.budgets.pass(ns, bucket::vanished(&b, &ctx));
+    let run = ctx.budgets.pass(ns, bucket::vanished(&b, &cx));
     match run.instrument(span.clone()).await {
         Ok(Ended::Deleted) => count(&ctx.metrics, "bucket", "deleted"),
         Ok(Ended::Released) => count(&ctx.metrics, "bucket", "released"),
@@ -60,8 +65,13 @@ pub(super) async fn vanished_access(
         return;
     };
     let span = orphan_span(a.as_ref());
+    let recorded = a.status.as_ref().and_then(|s| s.account.as_ref());
+    let Some(cx) = in_account(&ctx, recorded, &span).await else {
+        count(&ctx.metrics, "user", "failed");
+        return;
+    };
     let ns = a.meta().namespace.clone().unwrap_or_default();
-    let run = ctx.budgets.pass(ns, bucket_access::vanished(&a, &ctx));
+    let run = ctx.budgets.pass(ns, bucket_access::vanished(&a, &cx));
     match run.instrument(span.clone()).await {
         Ok(deleted) => deleted
             .into_iter()
@@ -115,6 +125,22 @@ impl Live {
 }
 
 /// Sweeps once per `period` (jittered, the first a period after start-up) until shutdown.
+/// The account a vanished object lived in; `None` (logged) when it cannot be used now.
+async fn in_account<'a>(
+    ctx: &'a Context,
+    recorded: Option<&crate::api::AccountRecord>,
+    span: &tracing::Span,
+) -> Option<InAccount<'a>> {
+    match ctx.accounts.recorded(recorded).await {
+        Ok(account) => Some(InAccount::new(ctx, account)),
+        Err(why) => {
+            // The sweep covers the operator's own account only: say what is left behind.
+            span.in_scope(|| tracing::error!(error = %why, "orphan cleanup impossible: its AWS account cannot be used; what the object made there is left"));
+            None
+        }
+    }
+}
+
 pub(super) async fn run(
     ctx: Arc<Context>,
     live: Live,
@@ -127,14 +153,16 @@ pub(super) async fn run(
             _ = shutdown.wait_for(|s| *s) => return,
         }
         let span = tracing::info_span!("orphan sweep");
-        if let Err(e) = sweep(&ctx, &live).instrument(span.clone()).await {
+        // The installation's prefix and IAM path in the operator's own account.
+        let home = InAccount::home(&ctx);
+        if let Err(e) = sweep(&home, &live).instrument(span.clone()).await {
             span.in_scope(|| tracing::warn!(error = %e, "orphan sweep stopped early; it runs again next period"));
         }
     }
 }
 
 /// One sweep: buckets, users, roles, then associations.
-async fn sweep(ctx: &Context, live: &Live) -> Result<(), crate::aws::Error> {
+async fn sweep(ctx: &InAccount<'_>, live: &Live) -> Result<(), crate::aws::Error> {
     sweep_buckets(ctx, live).await?;
     let known = identity_names(ctx, live);
     let path = crate::aws::naming::iam_path(&ctx.settings.cluster_name);
@@ -159,7 +187,7 @@ async fn sweep(ctx: &Context, live: &Live) -> Result<(), crate::aws::Error> {
 
 /// Buckets under the prefix that no Ready Bucket holds, read for their tags; an orphan is
 /// released (see `reconcile::bucket::release_orphan`).
-async fn sweep_buckets(ctx: &Context, live: &Live) -> Result<(), crate::aws::Error> {
+async fn sweep_buckets(ctx: &InAccount<'_>, live: &Live) -> Result<(), crate::aws::Error> {
     let held: HashSet<String> = live
         .buckets
         .iter()
@@ -194,7 +222,7 @@ async fn sweep_buckets(ctx: &Context, live: &Live) -> Result<(), crate::aws::Err
 }
 
 /// Associations of the EKS cluster that no live PodIdentity access names, read for their tags.
-async fn sweep_associations(ctx: &Context, live: &Live) -> Result<(), crate::aws::Error> {
+async fn sweep_associations(ctx: &InAccount<'_>, live: &Live) -> Result<(), crate::aws::Error> {
     let Some(cluster) = ctx.settings.eks_cluster_name.as_deref() else {
         return Ok(());
     };
@@ -226,7 +254,7 @@ async fn sweep_associations(ctx: &Context, live: &Live) -> Result<(), crate::aws
 }
 
 /// The user and role names live BucketAccesses resolve to: these need no tag read.
-fn identity_names(ctx: &Context, live: &Live) -> HashSet<String> {
+fn identity_names(ctx: &InAccount<'_>, live: &Live) -> HashSet<String> {
     let accesses = live.accesses.iter().flat_map(|s| s.state());
     accesses
         .map(|a| {
@@ -238,7 +266,7 @@ fn identity_names(ctx: &Context, live: &Live) -> HashSet<String> {
 
 /// The owner a resource with `tags` is an orphan of, once the API server confirms it is gone.
 async fn orphan(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     live: &Live,
     tags: &std::collections::BTreeMap<String, String>,
 ) -> Option<Owner> {
@@ -265,7 +293,7 @@ async fn orphan(
 
 /// Counts and logs what the sweep did to `what`, once owned by `owner`.
 fn report<E: std::fmt::Display>(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     kind: &str,
     what: &str,
     owner: &Owner,

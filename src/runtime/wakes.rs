@@ -109,7 +109,7 @@ pub(super) fn granted_on(
         c.bucket(ns, &a.spec.bucket_ref.name)
             .and_then(|b| {
                 let owner = reconcile::owner(b.as_ref(), &c.settings.cluster_name);
-                let region = &c.aws.region;
+                let region = &c.accounts.home().aws.region;
                 reconcile::bucket::address(&b, &c.settings, region, &owner).ok()
             })
             .is_some_and(|at| at.name == *name)
@@ -129,7 +129,7 @@ pub(super) fn buckets_touched(
             return false;
         };
         let owner = reconcile::owner(b, &c.settings.cluster_name);
-        reconcile::bucket::address(b, &c.settings, &c.aws.region, &owner)
+        reconcile::bucket::address(b, &c.settings, &c.accounts.home().aws.region, &owner)
             .is_ok_and(|at| at.name == *name)
     })
 }

@@ -1,6 +1,7 @@
 //! The writes of a Bucket pass: the spec resolved and checked, S3 observed and planned, each
 //! planned write made, and the outcome reported (status and one event).
 
+use crate::reconcile::InAccount;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,7 +16,7 @@ use crate::api::{AcceptedDeletion, Bucket, BucketClass, BucketStatus};
 use crate::aws::naming;
 use crate::aws::tags::{Owner, Ownership};
 use crate::reconcile::{
-    Blocked, Context, Error, Requeue, class, ensure_finalizer, object_key, owner, report_blocked,
+    Blocked, Error, Requeue, accounts, class, ensure_finalizer, object_key, owner, report_blocked,
     served, tag_reads, update_status,
 };
 use kube::ResourceExt;
@@ -26,10 +27,11 @@ use serde_json::json;
 /// pass began from; `class`: the class in force as the pass resolved it, with its version.
 pub(super) async fn apply(
     bucket: &Bucket,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     start: String,
     links: &logging::Links,
     (class, class_version): (class::bucket::InForce, String),
+    placed: accounts::Placement,
 ) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
@@ -43,12 +45,17 @@ pub(super) async fn apply(
         owner: &owner,
         class: in_force.as_deref(),
     };
-    let classed = match classed {
-        Ok(Classed {
-            region: Some(r), ..
-        }) => return record_region(bucket, ctx, &r).await,
-        Ok(c) => c,
-        Err(why) => {
+    let classed = match (classed, placed.violation) {
+        (Ok(c), None) if c.region.is_some() || placed.to_record => {
+            let account = placed.to_record.then(|| ctx.account.record()).flatten();
+            return record_placement(bucket, ctx, c.region.as_deref(), account).await;
+        }
+        (Ok(c), None) => c,
+        (_, Some(why)) => {
+            let at = address(bucket, settings, region, &owner).ok();
+            return refused(ctx, &refusing, at.as_ref(), &why).await;
+        }
+        (Err(why), None) => {
             let at = address(bucket, settings, region, &owner).ok();
             return refused(ctx, &refusing, at.as_ref(), &why).await;
         }
@@ -152,7 +159,7 @@ struct Refusing<'a> {
 /// the bucket the status reports, if any (the withdrawal finds it from the spec and UID alone
 /// otherwise).
 async fn refused(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     r: &Refusing<'_>,
     at: Option<&Address>,
     why: &Blocked,
@@ -183,7 +190,7 @@ async fn refused(
 /// longer allow, on a bucket this Bucket holds (confirmed afresh before writing). Steady
 /// state: the shared tag read and one policy read, no write.
 async fn security_only(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     r: &Refusing<'_>,
     at: &Address,
     why: &Blocked,
@@ -240,7 +247,7 @@ type UnderClass = (Option<Arc<BucketClass>>, Result<Classed, Blocked>);
 /// Returned with the class in force, if one could be resolved; `Err`: the violation to report.
 fn under_class(
     bucket: &Bucket,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     owner: &Owner,
     class: class::bucket::InForce,
 ) -> UnderClass {
@@ -286,14 +293,26 @@ fn under_class(
     }
 }
 
-/// Records the region the class gives a new Bucket before anything is created for it, in
-/// status (which tenants cannot write); the pass runs again on the change.
-async fn record_region(bucket: &Bucket, ctx: &Context, region: &str) -> Result<Requeue, Error> {
+/// Records the region and the account the class gives a new Bucket before anything is created
+/// for it, in status (which tenants cannot write); the pass runs again on the change.
+async fn record_placement(
+    bucket: &Bucket,
+    ctx: &InAccount<'_>,
+    region: Option<&str>,
+    account: Option<crate::api::AccountRecord>,
+) -> Result<Requeue, Error> {
     let ns = bucket.namespace().ok_or(Error::NoNamespace)?;
     let api = Api::<Bucket>::namespaced(ctx.client.clone(), &ns);
+    let mut status = json!({});
+    if let Some(region) = region {
+        status["region"] = json!(region);
+    }
+    if let Some(account) = account {
+        status["account"] = json!(account);
+    }
     let patch = json!({
         "metadata": {"resourceVersion": bucket.resource_version()},
-        "status": {"region": region},
+        "status": status,
     });
     let (name, params, patch) = (
         bucket.name_any(),
@@ -312,7 +331,7 @@ async fn record_region(bucket: &Bucket, ctx: &Context, region: &str) -> Result<R
 /// the object's resourceVersions first.
 async fn converge(
     bucket: &Bucket,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     d: &Desired,
     changes: &[Change],
     pass: Pass,
@@ -371,7 +390,7 @@ async fn converge(
 
 /// What the class's security constraints removed, said in an event when it reaches AWS (the
 /// bucket created without it, or its policy or notifications rewritten), not on every pass.
-async fn report_enforced(bucket: &Bucket, ctx: &Context, note: Option<String>, applied: &[Change]) {
+async fn report_enforced(bucket: &Bucket, ctx: &InAccount<'_>, note: Option<String>, applied: &[Change]) {
     let reached = applied
         .iter()
         .any(|c| matches!(c, Change::Create | Change::Policy | Change::Notifications));
@@ -384,7 +403,7 @@ async fn report_enforced(bucket: &Bucket, ctx: &Context, note: Option<String>, a
 /// to a spec already served were made outside the operator).
 async fn report(
     bucket: &Bucket,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     d: &Desired,
     applied: &[Change],
     served: bool,
@@ -426,7 +445,7 @@ async fn report(
     ctx.event(bucket, warning, reason, note).await;
 }
 
-async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate::aws::Error> {
+async fn write(ctx: &InAccount<'_>, d: &Desired, change: &Change) -> Result<(), crate::aws::Error> {
     let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
     if matches!(change, Change::Create | Change::Tags) {
         // The shared read no longer says what the bucket carries.
@@ -485,7 +504,7 @@ async fn write(ctx: &Context, d: &Desired, change: &Change) -> Result<(), crate:
 /// one named cannot be used).
 pub(super) fn status_for(
     bucket: &Bucket,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     class: Option<&str>,
     d: Option<&Address>,
     ready: bool,
@@ -522,6 +541,8 @@ pub(super) fn status_for(
         endpoint: d_region.map(|r| ctx.aws.s3_endpoint(&r)),
         // Only a pass that accepts the spec changes it (see `converge`).
         deletion: previous.deletion,
+        // Recorded once, before the bucket was created (`record_placement`).
+        account: previous.account,
     }
 }
 
@@ -529,7 +550,7 @@ pub(super) fn status_for(
 /// the cause went away outside Kubernetes (an IAM policy fixed, a conflicting bucket deleted).
 pub(super) async fn blocked(
     bucket: &Bucket,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     class: Option<&str>,
     d: Option<&Address>,
     why: &Blocked,
@@ -543,7 +564,7 @@ pub(super) async fn blocked(
 /// retried with backoff.
 async fn failed(
     bucket: &Bucket,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     class: Option<&str>,
     at: &Address,
     e: crate::aws::Error,

@@ -10,6 +10,7 @@
 //! [`vanished`]) and a bucket the orphan sweep found owned by a UID no object has any more
 //! ([`release_orphan`]); with the object gone they are said in log lines, not events.
 
+use crate::reconcile::InAccount;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -21,7 +22,7 @@ use crate::aws::s3::Emptied;
 use crate::aws::tags::{Owner, Ownership, released};
 use crate::aws::{ErrorKind, naming, policy};
 use crate::reconcile::class::bucket::cleanup_deletion_policy;
-use crate::reconcile::{Blocked, Context, Error, Requeue, has_finalizer, owner, remove_finalizer};
+use crate::reconcile::{Blocked, Error, Requeue, has_finalizer, owner, remove_finalizer};
 
 /// Pages of object versions (up to 1,000 each) deleted per pass at most when emptying a bucket
 /// (`forceDelete`).
@@ -38,7 +39,7 @@ pub(super) struct Asked {
 }
 
 impl Asked {
-    fn of(bucket: &Bucket, ctx: &Context) -> Asked {
+    fn of(bucket: &Bucket, ctx: &InAccount<'_>) -> Asked {
         let recorded = bucket.status.as_ref().and_then(|s| s.deletion);
         let ns = bucket.metadata.namespace.as_deref().unwrap_or_default();
         let default = ctx.settings.default_deletion_policy;
@@ -112,7 +113,7 @@ enum Witness<'a> {
 }
 
 impl Witness<'_> {
-    async fn say(self, ctx: &Context, warning: bool, reason: &str, note: String) {
+    async fn say(self, ctx: &InAccount<'_>, warning: bool, reason: &str, note: String) {
         match self {
             Witness::Bucket(b) => ctx.event(b, warning, reason, note).await,
             Witness::Gone => tracing::warn!(reason, note = %note, "orphan cleanup"),
@@ -228,7 +229,7 @@ fn waiting(e: &crate::aws::Error) -> String {
     format!("deleting the Bucket is waiting: {why}")
 }
 
-pub(super) async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Requeue, Error> {
+pub(super) async fn cleanup(bucket: &Bucket, ctx: &InAccount<'_>) -> Result<Requeue, Error> {
     if !has_finalizer(bucket) {
         return Ok(Requeue::OnChange);
     }
@@ -256,7 +257,7 @@ pub(super) async fn cleanup(bucket: &Bucket, ctx: &Context) -> Result<Requeue, E
 /// from the last state the watch saw, by the rules a pass last accepted for it. A deletion that
 /// would wait for someone (a bucket not empty, deletes refused) releases the bucket instead:
 /// nobody is left to act, and releasing keeps the data. How it ended, for the orphan metric.
-pub async fn vanished(bucket: &Bucket, ctx: &Context) -> Result<Ended, Error> {
+pub async fn vanished(bucket: &Bucket, ctx: &InAccount<'_>) -> Result<Ended, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
     let Ok(at) = address(bucket, &ctx.settings, &ctx.aws.region, &owner) else {
         return Ok(Ended::Nothing);
@@ -275,7 +276,7 @@ pub async fn vanished(bucket: &Bucket, ctx: &Context) -> Result<Ended, Error> {
 /// sweep never deletes: AWS holds no record of the deletion rules a pass accepted (see the
 /// README), and releasing never loses data a `Retain` would keep; the namespace may adopt it.
 pub async fn release_orphan(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     region: &str,
     name: &str,
     owner: &Owner,
@@ -296,7 +297,7 @@ pub async fn release_orphan(
 /// [`next`] plans.
 async fn release_or_delete(
     witness: Witness<'_>,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     at: &Address,
     owner: &Owner,
     asked: Asked,
@@ -344,7 +345,7 @@ async fn release_or_delete(
 }
 
 /// What AWS holds under the name, from the bucket's tags read now.
-async fn find(ctx: &Context, at: &Address, owner: &Owner) -> Result<Found, crate::aws::Error> {
+async fn find(ctx: &InAccount<'_>, at: &Address, owner: &Owner) -> Result<Found, crate::aws::Error> {
     let (aws, r, n) = (&ctx.aws, at.region.as_str(), at.name.as_str());
     // The bucket is released or deleted next: no access may go on from an earlier read, and
     // its entry goes with the Bucket.
@@ -374,7 +375,7 @@ async fn find(ctx: &Context, at: &Address, owner: &Owner) -> Result<Found, crate
 /// Leaves the bucket in S3 without this object's grants and ownership.
 async fn retain(
     witness: Witness<'_>,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     owner: &Owner,
     tags: &BTreeMap<String, String>,
     at: &Address,
@@ -398,7 +399,7 @@ async fn retain(
 /// [`deletion`] judges). Never bypasses object lock retention.
 async fn empty(
     witness: Witness<'_>,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     at: &Address,
     pages: usize,
 ) -> Result<Contents, crate::aws::Error> {
@@ -418,7 +419,7 @@ async fn empty(
 
 /// Reports why deletion waits (status and event, once) and returns the error that keeps the
 /// finalizer and retries with backoff.
-async fn hold(bucket: &Bucket, ctx: &Context, at: &Address, msg: String) -> Error {
+async fn hold(bucket: &Bucket, ctx: &InAccount<'_>, at: &Address, msg: String) -> Error {
     let why = Blocked::new(Reason::DeletionBlocked, msg);
     // Deleting, it stays reported under the class its last pass applied.
     let class = bucket.status.as_ref().and_then(|s| s.class_name.as_deref());

@@ -4,6 +4,7 @@
 //! other (see [`Linked`]). Whether the target's S3 bucket is held by its Bucket is read with the
 //! rest of what a pass observes and judged here ([`target_not_held`]).
 
+use crate::reconcile::InAccount;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
@@ -16,7 +17,7 @@ use crate::api::condition::{Reason, is_ready};
 use crate::aws::s3::logging::LogTarget;
 use crate::aws::tags::Ownership;
 use crate::aws::{naming, policy};
-use crate::reconcile::{Blocked, Context, Settings, bucket, owner};
+use crate::reconcile::{Blocked, Settings, bucket, owner};
 
 /// The field every refusal names.
 const FIELD: &str = "spec.logging.targetBucketRef";
@@ -80,7 +81,7 @@ pub fn links(
 }
 
 /// The links of `b` from the context's caches.
-pub fn links_in(b: &Bucket, ctx: &Context) -> Links {
+pub fn links_in(b: &Bucket, ctx: &InAccount<'_>) -> Links {
     let ns = b.namespace().unwrap_or_default();
     let key = ObjectRef::<Bucket>::new(&b.name_any()).within(&ns);
     // The scope holding `b` holds its whole namespace.

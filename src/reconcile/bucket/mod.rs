@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::{Blocked, Context, Error, Requeue, object_key};
+use super::{Blocked, Context, Error, InAccount, Requeue, accounts, object_key};
 use crate::api::Bucket;
 use crate::api::condition::Reason;
 use crate::aws::s3::tagging::ABAC_ENABLED;
@@ -47,23 +47,53 @@ fn refusal(e: &crate::aws::Error) -> Option<Blocked> {
 }
 
 pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let recorded = bucket.status.as_ref().and_then(|s| s.account.as_ref());
     if bucket.metadata.deletion_timestamp.is_some() {
-        return cleanup::cleanup(&bucket, &ctx).await;
+        // Deletion acts where the bucket lives, whatever the class says now.
+        return match ctx.accounts.recorded(recorded).await {
+            Ok(account) => cleanup::cleanup(&bucket, &InAccount::new(&ctx, account)).await,
+            Err(why) => unavailable(&bucket, &ctx, &why).await,
+        };
     }
     let key = object_key(bucket.as_ref());
     let start = bucket.resource_version().unwrap_or_default();
-    // The Buckets it logs into or that log into it are inputs too.
-    let links = logging::links_in(&bucket, &ctx);
-    let linked = links.fingerprint();
-    // So is its class, resolved once for the whole pass: a change to it, or to the namespace's
+    // Its class is resolved once for the whole pass: a change to it, or to the namespace's
     // labels, runs a full pass, and what the pass applies and reports is that one version.
     let class = class::in_force(&ctx.classes, &bucket)?;
     let version = class::version(&class);
+    // The account it lives in: recorded, or for a new Bucket its class's.
+    let class_account = class.as_ref().ok().and_then(Option::as_ref);
+    let class_account = class_account.and_then(|c| c.spec.account.as_deref());
+    let begun = crate::reconcile::has_finalizer(bucket.as_ref());
+    let placed = accounts::placement(recorded, begun, class_account, "bucket");
+    let cx = match ctx.accounts.placed(&placed, recorded).await {
+        Ok(account) => InAccount::new(&ctx, account),
+        Err(why) => return unavailable(&bucket, &ctx, &why).await,
+    };
+    // The Buckets it logs into or that log into it are inputs too.
+    let links = logging::links_in(&bucket, &cx);
+    let linked = links.fingerprint();
     let inputs = [start.clone(), linked.clone(), version.clone()];
     if let Some(wait) = ctx.settled.remaining(&key, &inputs) {
         return Ok(Requeue::Resync(wait));
     }
-    apply::apply(&bucket, &ctx, start, &links, (class, version)).await
+    apply::apply(&bucket, &cx, start, &links, (class, version), placed).await
+}
+
+/// Reports that the Bucket's account cannot be used: nothing is written to AWS.
+async fn unavailable(
+    bucket: &Bucket,
+    ctx: &Context,
+    why: &accounts::Unavailable,
+) -> Result<Requeue, Error> {
+    let why = Blocked::new(Reason::AccountUnavailable, why.0.clone());
+    let class = bucket.status.as_ref().and_then(|s| s.class_name.clone());
+    let at = bucket.status.as_ref().and_then(|s| {
+        let (name, region) = (s.bucket_name.clone()?, s.region.clone()?);
+        Some(Address { name, region })
+    });
+    let cx = InAccount::home(ctx);
+    apply::blocked(bucket, &cx, class.as_deref(), at.as_ref(), &why).await
 }
 
 #[cfg(test)]

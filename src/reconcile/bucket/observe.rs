@@ -2,6 +2,7 @@
 //! the bucket it logs into is held by the Bucket it names. Judging what was read is left to pure
 //! functions ([`plan`](super::plan), [`adoption_refused`], [`logging::target_not_held`]).
 
+use crate::reconcile::InAccount;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -10,11 +11,11 @@ use super::logging::{self, Links};
 use super::{Address, BucketState, Desired, Found, protection};
 use crate::aws::ErrorKind;
 use crate::aws::tags::{Owner, Ownership};
-use crate::reconcile::{Blocked, Context, tag_reads};
+use crate::reconcile::{Blocked, tag_reads};
 
 /// Reads whether the bucket at `at` is still this Bucket's, and wakes the accesses granted on
 /// that name if it is not. A failed read is left to the next pass.
-pub(super) async fn confirm_held(ctx: &Context, at: &Address, owner: &Owner) {
+pub(super) async fn confirm_held(ctx: &InAccount<'_>, at: &Address, owner: &Owner) {
     let within = tag_reads::for_bucket(ctx.settings.resync_period);
     match ctx.bucket_tags(&at.region, &at.name, within).await {
         Ok(Some(tags)) if owner.judge(&tags) == Ownership::Ours => {}
@@ -27,7 +28,7 @@ pub(super) async fn confirm_held(ctx: &Context, at: &Address, owner: &Owner) {
 /// Bucket's status is no proof). `Ok(None)`: it may, or it logs into none. The read is shared
 /// with the target's own passes.
 pub(super) async fn log_target(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     d: &Desired,
     links: &Links,
 ) -> Result<Option<Blocked>, crate::aws::Error> {
@@ -42,7 +43,7 @@ pub(super) async fn log_target(
 
 /// Reads what the plan needs: tags first (existence and ownership), then each managed aspect.
 pub(super) async fn observe(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     d: &Desired,
     owner: &Owner,
     adopt: bool,
@@ -76,7 +77,7 @@ pub(super) async fn observe(
 
 /// The bucket's tags; `None`: it does not exist.
 async fn tags(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     d: &Desired,
     owner: &Owner,
 ) -> Result<Option<BTreeMap<String, String>>, crate::aws::Error> {
@@ -95,7 +96,7 @@ async fn tags(
 
 /// The configuration of a bucket this object may manage: each managed aspect, the rest unread.
 async fn config(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     d: &Desired,
     tags: BTreeMap<String, String>,
 ) -> Result<BucketState, crate::aws::Error> {

@@ -15,6 +15,7 @@ mod outcome;
 pub mod plan;
 pub mod pod_identity;
 
+use crate::reconcile::InAccount;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +27,7 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 
 use super::{
-    Blocked, Context, Error, MANAGER, PassEvents, Requeue, ensure_finalizer, has_finalizer,
+    Blocked, Context, Error, MANAGER, PassEvents, Requeue, accounts, ensure_finalizer, has_finalizer,
     object_key, owner, refusal, remove_finalizer, report_blocked, served, update_status,
 };
 use crate::api::condition::{self, Reason};
@@ -56,23 +57,90 @@ pub fn secret_name(access: &BucketAccess) -> String {
 }
 
 pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    let recorded = access.status.as_ref().and_then(|s| s.account.as_ref());
     if access.metadata.deletion_timestamp.is_some() {
-        return cleanup(&access, &ctx).await;
+        // Deletion acts where the identity lives, whatever its Bucket or class say now.
+        return match ctx.accounts.recorded(recorded).await {
+            Ok(account) => cleanup(&access, &InAccount::new(&ctx, account)).await,
+            Err(why) => unavailable(&access, &ctx, &why).await,
+        };
     }
     let class = class::in_force(&ctx.classes, &access)?;
+    let placed = placement(&access, &ctx, &class);
+    let cx = match ctx.accounts.placed(&placed, recorded).await {
+        Ok(account) => InAccount::new(&ctx, account),
+        Err(why) => return unavailable(&access, &ctx, &why).await,
+    };
     let mut events = PassEvents::default();
-    let result = pass(&access, &ctx, &class, &mut events).await;
+    let result = match (placed.violation, placed.to_record) {
+        (Some(why), _) => Err(Error::Blocked(why)),
+        (None, true) => record_account(&access, &cx).await,
+        (None, false) => pass(&access, &cx, &class, &mut events).await,
+    };
     // What was changed is reported even when a later step of the pass failed.
     events.publish(&ctx, access.as_ref()).await;
     let class = class::name(&class);
     match result {
-        Err(Error::Blocked(why)) => blocked(&access, &ctx, &why, class).await,
+        Err(Error::Blocked(why)) => blocked(&access, &cx, &why, class).await,
         Err(Error::Aws(e)) => match refusal(&e, None, "") {
-            Some(why) => blocked(&access, &ctx, &why, class).await,
+            Some(why) => blocked(&access, &cx, &why, class).await,
             None => Err(Error::Aws(e)),
         },
         other => other,
     }
+}
+
+/// Where `access` acts: the account recorded for it; one made before accounts existed, the
+/// operator's own; a new one, its Bucket's (as the cache has it). Its identity never moves: a
+/// Bucket that now lives elsewhere is not its Bucket's bucket any more, and a class that names
+/// another account is a violation.
+fn placement(
+    access: &BucketAccess,
+    ctx: &Context,
+    class: &class::InForce,
+) -> accounts::Placement {
+    let recorded = access.status.as_ref().and_then(|s| s.account.as_ref());
+    let ns = access.namespace().unwrap_or_default();
+    let bucket = ctx.bucket(&ns, &access.spec.bucket_ref.name);
+    let bucket_account = bucket
+        .as_ref()
+        .map(|b| b.status.as_ref().and_then(|s| s.account.clone()));
+    let class_account = class.as_ref().ok().and_then(Option::as_ref);
+    let class_account = class_account.and_then(|c| c.spec.account.as_deref());
+    accounts::access_placement(
+        recorded,
+        has_finalizer(access),
+        bucket_account.as_ref().map(Option::as_ref),
+        class_account,
+    )
+}
+
+/// Records the account of a new access's identity (its Bucket's) in status before anything is
+/// created for it; the pass runs again on the change.
+async fn record_account(access: &BucketAccess, ctx: &InAccount<'_>) -> Result<Requeue, Error> {
+    let ns = access.namespace().ok_or(Error::NoNamespace)?;
+    let api = Api::<BucketAccess>::namespaced(ctx.client.clone(), &ns);
+    let patch = serde_json::json!({
+        "metadata": {"resourceVersion": access.resource_version()},
+        "status": {"account": ctx.account.record()},
+    });
+    let (name, params, patch) = (access.name_any(), PatchParams::default(), Patch::Merge(patch));
+    let write = api.patch_status(&name, &params, &patch);
+    ctx.metrics
+        .kube_write("BucketAccess", "patch_status", write)
+        .await?;
+    Ok(Requeue::After(Duration::from_secs(1)))
+}
+
+/// Reports that the access's account cannot be used: nothing is written to AWS.
+async fn unavailable(
+    access: &BucketAccess,
+    ctx: &Context,
+    why: &accounts::Unavailable,
+) -> Result<Requeue, Error> {
+    let why = Blocked::new(Reason::AccountUnavailable, why.0.clone());
+    let class = access.status.as_ref().and_then(|s| s.class_name.clone());
+    blocked(access, &InAccount::home(ctx), &why, class).await
 }
 
 /// Observes, plans and applies; a `Blocked` error stops the pass and is reported by the caller.
@@ -81,7 +149,7 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<R
 /// changed hands is still withdrawn whatever the class says.
 async fn pass(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     class: &class::InForce,
     events: &mut PassEvents,
 ) -> Result<Requeue, Error> {
@@ -187,7 +255,7 @@ fn identity_named(access: &BucketAccess, name: String) -> Identity {
 /// the writes could tell.
 async fn apply(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     plan: &Plan,
     events: &mut PassEvents,
 ) -> Result<Learned, Error> {
@@ -205,7 +273,7 @@ async fn apply(
 
 async fn apply_change(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     plan: &Plan,
     step: &Change,
     learned: &mut Learned,
@@ -253,7 +321,7 @@ async fn apply_change(
 
 /// Creates the ServiceAccount's association, or puts its role and session policy back.
 async fn associate(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     plan: &Plan,
     step: &Change,
     learned: &mut Learned,
@@ -306,7 +374,7 @@ async fn associate(
 
 /// Creates an access key for the user `name`; its secret is known only from this answer.
 async fn create_key(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     name: &str,
     events: &mut PassEvents,
 ) -> Result<ActiveKey, Error> {
@@ -324,7 +392,7 @@ async fn create_key(
 /// Creates the user or role of `step`; returns its ARN. One with this name outside the
 /// operator's path is someone else's.
 async fn create(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     plan: &Plan,
     step: &Change,
     events: &mut PassEvents,
@@ -357,7 +425,7 @@ async fn create(
 }
 
 /// Writes a withdrawal's changes; returns what the access reports, for the Ready condition.
-async fn withdraw(access: &BucketAccess, ctx: &Context, withdrawal: &Withdrawal) -> Error {
+async fn withdraw(access: &BucketAccess, ctx: &InAccount<'_>, withdrawal: &Withdrawal) -> Error {
     let (aws, identity) = (&ctx.aws, &withdrawal.identity);
     for step in &withdrawal.changes {
         let written = match step {
@@ -399,7 +467,7 @@ fn revoking_failed(why: &Blocked, e: crate::aws::Error) -> Error {
 /// else created in between refuses every later pass). A write whose answer was lost may have
 /// landed: its key stays, for the next pass's plan to keep or delete.
 async fn unhanded_key(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     plan: &Plan,
     learned: &Learned,
     events: &mut PassEvents,
@@ -422,7 +490,7 @@ async fn unhanded_key(
 }
 
 /// The next pass: at the resync period, or sooner when a rotation or grace period is due.
-fn next_pass(ctx: &Context, wake_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Requeue {
+fn next_pass(ctx: &InAccount<'_>, wake_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Requeue {
     let Some(t) = wake_at else {
         return ctx.resync();
     };
@@ -508,7 +576,7 @@ fn secret_in_shape(current: &Secret, want: &Secret) -> bool {
 /// Writes the Secret if its data, labels, annotations or owner differ from what it should be.
 async fn write_secret(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     name: &str,
     current: Option<&Secret>,
     outcome: &plan::Outcome,
@@ -542,7 +610,7 @@ async fn write_secret(
 /// a change (or the periodic resync).
 async fn blocked(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     why: &Blocked,
     class_name: Option<String>,
 ) -> Result<Requeue, Error> {
@@ -576,7 +644,7 @@ fn blocked_status(
 /// Deletes what this BucketAccess created in IAM: keys, inline policies, then the user or role.
 /// The Secret goes with the object through its owner reference. Fails closed: only "does not
 /// exist" counts as gone; any refusal keeps the finalizer and names the refused operation.
-async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Requeue, Error> {
+async fn cleanup(access: &BucketAccess, ctx: &InAccount<'_>) -> Result<Requeue, Error> {
     if !has_finalizer(access) {
         return Ok(Requeue::OnChange);
     }
@@ -599,7 +667,7 @@ async fn cleanup(access: &BucketAccess, ctx: &Context) -> Result<Requeue, Error>
 /// object is gone). How many of its association and identity it deleted, for the metric.
 pub async fn vanished(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
 ) -> Result<Vec<&'static str>, crate::aws::Error> {
     delete_identity(access, ctx, true).await
 }
@@ -609,7 +677,7 @@ pub async fn vanished(
 /// deletion is a log line rather than an event.
 async fn delete_identity(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     gone: bool,
 ) -> Result<Vec<&'static str>, crate::aws::Error> {
     let owner = owner(access, &ctx.settings.cluster_name);
@@ -635,7 +703,7 @@ async fn delete_identity(
 /// Deletes `identity` (its keys and inline policies first) if its tags name this access;
 /// which kind it deleted.
 async fn delete_if_ours(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     access: &BucketAccess,
     owner: &Owner,
     identity: Identity,
@@ -660,7 +728,7 @@ async fn delete_if_ours(
 }
 
 /// A deletion, as an event on `access`, or a log line once it is `gone`.
-async fn said(access: &BucketAccess, ctx: &Context, gone: bool, note: String) {
+async fn said(access: &BucketAccess, ctx: &InAccount<'_>, gone: bool, note: String) {
     if gone {
         tracing::warn!(reason = "Deleted", note = %note, "orphan cleanup");
     } else {
@@ -671,7 +739,7 @@ async fn said(access: &BucketAccess, ctx: &Context, gone: bool, note: String) {
 /// Deletes a user's keys, the identity's inline policies, then the identity itself, whose
 /// tags the caller has judged as owned by this installation.
 pub async fn delete_owned_identity(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     identity: &Identity,
 ) -> Result<(), crate::aws::Error> {
     let aws = &ctx.aws;

@@ -2,6 +2,7 @@
 //! the Secret, the IAM identity and the Pod Identity association; and the versions of those
 //! inputs that `Settled` compares.
 
+use crate::reconcile::InAccount;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,7 +20,7 @@ use crate::aws::tags::{Owner, Ownership};
 use crate::aws::{ErrorKind, naming, policy};
 use crate::reconcile::bucket::Address;
 use crate::reconcile::{
-    Blocked, Context, Error, Settings, has_finalizer, object_key, owner, requested_at,
+    Blocked, Error, Settings, has_finalizer, object_key, owner, requested_at,
 };
 
 /// What the Bucket cache says about the grant, before any AWS call (pure).
@@ -78,7 +79,7 @@ fn bucket_state(
 /// `Error::Blocked` with reason `BucketNotOwned`).
 /// `within`: how old a read of the tags may serve.
 async fn confirm(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     d: &Address,
     owner: &Owner,
     bucket_ref: &str,
@@ -165,7 +166,7 @@ pub(super) enum Observation {
 /// `class`: the version of the class in force (see [`crate::reconcile::class::access::version`]).
 pub(super) async fn observe(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     class: String,
 ) -> Result<Observation, Error> {
     let start = access.resource_version().unwrap_or_default();
@@ -220,7 +221,7 @@ pub(super) async fn observe(
 /// withdraw. A refused read is reported like a refused withdrawal.
 async fn withdrawn(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     why: Blocked,
 ) -> Result<Observation, Error> {
     let owner = owner(access, &ctx.settings.cluster_name);
@@ -246,7 +247,7 @@ fn withdrawal_of(
 /// A `PodIdentity` access's association with the shared role: all a withdrawal takes back (a
 /// role of its own loses its policy instead, and its association is not read).
 async fn shared_association(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     access: &BucketAccess,
     owner: &Owner,
 ) -> Result<Found<Association>, crate::aws::Error> {
@@ -260,7 +261,7 @@ async fn shared_association(
 /// ownership tags (`Absent` for other types). Without `--eks-cluster-name` none can be found:
 /// `strict` (a deletion, which fails closed) says so as an error; a pass's plan refuses anyway.
 pub(super) async fn association(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     access: &BucketAccess,
     owner: &Owner,
     strict: bool,
@@ -320,7 +321,7 @@ pub(super) async fn association(
 /// early): this read is fresh, so a grant never follows the name to a bucket someone else made.
 async fn bucket_not_ready(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     msg: String,
     at: &Address,
     bucket_owner: &Owner,
@@ -340,7 +341,7 @@ async fn bucket_not_ready(
 /// grant is to be withdrawn), and the access's identity.
 async fn read_grant(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     d: &Address,
     bucket_owner: &Owner,
     secret: Option<Secret>,
@@ -389,7 +390,7 @@ async fn read_grant(
 /// (and an event) for a Bucket that existed all along. Found here, it waits like any access on
 /// a new Bucket; the Bucket's own watch event wakes it again. (A LIST by name: the operator's
 /// RBAC grants list and watch on Buckets, not get.)
-async fn live_bucket(ctx: &Context, ns: &str, name: &str) -> Result<Option<Bucket>, Error> {
+async fn live_bucket(ctx: &InAccount<'_>, ns: &str, name: &str) -> Result<Option<Bucket>, Error> {
     let api = Api::<Bucket>::namespaced(ctx.client.clone(), ns);
     let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
     Ok(api.list(&by_name).await?.items.into_iter().next())
@@ -398,7 +399,7 @@ async fn live_bucket(ctx: &Context, ns: &str, name: &str) -> Result<Option<Bucke
 /// The user or role with this access's name: whether it is ours, and if so what the plan
 /// compares (nothing more is read of an identity that is not ours).
 async fn observe_identity(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     access: &BucketAccess,
     owner: &Owner,
 ) -> Result<Found<IdentityState>, crate::aws::Error> {
@@ -440,7 +441,7 @@ async fn observe_identity(
 /// read happens only while the first name is absent on an access that has the finalizer, never
 /// in a steady pass or a first one.
 async fn find_identity(
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     access: &BucketAccess,
     owner: &Owner,
 ) -> Result<Option<(Identity, crate::aws::iam::Entity)>, crate::aws::Error> {
@@ -463,7 +464,7 @@ async fn find_identity(
 /// else (it is never overwritten).
 async fn read_secret(
     access: &BucketAccess,
-    ctx: &Context,
+    ctx: &InAccount<'_>,
     ns: &str,
 ) -> Result<Option<Secret>, Error> {
     let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
