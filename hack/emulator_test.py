@@ -2,8 +2,10 @@
 Identity agent stand-in (hack/pod_identity_agent.py), against a running test environment:
 EKS Pod Identity associations, EKS Auth AssumeRoleForPodIdentity, session policies and session
 tags, AssumeRoleWithWebIdentity (IRSA), the agent's container credentials endpoint, the
-CloudTrail management events the emulator puts on EventBridge, and the account checks S3 and
-IAM make (`x-amz-expected-bucket-owner`, `aws:ResourceAccount`) against a second account.
+CloudTrail management events the emulator puts on EventBridge, the account checks S3 and
+IAM make (`x-amz-expected-bucket-owner`, `aws:ResourceAccount`) against a second account, and
+member accounts (S3OP_EMULATOR_ACCOUNTS) with AssumeRole as STS checks it, against a launcher of
+its own (the environment's moto is started without member accounts).
 
 ServiceAccount tokens are real ones (kubectl create token); the expired one is signed with the
 environment's own ServiceAccount key, the forged one with a fresh key.
@@ -15,7 +17,10 @@ import base64
 import json
 import os
 import secrets
+import socket
 import subprocess
+import sys
+import tempfile
 import time
 import unittest
 import urllib.error
@@ -630,6 +635,312 @@ class CloudTrailEvents(unittest.TestCase):
         succeeded = self.received("succeeded")
         self.assertEqual(sorted(e["detail"]["eventName"] for e in succeeded),
                          ["CreateBucket", "CreateUser", "PutBucketPublicAccessBlock"])
+
+
+LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moto_server.py")
+MEMBERS = ("111111111111", "222222222222")
+ORG_ROLE = "OrganizationAccountAccessRole"
+
+
+def launcher(env, port):
+    """hack/moto_server.py on loopback with `env` added to this process's environment. Its
+    output (a line a request) goes to a file, `.log` of the process, never to a pipe it could fill."""
+    full = {k: v for k, v in os.environ.items() if k != "MOTO_ACCOUNT_ID"}
+    log = tempfile.TemporaryFile(mode="w+")
+    server = subprocess.Popen([sys.executable, LAUNCHER, "127.0.0.1", str(port)],
+                              env={**full, **env}, stdout=log, stderr=subprocess.STDOUT)
+    server.log = log
+    return server
+
+
+def output_of(server):
+    server.log.seek(0)
+    return server.log.read()
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def denied(call, *args, **kwargs):
+    """(HTTP status, code, message) of a refused call; None if it succeeded."""
+    try:
+        call(*args, **kwargs)
+    except ClientError as e:
+        error = e.response["Error"]
+        return e.response["ResponseMetadata"]["HTTPStatusCode"], error["Code"], error.get("Message")
+    return None
+
+
+class MemberAccounts(unittest.TestCase):
+    """Accounts as AWS Organizations makes them, and AssumeRole as STS checks it, on a launcher
+    of this test's own with S3OP_EMULATOR_ACCOUNTS: the default account's admin (made by its
+    three unauthenticated calls, as hack/aws_bootstrap.py makes it) gets into a member account
+    through OrganizationAccountAccessRole and sets things up there."""
+
+    @classmethod
+    def setUpClass(cls):
+        port = free_port()
+        cls.server = launcher({"S3OP_EMULATOR_ACCOUNTS": ",".join(MEMBERS),
+                               "INITIAL_NO_AUTH_ACTION_COUNT": "3"}, port)
+        cls.endpoint = f"http://127.0.0.1:{port}"
+        for _ in range(150):
+            try:
+                socket.create_connection(("127.0.0.1", port), 1).close()
+                break
+            except OSError:
+                if cls.server.poll() is not None:
+                    raise RuntimeError(f"the launcher exited: {output_of(cls.server)}")
+                time.sleep(0.2)
+        iam = cls.client("iam", "bootstrap", "bootstrap")
+        iam.create_user(UserName="admin")
+        iam.put_user_policy(UserName="admin", PolicyName="admin",
+                            PolicyDocument=json.dumps(statement("*", "*")))
+        key = iam.create_access_key(UserName="admin")["AccessKey"]
+        cls.admin = (key["AccessKeyId"], key["SecretAccessKey"])
+        cls.iam, cls.sts, cls.s3 = (cls.client(s, *cls.admin) for s in ("iam", "sts", "s3"))
+        # The operator's principal in the default account: it may assume roles of the member
+        # accounts (and tag their sessions), nothing else.
+        cls.operator_arn = f"arn:aws:iam::{ACCOUNT}:user/operator"
+        cls.operator = cls.user("operator", {"Version": "2012-10-17", "Statement": [{
+            "Effect": "Allow", "Action": ["sts:AssumeRole", "sts:TagSession"],
+            "Resource": [f"arn:aws:iam::{m}:role/target-*" for m in MEMBERS]}]})
+        cls.member = MEMBERS[0]
+        cls.member_iam = cls.session("iam", cls.org_credentials(cls.member))
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.terminate()
+        cls.server.wait(10)
+        cls.server.log.close()
+
+    @classmethod
+    def client(cls, service, key, secret, token=None):
+        return boto3.client(service, endpoint_url=cls.endpoint, region_name="us-east-1",
+                            aws_access_key_id=key, aws_secret_access_key=secret,
+                            aws_session_token=token)
+
+    @classmethod
+    def session(cls, service, creds):
+        return cls.client(service, creds["AccessKeyId"], creds["SecretAccessKey"],
+                          creds["SessionToken"])
+
+    @classmethod
+    def user(cls, name, policy):
+        """Clients of a new user of the default account (sts, iam, s3), whose only policy is
+        `policy`."""
+        cls.iam.create_user(UserName=name)
+        if policy:
+            cls.iam.put_user_policy(UserName=name, PolicyName="p", PolicyDocument=json.dumps(policy))
+        key = cls.iam.create_access_key(UserName=name)["AccessKey"]
+        return {s: cls.client(s, key["AccessKeyId"], key["SecretAccessKey"]) for s in ("sts", "iam", "s3")}
+
+    @classmethod
+    def org_credentials(cls, account, session_name="setup"):
+        return cls.sts.assume_role(RoleArn=f"arn:aws:iam::{account}:role/{ORG_ROLE}",
+                                   RoleSessionName=session_name)["Credentials"]
+
+    def target(self, name, trust, policy=None, **extra):
+        """A role of the member account, made through the admin's organization session."""
+        arn = self.member_iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(
+            {"Version": "2012-10-17", "Statement": trust}), **extra)["Role"]["Arn"]
+        if policy:
+            self.member_iam.put_role_policy(RoleName=name, PolicyName="p",
+                                            PolicyDocument=json.dumps(policy))
+        return arn
+
+    def assert_refused(self, sts, role_arn, caller_arn, action="sts:AssumeRole", **params):
+        self.assertEqual(denied(sts.assume_role, RoleArn=role_arn, RoleSessionName="op", **params), (
+            403, "AccessDenied",
+            f"User: {caller_arn} is not authorized to perform: {action} on resource: {role_arn}"))
+
+    def test_the_organization_role_gets_the_admin_into_each_member_account(self):
+        for account in MEMBERS:
+            with self.subTest(account=account):
+                creds = self.org_credentials(account)
+                me = self.session("sts", creds).get_caller_identity()
+                self.assertEqual((me["Arn"], me["Account"]),
+                                 (f"arn:aws:sts::{account}:assumed-role/{ORG_ROLE}/setup", account))
+                made = self.session("iam", creds).create_role(
+                    RoleName="made-here", AssumeRolePolicyDocument=json.dumps(
+                        {"Version": "2012-10-17", "Statement": []}))["Role"]["Arn"]
+                self.assertEqual(made, f"arn:aws:iam::{account}:role/made-here")
+        # Made in the member accounts only; the default account has neither role.
+        for name in ("made-here", ORG_ROLE):
+            self.assertEqual(error_code(self.iam.get_role, RoleName=name), "NoSuchEntity")
+        # The trust names the default account: its principals need an identity policy for it.
+        self.assert_refused(self.operator["sts"], f"arn:aws:iam::{MEMBERS[0]}:role/{ORG_ROLE}",
+                            self.operator_arn)
+        # An account that is no member has no such role.
+        self.assert_refused(self.sts, f"arn:aws:iam::333333333333:role/{ORG_ROLE}",
+                            f"arn:aws:iam::{ACCOUNT}:user/admin")
+
+    def test_external_id(self):
+        arn = self.target("target-extid", [{
+            "Effect": "Allow", "Principal": {"AWS": self.operator_arn}, "Action": "sts:AssumeRole",
+            "Condition": {"StringEquals": {"sts:ExternalId": "tenant-7"}}}])
+        sts = self.operator["sts"]
+        creds = sts.assume_role(RoleArn=arn, RoleSessionName="op", ExternalId="tenant-7")["Credentials"]
+        me = self.session("sts", creds).get_caller_identity()
+        self.assertEqual((me["Arn"], me["Account"]),
+                         (f"arn:aws:sts::{self.member}:assumed-role/target-extid/op", self.member))
+        self.assert_refused(sts, arn, self.operator_arn, ExternalId="tenant-8")
+        self.assert_refused(sts, arn, self.operator_arn)
+
+    def test_the_trust_must_name_the_caller(self):
+        self.iam.create_user(UserName="someone-else")
+        other = f"arn:aws:iam::{ACCOUNT}:user/someone-else"
+        arn = self.target("target-other", [{
+            "Effect": "Allow", "Principal": {"AWS": other}, "Action": "sts:AssumeRole"}])
+        self.assert_refused(self.operator["sts"], arn, self.operator_arn)
+        self.assert_refused(self.sts, arn, f"arn:aws:iam::{ACCOUNT}:user/admin")
+        # The caller's account, as its root or its bare id, and `*` name the caller.
+        for name, principal in (("root", {"AWS": f"arn:aws:iam::{ACCOUNT}:root"}),
+                                ("id", {"AWS": ACCOUNT}), ("star", "*")):
+            with self.subTest(principal=principal):
+                arn = self.target(f"target-{name}", [
+                    {"Effect": "Allow", "Principal": principal, "Action": "sts:AssumeRole"}])
+                self.operator["sts"].assume_role(RoleArn=arn, RoleSessionName="op")
+        # A Deny naming the caller wins over the Allow.
+        arn = self.target("target-denied", [
+            {"Effect": "Allow", "Principal": "*", "Action": "sts:AssumeRole"},
+            {"Effect": "Deny", "Principal": {"AWS": self.operator_arn}, "Action": "sts:AssumeRole",
+             "Condition": {"StringLike": {"sts:RoleSessionName": "bad-*"}}}])
+        self.operator["sts"].assume_role(RoleArn=arn, RoleSessionName="good")
+        self.assertEqual(denied(self.operator["sts"].assume_role, RoleArn=arn,
+                                RoleSessionName="bad-1")[1], "AccessDenied")
+
+    def test_the_identity_policy_must_allow_the_role_arn(self):
+        # The trust admits the operator, whose policy allows only roles named target-*.
+        arn = self.target("untargeted", [
+            {"Effect": "Allow", "Principal": {"AWS": self.operator_arn}, "Action": "sts:AssumeRole"}])
+        self.assert_refused(self.operator["sts"], arn, self.operator_arn)
+
+    def test_a_role_that_does_not_exist(self):
+        for arn in (f"arn:aws:iam::{self.member}:role/target-none",
+                    # It exists, in another account than the ARN names.
+                    f"arn:aws:iam::{MEMBERS[1]}:role/target-extid"):
+            with self.subTest(arn=arn):
+                self.assert_refused(self.operator["sts"], arn, self.operator_arn)
+
+    def test_session_tags_need_tag_session(self):
+        admits = {"Effect": "Allow", "Principal": {"AWS": self.operator_arn}, "Action": "sts:AssumeRole"}
+        untaggable = self.target("target-untaggable", [admits])
+        sts = self.operator["sts"]
+        tags = [{"Key": "team", "Value": "blue"}]
+        self.assert_refused(sts, untaggable, self.operator_arn, "sts:TagSession", Tags=tags)
+        self.assert_refused(sts, untaggable, self.operator_arn, "sts:TagSession",
+                            TransitiveTagKeys=["team"], Tags=tags)
+        sts.assume_role(RoleArn=untaggable, RoleSessionName="plain")
+        taggable = self.target("target-taggable", [admits, {
+            "Effect": "Allow", "Principal": {"AWS": self.operator_arn}, "Action": "sts:TagSession",
+            "Condition": {"StringEquals": {"aws:RequestTag/team": "blue"},
+                          "ForAllValues:StringEquals": {"aws:TagKeys": ["team"]}}}],
+            statement("s3:ListAllMyBuckets", "*",
+                      Condition={"StringEquals": {"aws:PrincipalTag/team": "blue"}}))
+        creds = sts.assume_role(RoleArn=taggable, RoleSessionName="tagged", Tags=tags)["Credentials"]
+        for name, other_tags in (("another value", [{"Key": "team", "Value": "red"}]),
+                                 ("another key", tags + [{"Key": "x", "Value": "y"}])):
+            with self.subTest(name):
+                self.assert_refused(sts, taggable, self.operator_arn, "sts:TagSession", Tags=other_tags)
+        # The session's tags are its aws:PrincipalTag: the role's policy asks for one.
+        self.assertEqual(error_code(self.session("s3", creds).list_buckets), None)
+        plain = sts.assume_role(RoleArn=taggable, RoleSessionName="plain")["Credentials"]
+        self.assertEqual(error_code(self.session("s3", plain).list_buckets), "AccessDenied")
+        # A source identity needs sts:SetSourceIdentity, which neither trust allows.
+        self.assert_refused(sts, untaggable, self.operator_arn, "sts:SetSourceIdentity",
+                            SourceIdentity="someone")
+
+    def test_same_account_trust_naming_the_user_needs_no_identity_policy(self):
+        # As AWS: in the role's own account a trust naming the user itself grants; one naming
+        # the account defers to the user's identity policies (it has none).
+        bare = self.user("bare", None)
+        bare_arn = f"arn:aws:iam::{ACCOUNT}:user/bare"
+        for name, principal, allowed in (("by-user", bare_arn, True),
+                                         ("by-account", f"arn:aws:iam::{ACCOUNT}:root", False)):
+            with self.subTest(name):
+                arn = self.iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps({
+                    "Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Principal": {
+                        "AWS": principal}, "Action": "sts:AssumeRole"}]}))["Role"]["Arn"]
+                if allowed:
+                    bare["sts"].assume_role(RoleArn=arn, RoleSessionName="bare")
+                else:
+                    self.assert_refused(bare["sts"], arn, bare_arn)
+
+    def test_the_session_is_the_roles_in_its_account(self):
+        events, sqs = self.client("events", *self.admin), self.client("sqs", *self.admin)
+        url = sqs.create_queue(QueueName="trail")["QueueUrl"]
+        queue = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        events.put_rule(Name="trail", EventPattern=json.dumps({"source": ["aws.s3"]}))
+        events.put_targets(Rule="trail", Targets=[{"Id": "q", "Arn": queue}])
+        root = {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"},
+                "Action": "sts:AssumeRole"}
+        arn = self.target("writer", [root], statement(
+            ["s3:CreateBucket", "s3:PutObject", "s3:ListAllMyBuckets"], "*"))
+        creds = self.sts.assume_role(RoleArn=arn, RoleSessionName="writer")["Credentials"]
+        s3 = self.session("s3", creds)
+        bucket = "member-bucket"
+        s3.create_bucket(Bucket=bucket)
+        put = dict(Bucket=bucket, Key="k", Body=b"x")
+        s3.put_object(**put, ExpectedBucketOwner=self.member)
+        self.assertEqual(error_code(s3.put_object, **put, ExpectedBucketOwner=ACCOUNT), "AccessDenied")
+        self.assertIn(bucket, [b["Name"] for b in s3.list_buckets()["Buckets"]])
+        self.assertNotIn(bucket, [b["Name"] for b in self.s3.list_buckets()["Buckets"]])
+        # The role's policy, nothing more: not the admin's who assumed it.
+        self.assertEqual(error_code(s3.delete_bucket, Bucket=bucket), "AccessDenied")
+        self.assertEqual(error_code(self.session("iam", creds).create_user, UserName="x"), "AccessDenied")
+        # Its CloudTrail events are the member account's: none reaches the default account's bus,
+        # which gets the default account's own.
+        self.s3.create_bucket(Bucket="default-bucket")
+        got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=1).get("Messages", [])
+        self.assertEqual([json.loads(m["Body"])["detail"]["requestParameters"]["bucketName"] for m in got],
+                         ["default-bucket"])
+
+    def test_boundary_and_session_policy_of_a_member_accounts_role(self):
+        boundary = self.member_iam.create_policy(PolicyName="list-only", PolicyDocument=json.dumps(
+            statement("s3:ListAllMyBuckets", "*")))["Policy"]["Arn"]
+        self.assertTrue(boundary.startswith(f"arn:aws:iam::{self.member}:policy/"))
+        root = {"Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{ACCOUNT}:root"},
+                "Action": "sts:AssumeRole"}
+        bounded = self.target("bounded", [root], statement("s3:*", "*"), PermissionsBoundary=boundary)
+        s3 = self.session("s3", self.sts.assume_role(RoleArn=bounded, RoleSessionName="bounded")["Credentials"])
+        self.assertEqual(error_code(s3.list_buckets), None)
+        self.assertEqual(error_code(s3.create_bucket, Bucket="bounded-bucket"), "AccessDenied")
+        free = self.target("free", [root], statement("s3:*", "*"))
+        narrowed = self.sts.assume_role(RoleArn=free, RoleSessionName="narrowed", Policy=json.dumps(
+            statement("s3:ListAllMyBuckets", "*")))["Credentials"]
+        s3 = self.session("s3", narrowed)
+        self.assertEqual(error_code(s3.list_buckets), None)
+        self.assertEqual(error_code(s3.create_bucket, Bucket="narrowed-bucket"), "AccessDenied")
+
+    def test_keys_of_a_member_accounts_user(self):
+        self.member_iam.create_user(UserName="worker")
+        self.member_iam.put_user_policy(UserName="worker", PolicyName="p", PolicyDocument=json.dumps(
+            statement(["s3:CreateBucket", "s3:ListBucket", "s3:ListAllMyBuckets"], "*")))
+        key = self.member_iam.create_access_key(UserName="worker")["AccessKey"]
+        me = self.client("sts", key["AccessKeyId"], key["SecretAccessKey"]).get_caller_identity()
+        self.assertEqual((me["Arn"], me["Account"]),
+                         (f"arn:aws:iam::{self.member}:user/worker", self.member))
+        s3 = self.client("s3", key["AccessKeyId"], key["SecretAccessKey"])
+        s3.create_bucket(Bucket="worker-bucket")
+        listed = dict(Bucket="worker-bucket", Prefix="")
+        self.assertEqual(error_code(s3.list_objects_v2, **listed, ExpectedBucketOwner=self.member), None)
+        self.assertEqual(error_code(s3.list_objects_v2, **listed, ExpectedBucketOwner=ACCOUNT), "AccessDenied")
+        self.assertNotIn("worker-bucket", [b["Name"] for b in self.s3.list_buckets()["Buckets"]])
+        iam = self.client("iam", key["AccessKeyId"], key["SecretAccessKey"])
+        self.assertEqual(error_code(iam.create_user, UserName="y"), "AccessDenied")
+
+
+class MemberAccountsVariable(unittest.TestCase):
+    def test_an_id_that_is_not_an_account_stops_the_launcher(self):
+        for value in ("12345", f"{MEMBERS[0]},{ACCOUNT}"):
+            with self.subTest(value=value):
+                server = launcher({"S3OP_EMULATOR_ACCOUNTS": value}, free_port())
+                self.assertNotEqual(server.wait(60), 0)
+                self.assertIn("S3OP_EMULATOR_ACCOUNTS", output_of(server))
+                server.log.close()
 
 
 if __name__ == "__main__":

@@ -8,9 +8,10 @@ parts the operator relies on. Everything else is stock moto.
   managed policies (`PolicyArn`, or the ARN CreatePolicy will give).
 - Conditions: stock moto passes no request context to identity policies and treats a statement
   whose condition fails as an explicit deny. Here a condition is evaluated against the request's
-  context keys (`iam:PermissionsBoundary`, `s3:prefix`, `aws:SecureTransport`, `aws:PrincipalArn`) with AWS's
-  operators (String*, Arn*, Bool, Null, ...IfExists) and a statement whose condition does not
-  hold simply does not apply.
+  context keys (`iam:PermissionsBoundary`, `s3:prefix`, `aws:SecureTransport`, `aws:PrincipalArn`,
+  `aws:PrincipalAccount`) with AWS's operators (String*, Arn*, Bool, Null, ...IfExists, and the
+  set qualifiers ForAllValues:/ForAnyValue: for multivalued keys such as `aws:TagKeys`) and a
+  statement whose condition does not hold simply does not apply.
 - Permissions boundaries: stock moto has none for users and enforces none. Here CreateUser takes
   `PermissionsBoundary`, Put/DeleteUserPermissionsBoundary exist, GetUser reports it, and every
   request by a user or role with a boundary must be allowed by that boundary too.
@@ -81,14 +82,16 @@ parts the operator relies on. Everything else is stock moto.
   TLS trusting `S3OP_OIDC_CA_BUNDLE`), its `exp` in the future, and a trust policy statement of
   the role must name the provider as `Federated` with conditions that hold for `<provider>:sub`
   and `<provider>:aud`. Refusals are STS's: InvalidIdentityToken, ExpiredTokenException,
-  AccessDenied, IDPCommunicationError. The call is unsigned, as in AWS.
+  AccessDenied, IDPCommunicationError. The call is unsigned, as in AWS; the provider and the role
+  are looked up in the account the role's ARN names.
 - CloudTrail management events on EventBridge: every successful S3 bucket-level write
   (CreateBucket, Put/DeleteBucket<Subresource>, DeleteBucket, ...) and IAM write (any Action but
-  Get*/List*/Generate*/Simulate*) is put on the account's default event bus of its region (IAM's
+  Get*/List*/Generate*/Simulate*) is put on the default event bus of its region (IAM's
   in us-east-1, as CloudTrail records them) as an "AWS API Call via CloudTrail" event, source
   `aws.s3`/`aws.iam`, with CloudTrail's record as the detail (eventSource, eventName,
   userIdentity of the signing key, requestParameters: the bucket name, or IAM's parameters
-  without documents). Rules on that bus then send it on, for example to an SQS queue. Stock moto
+  without documents), of the account of the signing key (a member account's calls never reach the
+  default account's bus). Rules on that bus then send it on, for example to an SQS queue. Stock moto
   emits none; object-level data events are not emitted (CloudTrail needs a data-event trail).
 - EKS Pod Identity associations (stock moto has none): Create/Describe/List/Update/
   DeletePodIdentityAssociation on EKS's routes, authorized as `eks:<Action>` on the cluster
@@ -111,7 +114,36 @@ parts the operator relies on. Everything else is stock moto.
   or AssumeRoleWithWebIdentity's `Policy`, a Pod Identity association's `policy`) may do only
   what both its role (capped by the boundary) and the session policy allow; a bucket policy
   naming the session itself is not narrowed by it, one naming the role is. A Pod Identity
-  session's tags are its condition keys `aws:PrincipalTag/<key>` (STS's own `Tags` are not kept).
+  session's tags, and an AssumeRole session's `Tags`, are its condition keys
+  `aws:PrincipalTag/<key>` (stock moto drops AssumeRole's `Tags`).
+- Member accounts, as AWS Organizations makes them (stock moto has accounts but nothing in them):
+  `S3OP_EMULATOR_ACCOUNTS` (comma-separated 12-digit ids, default none) creates at start, in each
+  such account, the role `OrganizationAccountAccessRole`, whose trust policy lets the default
+  account (123456789012, `arn:aws:iam::123456789012:root`: the management account) assume it and
+  whose inline policy `AdministratorAccess` allows `*` on `*`. The default account's admin gets
+  into a member account by AssumeRole on it; the session's requests (IAM users and roles it
+  creates, S3 buckets) are the member account's, as are the keys of users made there.
+- AssumeRole checks what STS checks (stock moto accepts any ARN, even of a role that does not
+  exist, and checks the trust policy only of a role in the caller's own account, ignoring
+  ExternalId): the role must exist in the account its ARN names; its trust policy must have an
+  Allow for `sts:AssumeRole` whose Principal names the caller (`{"AWS": ...}` with its user ARN,
+  its role's ARN or its role session's ARN, its account as `arn:aws:iam::<acct>:root` or the bare
+  id, or `*`) and whose Condition holds with `sts:ExternalId` (absent when not given),
+  `sts:RoleSessionName`, `sts:SourceIdentity`, `aws:PrincipalArn`, `aws:PrincipalAccount`,
+  `aws:PrincipalTag/<key>` of a calling session, `aws:RequestTag/<key>` of each session tag,
+  `aws:TagKeys` and `sts:TransitiveTagKeys`; a matching Deny refuses. Session tags (`Tags`,
+  `TransitiveTagKeys`) need `sts:TagSession` and `SourceIdentity` needs `sts:SetSourceIdentity`,
+  each allowed the same way. The caller's identity policies (with its boundary and session
+  policy) must allow each action on the role's ARN too, except in the role's own account, where
+  a trust statement naming the user or role session itself suffices and one naming the caller's
+  role or `*` suffices within the boundary and session policy (as for bucket policies; one naming
+  the account defers to the identity policies). A refusal is STS's 403 AccessDenied "User:
+  <caller ARN> is not authorized to perform: <action> on resource: <role ARN>", and no credentials
+  are issued. Not emulated: `NotPrincipal`/`NotAction` in trust policies (ignored), a trust
+  policy's principals turning into unique ids when they are deleted, AWS's validation that a
+  trust policy's principals exist, DurationSeconds beyond the role's MaxSessionDuration or one
+  hour for role chaining, transitive session tags passed down a role chain, the role's own IAM
+  tags as aws:PrincipalTag, and service control policies of an organization.
 - A request log the tests read, since the operator's own counters cannot show what it did not
   count: every request is counted by (access key id, operation) when it arrives, before moto
   handles it, whatever the answer. `GET /__s3op/requests?key=ID` answers one key's counts as a
@@ -158,7 +190,7 @@ from moto.core.responses import EmptyResult
 from moto.iam import access_control
 from moto.iam.access_control import IAMPolicy, PermissionResult
 from moto.iam.exceptions import NotFoundException
-from moto.iam.models import User, iam_backends
+from moto.iam.models import User, get_account_id_from, iam_backends
 from moto.iam.responses import IamResponse
 from moto.s3.exceptions import MalformedXML, S3ClientError
 from moto.s3.models import FakeBucket, S3Backend, s3_backends
@@ -298,8 +330,12 @@ def _matches(op, expected, actual):
 
 def condition_holds(conditions, context):
     """AWS semantics: every operator and key must hold; a missing key fails positive operators
-    and satisfies negated ones; `...IfExists` ignores a missing key; `Null` tests presence."""
+    and satisfies negated ones; `...IfExists` ignores a missing key; `Null` tests presence. A
+    multivalued key (a list: aws:TagKeys) takes the set qualifiers: `ForAllValues:` holds when
+    every value matches (also when there is none), `ForAnyValue:` when one does; unqualified, one
+    matching value suffices."""
     for operator, keys in (conditions or {}).items():
+        qualifier, _, operator = operator.rpartition(":")
         if_exists = operator.endswith("IfExists")
         op = operator[: -len("IfExists")] if if_exists else operator
         for key, expected in keys.items():
@@ -309,14 +345,29 @@ def condition_holds(conditions, context):
                 if any(str(e).lower() == "true" for e in expected) != (actual is None):
                     return False
                 continue
-            if actual is None:
-                if if_exists or "Not" in op:
-                    continue
-                return False
             negated = "Not" in op
             base = op.replace("Not", "", 1)
-            hit = any(_matches(base, str(e), str(actual)) for e in expected)
-            if hit == negated:
+
+            def hit(value):
+                return any(_matches(base, str(e), str(value)) for e in expected) != negated
+
+            values = actual if isinstance(actual, list) else [] if actual is None else [actual]
+            if qualifier == "ForAllValues":
+                if not all(hit(v) for v in values):
+                    return False
+                continue
+            if qualifier == "ForAnyValue":
+                if not any(hit(v) for v in values):
+                    return False
+                continue
+            if actual is None:
+                if if_exists or negated:
+                    continue
+                return False
+            if negated:
+                if not all(hit(v) for v in values):
+                    return False
+            elif not any(hit(v) for v in values):
                 return False
     return True
 
@@ -373,7 +424,8 @@ def _request_context(self, resource="*"):
     aws:SecureTransport is true (the operator's TLS-only bucket policy statement binds no one)."""
     data = self._data or {}
     context = {"aws:SecureTransport": "true",
-               "aws:ResourceAccount": _resource_account(self, resource)}
+               "aws:ResourceAccount": _resource_account(self, resource),
+               "aws:PrincipalAccount": self.account_id}
     principal_arn = _caller_principal(self)[0]
     if principal_arn:
         context["aws:PrincipalArn"] = principal_arn
@@ -498,37 +550,48 @@ def _role_session(self):
     return sessions.get_assumed_role_from_access_key(key._access_key_id)
 
 
-def _within_session_policy(self, resource, context):
-    """Whether the caller's session policy, if any, allows the request (its Deny refuses)."""
+def _session_policy_result(self, resource, context):
+    """The caller's session policy's answer for the request, None for a caller without one."""
     policy = getattr(_role_session(self), "policy", None)
     if not policy:
-        return True
-    result = IAMPolicy(policy).is_action_permitted(self._action, resource, None, context)
-    if result == PermissionResult.DENIED:
-        self._raise_access_denied()
-    return result == PermissionResult.PERMITTED
+        return None
+    return IAMPolicy(policy).is_action_permitted(self._action, resource, None, context)
+
+
+def _identity_decision(self, resource, context):
+    """"deny" (an explicit Deny of the caller's identity policies or session policy), else
+    (an identity policy allows, the permissions boundary allows, the session policy allows)."""
+    permitted = False
+    for policy in self._access_key.collect_policies():
+        result = IAMPolicy(policy).is_action_permitted(self._action, resource, None, context)
+        if result == PermissionResult.DENIED:
+            return "deny"
+        permitted = permitted or result == PermissionResult.PERMITTED
+    session = _session_policy_result(self, resource, context)
+    if session == PermissionResult.DENIED:
+        return "deny"
+    boundary = _caller_boundary(self)
+    within_boundary = boundary is None or (
+        IAMPolicy(boundary).is_action_permitted(self._action, resource, None, context)
+        == PermissionResult.PERMITTED
+    )
+    return permitted, within_boundary, session in (None, PermissionResult.PERMITTED)
 
 
 def _check_action_permitted(self, resource):
     if self._action == "sts:GetCallerIdentity":
         return
     self._action = _AUTHORIZED_AS.get(self._action, self._action)
+    if self._action == "sts:AssumeRole":
+        return _check_assume_role(self, resource)
     context = _request_context(self, resource)
-    permitted = False
-    for policy in self._access_key.collect_policies():
-        result = IAMPolicy(policy).is_action_permitted(self._action, resource, None, context)
-        if result == PermissionResult.DENIED:
-            self._raise_access_denied()
-        permitted = permitted or result == PermissionResult.PERMITTED
+    identity = _identity_decision(self, resource, context)
+    if identity == "deny":
+        self._raise_access_denied()
+    permitted, within_boundary, within_session = identity
     resource_policy = _bucket_policy_decision(self, resource, context)
     if resource_policy == "deny":
         self._raise_access_denied()
-    boundary = _caller_boundary(self)
-    within_boundary = boundary is None or (
-        IAMPolicy(boundary).is_action_permitted(self._action, resource, None, context)
-        == PermissionResult.PERMITTED
-    )
-    within_session = _within_session_policy(self, resource, context)
     # Same account: an identity-policy or a resource-policy Allow suffices; the boundary and
     # the session policy cap both, except a resource policy that names the user or role
     # session itself.
@@ -536,10 +599,117 @@ def _check_action_permitted(self, resource):
         "direct" in resource_policy
         or ((permitted or "capped" in resource_policy) and within_boundary and within_session)
     )
-    if self._is_assuming_role_operation(resource):
-        permitted = permitted and self._check_role_trust_relationship(resource)
     if not permitted:
         self._raise_access_denied()
+
+
+# ---------------------------------------------------------------- AssumeRole as STS checks it
+
+
+def _role_of_arn(role_arn, partition):
+    """The role an ARN names, looked up in the account the ARN names, else None."""
+    parts = (role_arn or "").split(":", 5)
+    if len(parts) != 6 or parts[2] != "iam" or not parts[5].startswith("role/"):
+        return None
+    try:
+        return iam_backends[parts[4]][partition].get_role_by_arn(role_arn)
+    except (NotFoundException, KeyError):
+        return None
+
+
+def _session_tags_of(data):
+    """AssumeRole's `Tags.member.N.Key/Value`, as {key: value}."""
+    tags = {}
+    for name, value in (data or {}).items():
+        found = re.fullmatch(r"Tags\.member\.(\d+)\.Key", name)
+        if found:
+            tags[_first(value)] = _first(data.get(f"Tags.member.{found.group(1)}.Value")) or ""
+    return tags
+
+
+def _assume_role_context(self, role_arn):
+    """The request context STS evaluates AssumeRole's policies with."""
+    data = self._data or {}
+    context = _request_context(self, role_arn)
+    context["sts:RoleSessionName"] = _first(data.get("RoleSessionName"))
+    for param, key in (("ExternalId", "sts:ExternalId"), ("SourceIdentity", "sts:SourceIdentity")):
+        if _first(data.get(param)) is not None:
+            context[key] = _first(data.get(param))
+    tags = _session_tags_of(data)
+    for key, value in tags.items():
+        context[f"aws:RequestTag/{key}"] = value
+    if tags:
+        context["aws:TagKeys"] = list(tags)
+    transitive = [_first(v) for k, v in sorted(data.items()) if k.startswith("TransitiveTagKeys.member.")]
+    if transitive:
+        context["sts:TransitiveTagKeys"] = transitive
+    return {k: v for k, v in context.items() if v is not None}
+
+
+def _trust_decision(self, role, context):
+    """The role's trust policy for this request (self._action): "deny" (a Deny statement naming
+    the caller applies), else the set of ways its applying Allow statements name the caller
+    (see _principal_kind: the caller's account is the account of its key)."""
+    try:
+        trust = json.loads(role.assume_role_policy_document)
+    except Exception:
+        return set()
+    caller_arn, direct = _caller_principal(self)
+    partition = role.arn.split(":")[1]
+    allows = set()
+    for st in _as_list(trust.get("Statement")):
+        if not any(_iam_like(a, self._action, True) for a in _as_list(st.get("Action"))):
+            continue
+        kind = _principal_kind(st.get("Principal"), caller_arn, direct, self.account_id, partition)
+        if kind is None:
+            continue
+        if "Condition" in st and not condition_holds(st["Condition"], context):
+            continue
+        if st.get("Effect") == "Deny":
+            return "deny"
+        allows.add(kind)
+    return allows
+
+
+def _assume_permitted(self, role, context):
+    """STS's decision for one action of an AssumeRole request (sts:AssumeRole, sts:TagSession,
+    sts:SetSourceIdentity) on an existing role: the trust policy must allow it for the caller,
+    and so must the caller's identity policies (capped by its permissions boundary and session
+    policy), except in the role's own account where a trust statement naming the user or role
+    session itself suffices, and one naming its role or `*` suffices within the caps, as for a
+    bucket policy. An explicit Deny in either refuses."""
+    trust = _trust_decision(self, role, context)
+    if trust == "deny" or not trust:
+        return False
+    identity = _identity_decision(self, role.arn, context)
+    if identity == "deny":
+        return False
+    permitted, within_boundary, within_session = identity
+    if role.account_id != self.account_id:
+        return permitted and within_boundary and within_session
+    return "direct" in trust or (
+        (permitted or "capped" in trust) and within_boundary and within_session)
+
+
+def _check_assume_role(self, role_arn):
+    """AssumeRole as STS authorizes it (stock moto checks the trust policy of a role of the
+    caller's own account only, and accepts any ARN of another account, even of no role). Session
+    tags also need sts:TagSession, a source identity sts:SetSourceIdentity. Refused with
+    AccessDenied "User: <caller> is not authorized to perform: <action> on resource: <role>"."""
+    data = self._data or {}
+    role = _role_of_arn(role_arn, get_partition(self._region))
+    context = _assume_role_context(self, role_arn) if role is not None else {}
+    actions = ["sts:AssumeRole"]
+    if "aws:TagKeys" in context or "sts:TransitiveTagKeys" in context:
+        actions.append("sts:TagSession")
+    if _first(data.get("SourceIdentity")) is not None:
+        actions.append("sts:SetSourceIdentity")
+    for action in actions:
+        self._action = action
+        if role is None or not _assume_permitted(self, role, context):
+            raise _query_shaped(AccessDeniedError(
+                user_arn=self._access_key.arn, action=f"{action} on resource: {role_arn}"))
+    self._action = "sts:AssumeRole"
 
 
 access_control.IAMRequestBase.check_action_permitted = _check_action_permitted
@@ -1105,10 +1275,23 @@ def verify_web_identity(iam, role_arn, token):
 
 
 _assume_with_web_identity = TokenResponse.assume_role_with_web_identity
+_assume_role = TokenResponse.assume_role
+
+
+def _assume_role_keeping_tags(self):
+    """The session keeps AssumeRole's `Tags`: its requests' aws:PrincipalTag/<key>."""
+    answer = _assume_role(self)
+    tags = _session_tags_of(self.querystring)
+    if tags:
+        answer.result["Credentials"].session_tags = tags
+    return answer
 
 
 def _assume_with_verified_web_identity(self):
-    iam = iam_backends[self.current_account][self.partition]
+    # The provider and the role are the role's account's (the call is unsigned: no caller's).
+    role_account = (self._get_param("RoleArn") or "").split(":")
+    account = role_account[4] if len(role_account) > 4 and role_account[4] else self.current_account
+    iam = iam_backends[account][self.partition]
     verify_web_identity(iam, self._get_param("RoleArn"), self._get_param("WebIdentityToken") or "")
     return _assume_with_web_identity(self)
 
@@ -1123,6 +1306,7 @@ def _authenticate_unless_web_identity(self, resource="*"):
 
 
 TokenResponse.assume_role_with_web_identity = _assume_with_verified_web_identity
+TokenResponse.assume_role = _assume_role_keeping_tags
 TokenResponse._authenticate_and_authorize_normal_action = _authenticate_unless_web_identity
 
 # ---------------------------------------------------------------- CloudTrail management events
@@ -1169,7 +1353,7 @@ def _user_identity(account, key_id):
 
 
 def cloudtrail_event(environ, form, operation, key_id, error=None):
-    """(region, EventBridge entry) of the CloudTrail management event AWS records for this
+    """(account, region, EventBridge entry) of the CloudTrail management event AWS records for this
     request, or None: S3 bucket-level writes and IAM writes, in CloudTrail's record shape. A
     refused request is recorded too, as CloudTrail does, with its `error` (code, message) in
     `errorCode` and `errorMessage`."""
@@ -1194,7 +1378,8 @@ def cloudtrail_event(environ, form, operation, key_id, error=None):
         return None
     if not name:
         return None
-    account = DEFAULT_ACCOUNT_ID
+    # The account of the signing key (an IAM user's or a role session's), whose trail it is.
+    account = get_account_id_from(key_id)
     detail = {
         "eventVersion": "1.09",
         "userIdentity": _user_identity(account, key_id),
@@ -1218,7 +1403,7 @@ def cloudtrail_event(environ, form, operation, key_id, error=None):
         detail["errorCode"], detail["errorMessage"] = error
     entry = {"Source": f"aws.{service}", "DetailType": CLOUDTRAIL_DETAIL_TYPE,
              "Detail": json.dumps(detail)}
-    return region, entry
+    return account, region, entry
 
 
 _ERROR_CODE = re.compile(rb"<Code>([^<]+)</Code>")
@@ -1232,9 +1417,9 @@ def error_of(body):
             message.group(1).decode() if message else "")
 
 
-def deliver_to_eventbridge(region, entry):
+def deliver_to_eventbridge(account, region, entry):
     """Onto the account's default event bus of `region`, whose rules send it on (SQS)."""
-    events_backends[DEFAULT_ACCOUNT_ID][region].put_events([entry])
+    events_backends[account][region].put_events([entry])
 
 
 # ---------------------------------------------------------------- EKS Pod Identity
@@ -1686,9 +1871,44 @@ class RequestLog:
         return response
 
 
+# ---------------------------------------------------------------- member accounts
+
+ACCOUNTS_VARIABLE = "S3OP_EMULATOR_ACCOUNTS"
+MEMBER_ROLE = "OrganizationAccountAccessRole"
+
+
+def member_accounts(value):
+    """The account ids of S3OP_EMULATOR_ACCOUNTS (comma-separated, 12 digits each)."""
+    ids = [a.strip() for a in (value or "").split(",") if a.strip()]
+    if ids and "MOTO_ACCOUNT_ID" in os.environ:
+        raise SystemExit(f"moto_server: {ACCOUNTS_VARIABLE} needs MOTO_ACCOUNT_ID unset "
+                         "(it puts every request in one account)")
+    for account in ids:
+        if not re.fullmatch(r"\d{12}", account) or account == DEFAULT_ACCOUNT_ID:
+            raise SystemExit(f"moto_server: {ACCOUNTS_VARIABLE}: {account!r} is not a 12-digit "
+                             f"account id other than the default account {DEFAULT_ACCOUNT_ID}")
+    return ids
+
+
+def create_member_account(account):
+    """What AWS Organizations creates in a new member account: the role
+    OrganizationAccountAccessRole, which the management account (here the default account) may
+    assume, with full administrator rights in the member account (inline AdministratorAccess)."""
+    iam = iam_backends[account][get_partition("us-east-1")]
+    trust = {"Version": "2012-10-17", "Statement": [{
+        "Effect": "Allow", "Principal": {"AWS": f"arn:aws:iam::{DEFAULT_ACCOUNT_ID}:root"},
+        "Action": "sts:AssumeRole"}]}
+    admin = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+    iam.create_role(role_name=MEMBER_ROLE, assume_role_policy_document=json.dumps(trust), path="/",
+                    permissions_boundary=None, description="", tags=[], max_session_duration=None)
+    iam.put_role_policy(MEMBER_ROLE, "AdministratorAccess", json.dumps(admin))
+
+
 if __name__ == "__main__":
     # moto.server.main with the request log around moto's application.
     host, port = sys.argv[1], int(sys.argv[2])
+    for member in member_accounts(os.environ.get(ACCOUNTS_VARIABLE)):
+        create_member_account(member)
     app = DomainDispatcherApplication(create_backend_app)
     app.debug = True  # as moto.server.main sets it
     run_simple(host, port, RequestLog(app), threaded=True, request_handler=MotoRequestHandler)
