@@ -23,7 +23,9 @@ pub struct AWSAccountSpec {
     /// The role the operator assumes in that account (`arn:<partition>:iam::<account>:role/...`);
     /// the account is the one this ARN names. `s3-operator iam-policy --target-account` renders
     /// its trust and permission policies.
-    #[schemars(regex(pattern = r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]{1,512}$"))]
+    #[schemars(regex(
+        pattern = r"^arn:aws[a-z-]*:iam::[0-9]{12}:role/[A-Za-z0-9_+=,.@/-]{1,512}$"
+    ))]
     pub role_arn: String,
     /// The Secret, in the operator's own namespace, whose key holds the ExternalId the role's
     /// trust policy requires (`sts:ExternalId`): a tenant can neither read nor name it.

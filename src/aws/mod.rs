@@ -382,9 +382,9 @@ impl Aws {
             .await;
         let base = source
             .to_builder()
-            .credentials_provider(aws_credential_types::provider::SharedCredentialsProvider::new(
-                provider,
-            ))
+            .credentials_provider(
+                aws_credential_types::provider::SharedCredentialsProvider::new(provider),
+            )
             .build();
         let aws = Self::fenced(
             base,

@@ -122,7 +122,9 @@ impl Accounts {
             return Ok(self.home.clone());
         };
         let Some(client) = &self.client else {
-            return Err(Unavailable(format!("AWSAccount {name} cannot be used here")));
+            return Err(Unavailable(format!(
+                "AWSAccount {name} cannot be used here"
+            )));
         };
         let mut entries = self.entries.lock().await;
         match entries.get(name) {
@@ -214,8 +216,9 @@ impl Accounts {
         let name = object.name_any();
         let spec = &object.spec;
         let home = &self.home.settings;
-        let account = account_of(&spec.role_arn)
-            .ok_or_else(|| Unavailable(format!("AWSAccount {name}: spec.roleArn names no account")))?;
+        let account = account_of(&spec.role_arn).ok_or_else(|| {
+            Unavailable(format!("AWSAccount {name}: spec.roleArn names no account"))
+        })?;
         let external_id = external_id(client, &home.operator_namespace, object).await?;
         let role = AssumeRole {
             role_arn: spec.role_arn.clone(),
@@ -226,8 +229,9 @@ impl Accounts {
             region: spec.region.clone(),
         };
         let aws = self.home.aws.assuming(role).await;
-        let unavailable =
-            |e: crate::aws::Error| Unavailable(format!("AWSAccount {name} ({account}): {}", e.message));
+        let unavailable = |e: crate::aws::Error| {
+            Unavailable(format!("AWSAccount {name} ({account}): {}", e.message))
+        };
         let (id, caller) = aws.caller().await.map_err(unavailable)?;
         if id != account {
             return Err(Unavailable(format!(
@@ -348,7 +352,10 @@ pub fn access_placement(
         ))
     } else {
         match bucket {
-            Some(b) if !new && b.map(|b| (&b.name, &b.id)) != lives.as_ref().map(|l| (&l.name, &l.id)) => {
+            Some(b)
+                if !new
+                    && b.map(|b| (&b.name, &b.id)) != lives.as_ref().map(|l| (&l.name, &l.id)) =>
+            {
                 Some(Blocked::new(
                     Reason::BucketNotOwned,
                     format!(
@@ -476,7 +483,10 @@ mod tests {
             id: "222222222222".into(),
             ..other
         };
-        assert!(!a.is(Some(&moved)), "an AWSAccount re-pointed at another account");
+        assert!(
+            !a.is(Some(&moved)),
+            "an AWSAccount re-pointed at another account"
+        );
         assert!(!a.is(None));
     }
 
@@ -509,7 +519,12 @@ mod tests {
         // The class dropped its account: the object stays where it is.
         let p = placement(Some(&record("a")), true, None, "bucket");
         assert_eq!(p.account.as_deref(), Some("a"));
-        assert!(p.violation.unwrap().message.contains("operator's own account"));
+        assert!(
+            p.violation
+                .unwrap()
+                .message
+                .contains("operator's own account")
+        );
         // Made before accounts existed (no record, begun): the operator's own, whatever the class.
         let p = placement(None, true, Some("a"), "bucket");
         assert_eq!(p.account, None);

@@ -7,11 +7,11 @@ use std::time::{Duration, Instant};
 use kube::Resource;
 use rand::Rng;
 
+use super::accounts::{Account, Accounts};
 use super::error::Requeue;
 #[cfg(test)]
 use super::object::MANAGER;
 use super::settled::Settled;
-use super::accounts::{Account, Accounts};
 use super::{events, tag_reads};
 use crate::api::DeletionPolicy;
 use crate::aws::{self, Aws};
@@ -165,7 +165,10 @@ impl Context {
         let client = kube::Client::try_from(config).expect("a client");
         let metrics = Arc::new(Metrics::new());
         let sdk = aws_config::SdkConfig::builder().build();
-        let home = Account::home(Aws::from_config(sdk, None, metrics.clone()), Settings::for_tests());
+        let home = Account::home(
+            Aws::from_config(sdk, None, metrics.clone()),
+            Settings::for_tests(),
+        );
         Context {
             events: events::Events::new(client.clone(), MANAGER, None),
             client,

@@ -4,6 +4,7 @@
 
 mod access;
 mod access_classes;
+mod accounts;
 mod audit;
 mod benchmark_smoke;
 mod bucket;

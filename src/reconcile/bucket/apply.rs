@@ -390,7 +390,12 @@ async fn converge(
 
 /// What the class's security constraints removed, said in an event when it reaches AWS (the
 /// bucket created without it, or its policy or notifications rewritten), not on every pass.
-async fn report_enforced(bucket: &Bucket, ctx: &InAccount<'_>, note: Option<String>, applied: &[Change]) {
+async fn report_enforced(
+    bucket: &Bucket,
+    ctx: &InAccount<'_>,
+    note: Option<String>,
+    applied: &[Change],
+) {
     let reached = applied
         .iter()
         .any(|c| matches!(c, Change::Create | Change::Policy | Change::Notifications));

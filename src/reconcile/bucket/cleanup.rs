@@ -345,7 +345,11 @@ async fn release_or_delete(
 }
 
 /// What AWS holds under the name, from the bucket's tags read now.
-async fn find(ctx: &InAccount<'_>, at: &Address, owner: &Owner) -> Result<Found, crate::aws::Error> {
+async fn find(
+    ctx: &InAccount<'_>,
+    at: &Address,
+    owner: &Owner,
+) -> Result<Found, crate::aws::Error> {
     let (aws, r, n) = (&ctx.aws, at.region.as_str(), at.name.as_str());
     // The bucket is released or deleted next: no access may go on from an earlier read, and
     // its entry goes with the Bucket.

@@ -27,8 +27,9 @@ use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 
 use super::{
-    Blocked, Context, Error, MANAGER, PassEvents, Requeue, accounts, ensure_finalizer, has_finalizer,
-    object_key, owner, refusal, remove_finalizer, report_blocked, served, update_status,
+    Blocked, Context, Error, MANAGER, PassEvents, Requeue, accounts, ensure_finalizer,
+    has_finalizer, object_key, owner, refusal, remove_finalizer, report_blocked, served,
+    update_status,
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType};
@@ -94,11 +95,7 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<R
 /// operator's own; a new one, its Bucket's (as the cache has it). Its identity never moves: a
 /// Bucket that now lives elsewhere is not its Bucket's bucket any more, and a class that names
 /// another account is a violation.
-fn placement(
-    access: &BucketAccess,
-    ctx: &Context,
-    class: &class::InForce,
-) -> accounts::Placement {
+fn placement(access: &BucketAccess, ctx: &Context, class: &class::InForce) -> accounts::Placement {
     let recorded = access.status.as_ref().and_then(|s| s.account.as_ref());
     let ns = access.namespace().unwrap_or_default();
     let bucket = ctx.bucket(&ns, &access.spec.bucket_ref.name);
@@ -124,7 +121,11 @@ async fn record_account(access: &BucketAccess, ctx: &InAccount<'_>) -> Result<Re
         "metadata": {"resourceVersion": access.resource_version()},
         "status": {"account": ctx.account.record()},
     });
-    let (name, params, patch) = (access.name_any(), PatchParams::default(), Patch::Merge(patch));
+    let (name, params, patch) = (
+        access.name_any(),
+        PatchParams::default(),
+        Patch::Merge(patch),
+    );
     let write = api.patch_status(&name, &params, &patch);
     ctx.metrics
         .kube_write("BucketAccess", "patch_status", write)
@@ -170,6 +171,8 @@ async fn pass(
     let endpoint = ctx.aws.endpoint_url.as_deref();
     let mut outcome = plan.outcome(access, &learned, endpoint, observed.now);
     outcome.status.class_name = class::name(class);
+    // Recorded once, before the identity was made (`record_account`).
+    outcome.status.account = access.status.as_ref().and_then(|s| s.account.clone());
     let current = observed.secret.as_ref();
     let name = &plan.secret_name;
     let written = match write_secret(access, ctx, name, current, &outcome, events).await {
@@ -490,7 +493,11 @@ async fn unhanded_key(
 }
 
 /// The next pass: at the resync period, or sooner when a rotation or grace period is due.
-fn next_pass(ctx: &InAccount<'_>, wake_at: Option<jiff::Timestamp>, now: jiff::Timestamp) -> Requeue {
+fn next_pass(
+    ctx: &InAccount<'_>,
+    wake_at: Option<jiff::Timestamp>,
+    now: jiff::Timestamp,
+) -> Requeue {
     let Some(t) = wake_at else {
         return ctx.resync();
     };

@@ -19,9 +19,7 @@ use crate::aws::iam::Identity;
 use crate::aws::tags::{Owner, Ownership};
 use crate::aws::{ErrorKind, naming, policy};
 use crate::reconcile::bucket::Address;
-use crate::reconcile::{
-    Blocked, Error, Settings, has_finalizer, object_key, owner, requested_at,
-};
+use crate::reconcile::{Blocked, Error, Settings, has_finalizer, object_key, owner, requested_at};
 
 /// What the Bucket cache says about the grant, before any AWS call (pure).
 #[derive(Debug, PartialEq)]

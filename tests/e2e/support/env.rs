@@ -220,6 +220,7 @@ pub async fn install_crds() {
             "bucketaccesses",
             "bucketclasses",
             "bucketaccessclasses",
+            "awsaccounts",
         ] {
             apply_crds(&repo().join(format!("config/crd/bases/s3.operator.dev_{kind}.yaml"))).await;
         }
