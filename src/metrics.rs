@@ -224,8 +224,8 @@ impl Metrics {
             ),
             managed_objects: r.gauge(
                 "s3_operator_managed_objects",
-                "Objects the operator manages, by kind, readiness and the class in force (empty: none)",
-                &["kind", "ready", "class"],
+                "Objects the operator manages, by kind, readiness, the class in force and the AWSAccount they live in (empty: none; the operator's own account)",
+                &["kind", "ready", "class", "account"],
             ),
             access_key_age_seconds: r.single_gauge(
                 "s3_operator_access_key_max_age_seconds",

@@ -245,6 +245,20 @@ impl<'a> InAccount<'a> {
         Self::new(ctx, ctx.accounts.home().clone())
     }
 
+    /// `why`, naming the account when AWS refused in an AWSAccount (a quota or a policy is that
+    /// account's, and its admin must act there).
+    pub fn said(&self, why: &super::Blocked) -> super::Blocked {
+        use crate::api::condition::Reason;
+        let mut why = why.clone();
+        if let (Some(name), Reason::QuotaExceeded | Reason::AccessDenied) =
+            (&self.account.name, why.reason)
+        {
+            let id = &self.account.id;
+            why.message = format!("{} (in AWSAccount {name}, account {id})", why.message);
+        }
+        why
+    }
+
     /// A bucket's tags: this process's read of them no older than `within`, else a new read
     /// (in this account), recorded for the Bucket's and its accesses' next passes.
     pub async fn bucket_tags(

@@ -676,13 +676,13 @@ fn record_managed_objects(
     let b: Vec<_> = buckets
         .iter()
         .flat_map(|s| s.state())
-        .map(|b| state_of(b.status.as_ref().map(|s| (&s.conditions, &s.class_name))))
+        .map(|b| state_of(b.status.as_ref().map(|s| (&s.conditions, &s.class_name, &s.account))))
         .collect();
     // One snapshot of the BucketAccess caches for every figure below.
     let all_accesses: Vec<_> = accesses.iter().flat_map(|s| s.state()).collect();
     let a: Vec<_> = all_accesses
         .iter()
-        .map(|a| state_of(a.status.as_ref().map(|s| (&s.conditions, &s.class_name))))
+        .map(|a| state_of(a.status.as_ref().map(|s| (&s.conditions, &s.class_name, &s.account))))
         .collect();
     record_key_ages(&all_accesses, metrics);
     // A class deleted since the last round must lose its series: start from none.
@@ -691,23 +691,33 @@ fn record_managed_objects(
         for ready in ["true", "false"] {
             metrics
                 .managed_objects
-                .with_label_values(&[kind, ready, ""])
+                .with_label_values(&[kind, ready, "", ""])
                 .set(0);
         }
-        for (ready, class) in states {
+        for (ready, class, account) in states {
             metrics
                 .managed_objects
-                .with_label_values(&[kind, ready, class.as_str()])
+                .with_label_values(&[kind, ready, class.as_str(), account.as_str()])
                 .inc();
         }
     }
 }
 
-/// An object's readiness label and the class in force, from its status.
-fn state_of(status: Option<(&Vec<Condition>, &Option<String>)>) -> (&'static str, String) {
-    let ready = status.is_some_and(|(c, _)| is_ready(c));
-    let class = status.and_then(|(_, c)| c.clone()).unwrap_or_default();
-    (if ready { "true" } else { "false" }, class)
+/// What an object's status says of it.
+type StatusView<'a> = (
+    &'a Vec<Condition>,
+    &'a Option<String>,
+    &'a Option<crate::api::AccountRecord>,
+);
+
+/// An object's readiness label, the class in force and the AWSAccount it lives in (empty: the
+/// operator's own), from its status. Both names are an admin's (classes and accounts are
+/// cluster-scoped), so the labels stay bounded.
+fn state_of(status: Option<StatusView>) -> (&'static str, String, String) {
+    let ready = status.is_some_and(|(c, _, _)| is_ready(c));
+    let class = status.and_then(|(_, c, _)| c.clone()).unwrap_or_default();
+    let account = status.and_then(|(_, _, a)| a.as_ref().map(|a| a.name.clone()));
+    (if ready { "true" } else { "false" }, class, account.unwrap_or_default())
 }
 
 /// The age of the oldest active access key (its creation time is in status), and how far past
@@ -925,6 +935,10 @@ mod tests {
             let mut b = (*bucket(name)).clone();
             b.status = Some(crate::api::BucketStatus {
                 class_name: class.map(String::from),
+                account: (name == "c").then(|| crate::api::AccountRecord {
+                    name: "team-a".into(),
+                    id: "111111111111".into(),
+                }),
                 conditions: vec![crate::api::condition::ready(
                     &[],
                     ready,
@@ -948,16 +962,17 @@ mod tests {
         let metrics = Metrics::new();
         let stores = [writer.as_reader()];
         record_managed_objects(&stores, &[], &metrics);
-        let value = |kind, ready, class| {
+        let value = |kind, ready, class, account| {
             metrics
                 .managed_objects
-                .with_label_values(&[kind, ready, class])
+                .with_label_values(&[kind, ready, class, account])
                 .get()
         };
-        assert_eq!(value("Bucket", "true", "prod"), 1);
-        assert_eq!(value("Bucket", "false", "prod"), 1);
-        assert_eq!(value("Bucket", "true", ""), 1);
-        assert_eq!(value("BucketAccess", "false", ""), 0);
+        assert_eq!(value("Bucket", "true", "prod", ""), 1);
+        assert_eq!(value("Bucket", "false", "prod", ""), 1);
+        assert_eq!(value("Bucket", "true", "", "team-a"), 1);
+        assert_eq!(value("Bucket", "true", "", ""), 0);
+        assert_eq!(value("BucketAccess", "false", "", ""), 0);
         for name in ["a", "b"] {
             writer.apply_watcher_event(&kube::runtime::watcher::Event::Delete(with(
                 name,
@@ -970,7 +985,7 @@ mod tests {
         assert!(!text.contains("class=\"prod\""), "{text}");
         assert!(
             text.contains(
-                "s3_operator_managed_objects{class=\"\",kind=\"Bucket\",ready=\"true\"} 1"
+                "s3_operator_managed_objects{account=\"team-a\",class=\"\",kind=\"Bucket\",ready=\"true\"} 1"
             ),
             "{text}"
         );

@@ -134,8 +134,8 @@ async fn in_account<'a>(
     match ctx.accounts.recorded(recorded).await {
         Ok(account) => Some(InAccount::new(ctx, account)),
         Err(why) => {
-            // The sweep covers the operator's own account only: say what is left behind.
-            span.in_scope(|| tracing::error!(error = %why, "orphan cleanup impossible: its AWS account cannot be used; what the object made there is left"));
+            // The sweep finds it once the account can be used again.
+            span.in_scope(|| tracing::error!(error = %why, "orphan cleanup waits: its AWS account cannot be used; the sweep cleans up once it can"));
             None
         }
     }
@@ -152,13 +152,39 @@ pub(super) async fn run(
             _ = tokio::time::sleep(jitter(period.max(Duration::from_secs(1)), 0.1)) => {}
             _ = shutdown.wait_for(|s| *s) => return,
         }
-        let span = tracing::info_span!("orphan sweep");
-        // The installation's prefix and IAM path in the operator's own account.
-        let home = InAccount::home(&ctx);
-        if let Err(e) = sweep(&home, &live).instrument(span.clone()).await {
-            span.in_scope(|| tracing::warn!(error = %e, "orphan sweep stopped early; it runs again next period"));
+        // The installation's prefix and IAM path in the operator's own account, then in each
+        // AWSAccount: one that cannot be used is skipped (logged), the others are swept.
+        for account in swept_accounts(&ctx).await {
+            let name = account.name.clone().unwrap_or_default();
+            let span = tracing::info_span!("orphan sweep", account = %name);
+            let cx = InAccount::new(&ctx, account);
+            if let Err(e) = sweep(&cx, &live).instrument(span.clone()).await {
+                span.in_scope(|| tracing::warn!(error = %e, "orphan sweep stopped early; it runs again next period"));
+            }
         }
     }
+}
+
+/// The operator's own account and every AWSAccount it can use now.
+async fn swept_accounts(ctx: &Context) -> Vec<Arc<crate::reconcile::accounts::Account>> {
+    let mut accounts = vec![ctx.accounts.home().clone()];
+    let listed = kube::Api::<crate::api::AWSAccount>::all(ctx.client.clone())
+        .list_metadata(&Default::default())
+        .await;
+    let names = match listed {
+        Ok(list) => list.items.into_iter().filter_map(|a| a.metadata.name),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot list the AWSAccounts: sweeping the operator's own account only");
+            return accounts;
+        }
+    };
+    for name in names {
+        match ctx.accounts.get(Some(&name)).await {
+            Ok(account) => accounts.push(account),
+            Err(why) => tracing::warn!(account = %name, error = %why, "not swept: the account cannot be used"),
+        }
+    }
+    accounts
 }
 
 /// One sweep: buckets, users, roles, then associations.

@@ -222,7 +222,7 @@ async fn dashboard_queries_return_data(prom: &Prometheus) {
         "AWS latency p99 by operation",
         "Kubernetes writes by kind and verb",
         "Managed objects by kind and readiness",
-        "Managed objects by class",
+        "Managed objects by class and account",
         "CPU usage",
         "Memory (resident)",
         "Uptime",

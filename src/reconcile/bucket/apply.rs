@@ -560,6 +560,7 @@ pub(super) async fn blocked(
     d: Option<&Address>,
     why: &Blocked,
 ) -> Result<Requeue, Error> {
+    let why = &ctx.said(why);
     let msg = why.message.clone();
     let status = status_for(bucket, ctx, class, d, false, why.reason, msg);
     report_blocked(ctx, bucket, bucket.status.as_ref(), &status, why).await

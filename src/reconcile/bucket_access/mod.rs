@@ -621,6 +621,7 @@ async fn blocked(
     why: &Blocked,
     class_name: Option<String>,
 ) -> Result<Requeue, Error> {
+    let why = &ctx.said(why);
     let status = blocked_status(access, why, class_name, jiff::Timestamp::now());
     report_blocked(ctx, access, access.status.as_ref(), &status, why).await
 }
