@@ -28,8 +28,9 @@ enum Command {
     Run(Box<RunArgs>),
     /// Print the CustomResourceDefinitions as YAML.
     Crd,
-    /// Print the minimal IAM policy the operator needs, as JSON.
-    IamPolicy(PolicyArgs),
+    /// Print the minimal IAM policy the operator needs, as JSON; with --target-account, what
+    /// the role it assumes in another account needs.
+    IamPolicy(Box<PolicyArgs>),
     /// GET an http:// URL (such as a replica's /readyz) and exit 0 on a 2xx answer, else 1.
     /// The image has no shell or curl: the chart's `helm test` Pod runs this.
     Probe(ProbeArgs),
@@ -50,9 +51,11 @@ struct ProbeArgs {
 
 #[derive(Args, Debug, Clone)]
 struct PolicyArgs {
-    /// The AWS account the operator runs in: every IAM ARN in the policies names it.
-    #[arg(long, env = "AWS_ACCOUNT_ID")]
-    account_id: String,
+    /// The AWS account the operator runs in: every IAM ARN in the policies names it. Not
+    /// needed with --target-account.
+    #[arg(long, env = "AWS_ACCOUNT_ID", value_parser = account_id,
+          required_unless_present = "target_account")]
+    account_id: Option<String>,
     /// Must match the operator's --cluster-name (it scopes the IAM path and default prefix).
     #[arg(long, env = "CLUSTER_NAME", default_value = "default", value_parser = cluster_name)]
     cluster_name: String,
@@ -82,6 +85,32 @@ struct PolicyArgs {
     /// drift-event queue instead; needs --drift-events-queue-arn.
     #[arg(long, requires = "drift_events_queue_arn")]
     drift_events_rule: bool,
+    /// Role ARNs the operator may assume (the AWSAccounts' spec.roleArn), repeatable or
+    /// comma-separated: adds sts:AssumeRole and sts:TagSession on exactly these roles.
+    #[arg(long, value_delimiter = ',', value_parser = account_role)]
+    assume_role_arn: Vec<String>,
+    /// Render for another AWS account (its 12-digit id) that an AWSAccount reaches: the
+    /// permission policy of the role the operator assumes there (its own policy, scoped to that
+    /// account); with --boundary that account's permissions boundary (create it there under the
+    /// same name and path); with --trust the role's trust policy.
+    #[arg(long, value_parser = account_id, conflicts_with_all = [
+        "eks_cluster_name", "pod_identity_role_arn", "drift_events_queue_arn", "assume_role_arn",
+    ])]
+    target_account: Option<String>,
+    /// With --target-account: ARN of the operator's own IAM role or user (with its path), the
+    /// only principal the target role trusts. Not an assumed-role session ARN (what
+    /// `aws sts get-caller-identity` shows for a role): pass the role's ARN.
+    #[arg(long, requires = "target_account", value_parser = operator_principal)]
+    operator_principal: Option<String>,
+    /// With --trust: the ExternalId in the AWSAccount's Secret. Omitted: the placeholder
+    /// ${EXTERNAL_ID}, to replace (for example with envsubst) before creating the role.
+    #[arg(long, requires = "target_account", value_parser = external_id)]
+    external_id: Option<String>,
+    /// Print the trust policy of the role in --target-account instead: sts:AssumeRole and
+    /// sts:TagSession for --operator-principal only, with the ExternalId and the installation's
+    /// session tag (s3-operator-cluster = --cluster-name) and no other tag.
+    #[arg(long, requires_all = ["target_account", "operator_principal"], conflicts_with = "boundary")]
+    trust: bool,
 }
 
 #[derive(Args, Debug, Clone)]
@@ -275,27 +304,85 @@ fn cluster_name(s: &str) -> Result<String, String> {
     naming::check_cluster_name(s).map(|()| s.to_string())
 }
 
+fn account_id(s: &str) -> Result<String, String> {
+    policy::check_account_id(s).map(|()| s.to_string())
+}
+
+fn operator_principal(s: &str) -> Result<String, String> {
+    policy::operator_principal(s).map(|_| s.to_string())
+}
+
+fn account_role(s: &str) -> Result<String, String> {
+    policy::account_role(s.trim()).map(|_| s.trim().to_string())
+}
+
+fn external_id(s: &str) -> Result<String, String> {
+    policy::check_external_id(s).map(|()| s.to_string())
+}
+
+/// The ARNs `iam-policy` was given are of `--partition`, and the operator's principal of
+/// `--account-id` when both are given.
+fn check_arns(p: &PolicyArgs) -> Result<(), String> {
+    let partition = &p.partition;
+    if let Some(principal) = &p.operator_principal {
+        let arn = policy::operator_principal(principal)
+            .map_err(|e| format!("--operator-principal: {e}"))?;
+        if arn.partition != *partition {
+            return Err(format!(
+                "--operator-principal is in partition {}, but --partition is {partition}",
+                arn.partition
+            ));
+        }
+        if let Some(own) = p.account_id.as_ref().filter(|own| **own != arn.account) {
+            return Err(format!(
+                "--operator-principal is in account {}, but --account-id (or AWS_ACCOUNT_ID) is {own}: the principal is the operator's own role or user",
+                arn.account
+            ));
+        }
+    }
+    for role in &p.assume_role_arn {
+        let arn = policy::account_role(role).map_err(|e| format!("--assume-role-arn: {e}"))?;
+        if arn.partition != *partition {
+            return Err(format!(
+                "--assume-role-arn {role} is in partition {}, but --partition is {partition}",
+                arn.partition
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// `s3-operator iam-policy`: the operator's policy (with what the flags add), the boundary, or
-/// the drift-event rule and queue policy.
+/// the drift-event rule and queue policy; with --target-account, what that account needs: the
+/// role's permission policy, the boundary there, or the role's trust policy.
 fn iam_policy(p: PolicyArgs) -> ExitCode {
     let prefix = naming::bucket_prefix(&p.cluster_name, p.bucket_name_prefix.as_deref());
-    let bucket_prefix = match prefix {
+    let bucket_prefix = match prefix.and_then(|prefix| check_arns(&p).map(|()| prefix)) {
         Ok(prefix) => prefix,
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::FAILURE;
         }
     };
+    // clap requires one of the two.
+    let account = p.target_account.clone().or(p.account_id.clone());
     let scope = policy::Scope {
         partition: p.partition,
         bucket_prefix,
         iam_path: naming::iam_path(&p.cluster_name),
-        account: p.account_id,
+        account: account.unwrap_or_default(),
     };
     let queue = p.drift_events_queue_arn.as_deref();
-    let doc = match queue {
+    let doc = match (queue, &p.operator_principal) {
+        (_, Some(principal)) if p.trust => {
+            let external_id = p
+                .external_id
+                .as_deref()
+                .unwrap_or(policy::EXTERNAL_ID_PLACEHOLDER);
+            policy::trust_policy(principal, external_id, &p.cluster_name)
+        }
         _ if p.boundary => policy::boundary_policy(&scope),
-        Some(queue) if p.drift_events_rule => {
+        (Some(queue), _) if p.drift_events_rule => {
             let region = queue.split(':').nth(3).unwrap_or("us-east-1");
             let (partition, account) = (&scope.partition, &scope.account);
             let (cluster, prefix) = (&p.cluster_name, &scope.bucket_prefix);
@@ -310,7 +397,8 @@ fn iam_policy(p: PolicyArgs) -> ExitCode {
                 };
                 doc = policy::with_pod_identity(doc, &scope, &eks);
             }
-            policy::with_drift_queue(doc, queue)
+            let doc = policy::with_drift_queue(doc, queue);
+            policy::with_assume_roles(doc, &p.assume_role_arn)
         }
     };
     println!("{doc:#}");
@@ -324,7 +412,7 @@ fn main() -> ExitCode {
             print!("{}", s3_operator::api::crds_yaml());
             ExitCode::SUCCESS
         }
-        Some(Command::IamPolicy(p)) => iam_policy(p),
+        Some(Command::IamPolicy(p)) => iam_policy(*p),
         Some(Command::Probe(p)) => {
             match s3_operator::probe::get_within(&p.url, p.timeout, p.wait) {
                 Ok(code) if (200..300).contains(&code) => {

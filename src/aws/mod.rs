@@ -102,6 +102,10 @@ pub struct Aws {
     bucket_owner: Option<String>,
 }
 
+/// The session tag naming the installation (its cluster name) on every AssumeRole into another
+/// account: the target role's trust policy checks it (`policy::trust_policy`).
+pub const SESSION_TAG: &str = "s3-operator-cluster";
+
 /// What [`Aws::assuming`] assumes.
 #[derive(Clone, Debug)]
 pub struct AssumeRole {

@@ -15,7 +15,7 @@ use tokio::sync::Mutex;
 use super::{Blocked, Settings};
 use crate::api::condition::Reason;
 use crate::api::{AWSAccount, AccountRecord};
-use crate::aws::{AssumeRole, Aws};
+use crate::aws::{AssumeRole, Aws, SESSION_TAG};
 
 /// How long an account resolved from its AWSAccount is used before the AWSAccount is read
 /// again (one GET per account per period: an edit to it applies within this).
@@ -23,8 +23,6 @@ const RECHECK: Duration = Duration::from_secs(60);
 /// How long a failure to use an account stands before the next pass tries again (AssumeRole
 /// is not retried by every pass of every object in the account).
 const RETRY_FAILED: Duration = Duration::from_secs(30);
-/// Session tag naming the installation, for the target role's trust to check.
-pub const SESSION_TAG: &str = "s3-operator-cluster";
 
 /// One account passes act in.
 pub struct Account {

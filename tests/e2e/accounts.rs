@@ -32,9 +32,20 @@ fn other_iam() -> aws_sdk_iam::Client {
     iam_with(k, s)
 }
 
-/// What the target account's admin sets up for the installation `cluster`, as the README says:
-/// the permissions boundary, and a role trusting the operator's account only with the
-/// ExternalId, allowed the operator policy rendered for that account. Returns the role's ARN.
+/// The role the target account's admin makes for the installation `cluster` (made by
+/// [`target_role`]; its ARN is known before, so the operator's own policy can name it).
+fn target_role_arn(cluster: &str) -> String {
+    format!(
+        "arn:aws:iam::{}:role/s3op-target-{cluster}",
+        other_account()
+    )
+}
+
+/// What the target account's admin sets up for the installation `cluster`, as the README says
+/// and `s3-operator iam-policy --target-account` renders it: the permissions boundary, and a
+/// role trusting only the operator's principal (its IAM user, which must exist first, as IAM
+/// refuses a trust naming a principal that does not), with the ExternalId and the session tag,
+/// allowed the operator policy rendered for that account. Returns the role's ARN.
 async fn target_role(cluster: &str) -> String {
     let scope = policy::Scope {
         account: other_account(),
@@ -48,12 +59,7 @@ async fn target_role(cluster: &str) -> String {
         .send()
         .await
         .expect("the boundary in the target account");
-    let trust = json!({"Version": "2012-10-17", "Statement": [{
-        "Effect": "Allow",
-        "Principal": {"AWS": format!("arn:aws:iam::{ACCOUNT}:root")},
-        "Action": ["sts:AssumeRole", "sts:TagSession"],
-        "Condition": {"StringEquals": {"sts:ExternalId": EXTERNAL_ID}},
-    }]});
+    let trust = policy::trust_policy(&operator_user_arn(cluster), EXTERNAL_ID, cluster);
     let name = format!("s3op-target-{cluster}");
     let role = iam
         .create_role()
@@ -69,16 +75,49 @@ async fn target_role(cluster: &str) -> String {
         .send()
         .await
         .expect("the target role's policy");
-    role.role.expect("a role").arn
+    let arn = role.role.expect("a role").arn;
+    assert_eq!(arn, target_role_arn(cluster));
+    arn
 }
 
 /// The shipped operator policy, plus assuming the target role (what the operator's own account
-/// grants it for each AWSAccount).
+/// grants it for each AWSAccount: `iam-policy --assume-role-arn`).
 fn operator_policy_assuming(cluster: &str, role: &str) -> serde_json::Value {
-    let mut doc = operator_policy(cluster);
-    let statements = doc["Statement"].as_array_mut().expect("statements");
-    statements.push(json!({"Effect": "Allow", "Action": ["sts:AssumeRole", "sts:TagSession"], "Resource": role}));
-    doc
+    policy::with_assume_roles(operator_policy(cluster), &[role.to_string()])
+}
+
+/// AssumeRole on `role` as the home account's admin (every permission in its own account),
+/// with the right ExternalId and the installation's tag: the error code STS answered, if any.
+async fn assume_as_admin(role: &str, cluster: &str) -> Result<(), String> {
+    let (k, s) = env().admin_key.clone();
+    let creds = aws_sdk_sts::config::Credentials::new(k, s, None, None, "e2e");
+    let conf = aws_sdk_sts::config::Builder::new()
+        .behavior_version(aws_sdk_sts::config::BehaviorVersion::latest())
+        .region(aws_sdk_sts::config::Region::new(env().region.clone()))
+        .endpoint_url(&env().aws_endpoint)
+        .credentials_provider(creds)
+        .build();
+    let tag = aws_sdk_sts::types::Tag::builder()
+        .key(s3_operator::aws::SESSION_TAG)
+        .value(cluster)
+        .build()
+        .expect("a tag");
+    aws_sdk_sts::Client::from_conf(conf)
+        .assume_role()
+        .role_arn(role)
+        .role_session_name("e2e-admin")
+        .external_id(EXTERNAL_ID)
+        .tags(tag)
+        .send()
+        .await
+        .map(|_| ())
+        .map_err(|e| {
+            e.into_service_error()
+                .meta()
+                .code()
+                .unwrap_or("?")
+                .to_string()
+        })
 }
 
 async fn external_id_secret(client: &kube::Client, ns: &str, name: &str, value: &str) {
@@ -147,14 +186,23 @@ async fn a_class_puts_buckets_and_identities_in_its_account_and_nowhere_else() {
     install_crds().await;
     let ns = namespace(&client, "acct").await;
     let cluster = format!("acct{}", random(5));
-    let role = target_role(&cluster).await;
     let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
         cluster: Some(cluster.clone()),
-        policy: Some(operator_policy_assuming(&cluster, &role)),
+        policy: Some(operator_policy_assuming(
+            &cluster,
+            &target_role_arn(&cluster),
+        )),
         ..Default::default()
     })
     .await;
+    let role = target_role(&cluster).await;
+    // The trust names the operator's principal, not its account: another identity there,
+    // allowed everything in its own account and holding the ExternalId, is refused.
+    assert_eq!(
+        assume_as_admin(&role, &cluster).await,
+        Err("AccessDenied".to_string())
+    );
     let (good, bad) = (format!("{cluster}-a"), format!("{cluster}-bad"));
     external_id_secret(&client, &op.operator_ns, "ext", EXTERNAL_ID).await;
     external_id_secret(&client, &op.operator_ns, "wrong", "not-the-external-id").await;

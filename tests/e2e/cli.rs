@@ -101,3 +101,109 @@ fn cluster_names_that_would_overlap_another_installation_are_refused() {
     let doc: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(doc["Statement"][0]["Resource"], "arn:aws:s3:::s3op-a-*");
 }
+
+/// `iam-policy --target-account`: what another account's admin creates for an AWSAccount. The
+/// role's trust names exactly the operator's principal, with the ExternalId (a placeholder when
+/// none is given) and the installation's session tag; its permission policy and the boundary
+/// are the operator's, scoped to that account. A session ARN, the account root or a malformed
+/// id is refused naming the flag. `--assume-role-arn` gives the operator exactly those roles.
+#[test]
+fn target_account_renders_what_the_other_account_needs() {
+    use s3_operator::aws::{naming, policy};
+
+    let bin = env!("CARGO_BIN_EXE_s3-operator");
+    let run = |args: &[&str]| {
+        Command::new(bin)
+            .arg("iam-policy")
+            .args(args)
+            .env_remove("AWS_ACCOUNT_ID")
+            .env_remove("CLUSTER_NAME")
+            .output()
+            .expect("s3-operator runs")
+    };
+    let json = |args: &[&str]| -> serde_json::Value {
+        let out = run(args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let principal = "arn:aws:iam::123456789012:role/platform/s3-operator";
+    let target = [
+        "--target-account",
+        "210987654321",
+        "--operator-principal",
+        principal,
+        "--cluster-name",
+        "prod",
+    ];
+    assert_eq!(
+        json(&[&target[..], &["--trust", "--external-id", "ext-1"]].concat()),
+        policy::trust_policy(principal, "ext-1", "prod")
+    );
+    let placeholder = json(&[&target[..], &["--trust"]].concat());
+    assert_eq!(
+        placeholder["Statement"][0]["Condition"]["StringEquals"]["sts:ExternalId"],
+        "${EXTERNAL_ID}"
+    );
+    assert_eq!(placeholder["Statement"][0]["Principal"]["AWS"], principal);
+    let scope = policy::Scope {
+        partition: "aws".into(),
+        account: "210987654321".into(),
+        bucket_prefix: naming::bucket_prefix("prod", None).unwrap(),
+        iam_path: naming::iam_path("prod"),
+    };
+    assert_eq!(json(&target), policy::operator_policy(&scope));
+    assert_eq!(
+        json(&[&target[..], &["--boundary"]].concat()),
+        policy::boundary_policy(&scope)
+    );
+
+    for (flag, value, says) in [
+        (
+            "--operator-principal",
+            "arn:aws:sts::123456789012:assumed-role/s3-operator/i-0abc",
+            "pass the role's own ARN",
+        ),
+        (
+            "--operator-principal",
+            "arn:aws:iam::123456789012:root",
+            "whole account",
+        ),
+        ("--target-account", "21098765432", "exactly 12 digits"),
+    ] {
+        let mut args = target.to_vec();
+        let at = args.iter().position(|a| *a == flag).unwrap();
+        args[at + 1] = value;
+        args.push("--trust");
+        let out = run(&args);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{value}: {err}");
+        assert!(err.contains(flag) && err.contains(says), "{value}: {err}");
+    }
+
+    let roles = [
+        "arn:aws:iam::210987654321:role/s3op-target-prod",
+        "arn:aws:iam::310987654321:role/team/s3op-target-prod",
+        "arn:aws:iam::410987654321:role/s3op-target-prod",
+    ];
+    let own = json(&[
+        "--account-id",
+        "123456789012",
+        "--cluster-name",
+        "prod",
+        "--assume-role-arn",
+        &roles[..2].join(","),
+        "--assume-role-arn",
+        roles[2],
+    ]);
+    let statements = own["Statement"].as_array().unwrap();
+    let assume: Vec<_> = statements
+        .iter()
+        .filter(|s| s.to_string().contains("sts:"))
+        .collect();
+    assert_eq!(assume.len(), 1, "{own:#}");
+    assert_eq!(
+        assume[0]["Action"],
+        serde_json::json!(["sts:AssumeRole", "sts:TagSession"])
+    );
+    assert_eq!(assume[0]["Resource"], serde_json::json!(roles));
+}

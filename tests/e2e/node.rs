@@ -435,7 +435,7 @@ pub(crate) async fn wait_leader(ns: &str, lease: &str, pods: &[Pod]) -> String {
 pub(crate) async fn operator_key(cluster: &str) -> (String, String) {
     create_boundary(cluster).await;
     iam_user_with_policy(
-        &format!("s3-operator-{cluster}"),
+        &operator_user(cluster),
         "/",
         Some(&operator_policy(cluster)),
     )

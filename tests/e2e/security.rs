@@ -704,7 +704,7 @@ async fn cleanup_fails_closed_under_a_narrowed_policy() {
     } = pair;
 
     // Take iam:GetUser and s3:GetBucketTagging away from the operator.
-    let operator_user = format!("s3-operator-{}", id.cluster);
+    let operator_user = operator_user(&id.cluster);
     let mut narrowed = operator_policy(&id.cluster);
     for s in narrowed["Statement"].as_array_mut().unwrap() {
         if let Some(actions) = s["Action"].as_array_mut() {

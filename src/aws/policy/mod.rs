@@ -1,11 +1,14 @@
-//! IAM policy documents: the least-privilege grants for applications, the IRSA trust policy, and
-//! the operator's own policy (shipped in `config/iam/` and used verbatim by the tests).
+//! IAM policy documents: the least-privilege grants for applications, the IRSA trust policy, the
+//! operator's own policy (shipped in `config/iam/` and used verbatim by the tests), and the trust
+//! of the role it assumes in another account.
 
+mod accounts;
 mod bucket;
 mod grant;
 mod normalize;
 mod operator;
 
+pub use accounts::*;
 pub use bucket::*;
 pub use grant::*;
 pub use normalize::*;

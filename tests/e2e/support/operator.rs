@@ -72,6 +72,16 @@ pub(crate) fn free_port() -> u16 {
 /// The ServiceAccount of the installations the tests make themselves.
 const SA: &str = "s3-operator";
 
+/// The IAM user the installation for `cluster` runs as (path `/`, in moto's account).
+pub fn operator_user(cluster: &str) -> String {
+    format!("s3-operator-{cluster}")
+}
+
+/// The ARN of [`operator_user`]: the operator's principal, as another account's role trusts it.
+pub fn operator_user_arn(cluster: &str) -> String {
+    format!("arn:aws:iam::{ACCOUNT}:user/{}", operator_user(cluster))
+}
+
 /// The identity an operator installation runs as; several processes (replicas) may share one.
 #[derive(Clone)]
 pub struct Identity {
@@ -151,8 +161,7 @@ impl Identity {
             .expect("write kubeconfig");
         let doc = policy.unwrap_or_else(|| operator_policy(&cluster));
         create_boundary(&cluster).await;
-        let aws_key =
-            iam_user_with_policy(&format!("s3-operator-{cluster}"), "/", Some(&doc)).await;
+        let aws_key = iam_user_with_policy(&operator_user(&cluster), "/", Some(&doc)).await;
         Identity {
             kube_user: format!("system:serviceaccount:{operator_ns}:{sa}"),
             cluster,
