@@ -183,7 +183,9 @@ up() {
 
   log "starting moto $MOTO_VERSION (S3, IAM, STS; IAM enforced) on http://$addr:$moto_port"
   local venv="$S3OP_CACHE/venv-moto-$MOTO_VERSION"
+  # A member account (AWS Organizations' OrganizationAccountAccessRole), a target of AWSAccounts.
   start moto env INITIAL_NO_AUTH_ACTION_COUNT=6 MOTO_PORT="$moto_port" S3OP_OIDC_CA_BUNDLE="$pki/ca.crt" \
+    S3OP_EMULATOR_ACCOUNTS="${S3OP_EMULATOR_ACCOUNTS:-111111111111}" \
     S3OP_SA_ISSUER="$(cat "$state/sa-issuer")" \
     "$venv/bin/python" "$here/moto_server.py" "$addr" "$moto_port"
   local endpoint="http://$addr:$moto_port"

@@ -676,13 +676,25 @@ fn record_managed_objects(
     let b: Vec<_> = buckets
         .iter()
         .flat_map(|s| s.state())
-        .map(|b| state_of(b.status.as_ref().map(|s| (&s.conditions, &s.class_name, &s.account))))
+        .map(|b| {
+            state_of(
+                b.status
+                    .as_ref()
+                    .map(|s| (&s.conditions, &s.class_name, &s.account)),
+            )
+        })
         .collect();
     // One snapshot of the BucketAccess caches for every figure below.
     let all_accesses: Vec<_> = accesses.iter().flat_map(|s| s.state()).collect();
     let a: Vec<_> = all_accesses
         .iter()
-        .map(|a| state_of(a.status.as_ref().map(|s| (&s.conditions, &s.class_name, &s.account))))
+        .map(|a| {
+            state_of(
+                a.status
+                    .as_ref()
+                    .map(|s| (&s.conditions, &s.class_name, &s.account)),
+            )
+        })
         .collect();
     record_key_ages(&all_accesses, metrics);
     // A class deleted since the last round must lose its series: start from none.
@@ -717,7 +729,11 @@ fn state_of(status: Option<StatusView>) -> (&'static str, String, String) {
     let ready = status.is_some_and(|(c, _, _)| is_ready(c));
     let class = status.and_then(|(_, c, _)| c.clone()).unwrap_or_default();
     let account = status.and_then(|(_, _, a)| a.as_ref().map(|a| a.name.clone()));
-    (if ready { "true" } else { "false" }, class, account.unwrap_or_default())
+    (
+        if ready { "true" } else { "false" },
+        class,
+        account.unwrap_or_default(),
+    )
 }
 
 /// The age of the oldest active access key (its creation time is in status), and how far past

@@ -181,7 +181,9 @@ async fn swept_accounts(ctx: &Context) -> Vec<Arc<crate::reconcile::accounts::Ac
     for name in names {
         match ctx.accounts.get(Some(&name)).await {
             Ok(account) => accounts.push(account),
-            Err(why) => tracing::warn!(account = %name, error = %why, "not swept: the account cannot be used"),
+            Err(why) => {
+                tracing::warn!(account = %name, error = %why, "not swept: the account cannot be used")
+            }
         }
     }
     accounts

@@ -20,75 +20,116 @@ use crate::support::*;
 const T: Duration = Duration::from_secs(60);
 const EXTERNAL_ID: &str = "e2e-external-id-7f3a";
 
-fn other_account() -> String {
-    std::env::var("S3OP_AWS_OTHER_ACCOUNT").unwrap_or_else(|_| "210987654321".into())
+/// The emulator's member account (`S3OP_EMULATOR_ACCOUNTS`), entered as Organizations
+/// lets its management account in: through `OrganizationAccountAccessRole`.
+const MEMBER: &str = "111111111111";
+
+/// A target account as the test's admin reaches it: its IAM and S3.
+struct Target {
+    id: String,
+    iam: aws_sdk_iam::Client,
+    s3: aws_sdk_s3::Client,
 }
 
-fn other_iam() -> aws_sdk_iam::Client {
-    let (k, s) = env()
-        .other_admin_key
-        .as_ref()
-        .expect("S3OP_AWS_OTHER_ADMIN_*: restart the environment (hack/env.sh down, then up)");
-    iam_with(k, s)
+impl Target {
+    /// The emulator's second account, through its own admin's keys.
+    fn other() -> Target {
+        let (k, s) = env()
+            .other_admin_key
+            .clone()
+            .expect("S3OP_AWS_OTHER_ADMIN_*: restart the environment (hack/env.sh down, then up)");
+        let id = std::env::var("S3OP_AWS_OTHER_ACCOUNT").unwrap_or_else(|_| "210987654321".into());
+        Target {
+            id,
+            iam: iam_with(&k, &s),
+            s3: s3_with(&k, &s),
+        }
+    }
+
+    /// The member account, through the role Organizations makes there.
+    async fn member() -> Target {
+        let role = format!("arn:aws:iam::{MEMBER}:role/OrganizationAccountAccessRole");
+        let out = admin_sts()
+            .assume_role()
+            .role_arn(role)
+            .role_session_name("e2e-admin")
+            .send()
+            .await
+            .expect("the member account's OrganizationAccountAccessRole (S3OP_EMULATOR_ACCOUNTS)");
+        let c = out.credentials.expect("credentials");
+        let (k, s, t) = (c.access_key_id, c.secret_access_key, c.session_token);
+        let creds = aws_sdk_iam::config::Credentials::new(&k, &s, Some(t.clone()), None, "e2e");
+        let conf = aws_sdk_iam::config::Builder::new()
+            .behavior_version(aws_sdk_iam::config::BehaviorVersion::latest())
+            .region(aws_sdk_iam::config::Region::new(env().region.clone()))
+            .endpoint_url(&env().aws_endpoint)
+            .credentials_provider(creds)
+            .build();
+        Target {
+            id: MEMBER.into(),
+            iam: aws_sdk_iam::Client::from_conf(conf),
+            s3: s3_session(&k, &s, Some(t)),
+        }
+    }
+
+    /// The role this account's admin makes for the installation `cluster` (made by
+    /// [`Target::set_up`]; its ARN is known before, so the operator's own policy can name it).
+    fn role_arn(&self, cluster: &str) -> String {
+        format!("arn:aws:iam::{}:role/s3op-target-{cluster}", self.id)
+    }
+
+    /// What the account's admin sets up for the installation `cluster`, as the README says and
+    /// `s3-operator iam-policy --target-account` renders it: the permissions boundary, and a
+    /// role trusting only the operator's principal (its IAM user, which must exist first, as
+    /// IAM refuses a trust naming a principal that does not), with the ExternalId and the
+    /// session tag, allowed the operator policy rendered for that account. Returns its ARN.
+    async fn set_up(&self, cluster: &str) -> String {
+        let scope = policy::Scope {
+            account: self.id.clone(),
+            ..scope(cluster)
+        };
+        self.iam
+            .create_policy()
+            .policy_name(policy::BOUNDARY_NAME)
+            .path(&scope.iam_path)
+            .policy_document(policy::boundary_policy(&scope).to_string())
+            .send()
+            .await
+            .expect("the boundary in the target account");
+        let trust = policy::trust_policy(&operator_user_arn(cluster), EXTERNAL_ID, cluster);
+        let name = format!("s3op-target-{cluster}");
+        let role = self
+            .iam
+            .create_role()
+            .role_name(&name)
+            .assume_role_policy_document(trust.to_string())
+            .send()
+            .await
+            .expect("the target role");
+        self.iam
+            .put_role_policy()
+            .role_name(&name)
+            .policy_name("s3-operator")
+            .policy_document(policy::operator_policy(&scope).to_string())
+            .send()
+            .await
+            .expect("the target role's policy");
+        let arn = role.role.expect("a role").arn;
+        assert_eq!(arn, self.role_arn(cluster));
+        arn
+    }
+
+    async fn buckets(&self) -> Vec<String> {
+        buckets_of(&self.s3).await
+    }
+
+    async fn user_exists(&self, user: &str) -> bool {
+        self.iam.get_user().user_name(user).send().await.is_ok()
+    }
 }
 
-/// The role the target account's admin makes for the installation `cluster` (made by
-/// [`target_role`]; its ARN is known before, so the operator's own policy can name it).
-fn target_role_arn(cluster: &str) -> String {
-    format!(
-        "arn:aws:iam::{}:role/s3op-target-{cluster}",
-        other_account()
-    )
-}
-
-/// What the target account's admin sets up for the installation `cluster`, as the README says
-/// and `s3-operator iam-policy --target-account` renders it: the permissions boundary, and a
-/// role trusting only the operator's principal (its IAM user, which must exist first, as IAM
-/// refuses a trust naming a principal that does not), with the ExternalId and the session tag,
-/// allowed the operator policy rendered for that account. Returns the role's ARN.
-async fn target_role(cluster: &str) -> String {
-    let scope = policy::Scope {
-        account: other_account(),
-        ..scope(cluster)
-    };
-    let iam = other_iam();
-    iam.create_policy()
-        .policy_name(policy::BOUNDARY_NAME)
-        .path(&scope.iam_path)
-        .policy_document(policy::boundary_policy(&scope).to_string())
-        .send()
-        .await
-        .expect("the boundary in the target account");
-    let trust = policy::trust_policy(&operator_user_arn(cluster), EXTERNAL_ID, cluster);
-    let name = format!("s3op-target-{cluster}");
-    let role = iam
-        .create_role()
-        .role_name(&name)
-        .assume_role_policy_document(trust.to_string())
-        .send()
-        .await
-        .expect("the target role");
-    iam.put_role_policy()
-        .role_name(&name)
-        .policy_name("s3-operator")
-        .policy_document(policy::operator_policy(&scope).to_string())
-        .send()
-        .await
-        .expect("the target role's policy");
-    let arn = role.role.expect("a role").arn;
-    assert_eq!(arn, target_role_arn(cluster));
-    arn
-}
-
-/// The shipped operator policy, plus assuming the target role (what the operator's own account
-/// grants it for each AWSAccount: `iam-policy --assume-role-arn`).
-fn operator_policy_assuming(cluster: &str, role: &str) -> serde_json::Value {
-    policy::with_assume_roles(operator_policy(cluster), &[role.to_string()])
-}
-
-/// AssumeRole on `role` as the home account's admin (every permission in its own account),
-/// with the right ExternalId and the installation's tag: the error code STS answered, if any.
-async fn assume_as_admin(role: &str, cluster: &str) -> Result<(), String> {
+/// STS as the operator's account's admin.
+fn admin_sts() -> aws_sdk_sts::Client {
     let (k, s) = env().admin_key.clone();
     let creds = aws_sdk_sts::config::Credentials::new(k, s, None, None, "e2e");
     let conf = aws_sdk_sts::config::Builder::new()
@@ -97,12 +138,18 @@ async fn assume_as_admin(role: &str, cluster: &str) -> Result<(), String> {
         .endpoint_url(&env().aws_endpoint)
         .credentials_provider(creds)
         .build();
+    aws_sdk_sts::Client::from_conf(conf)
+}
+
+/// AssumeRole on `role` as the home account's admin (every permission in its own account),
+/// with the right ExternalId and the installation's tag: the error code STS answered, if any.
+async fn assume_as_admin(role: &str, cluster: &str) -> Result<(), String> {
     let tag = aws_sdk_sts::types::Tag::builder()
         .key(s3_operator::aws::SESSION_TAG)
         .value(cluster)
         .build()
         .expect("a tag");
-    aws_sdk_sts::Client::from_conf(conf)
+    admin_sts()
         .assume_role()
         .role_arn(role)
         .role_session_name("e2e-admin")
@@ -177,6 +224,72 @@ async fn buckets_of(s3: &aws_sdk_s3::Client) -> Vec<String> {
         .collect()
 }
 
+/// An operator for `namespaces` whose own policy may assume the roles of `targets`, and those
+/// roles made (after its IAM user exists, which their trust names).
+async fn operator_for(
+    namespaces: &[String],
+    cluster: &str,
+    targets: &[&Target],
+) -> (Operator, Identity) {
+    let roles: Vec<String> = targets.iter().map(|t| t.role_arn(cluster)).collect();
+    let opts = OperatorOpts {
+        namespaces: namespaces.to_vec(),
+        cluster: Some(cluster.to_string()),
+        resync: "10m",
+        policy: Some(policy::with_assume_roles(operator_policy(cluster), &roles)),
+        ..Default::default()
+    };
+    let id =
+        Identity::with_policy(&opts.namespaces, opts.cluster.clone(), opts.policy.clone()).await;
+    for t in targets {
+        t.set_up(cluster).await;
+    }
+    (Operator::start_as(&id, &opts, "0").await, id)
+}
+
+/// A Ready Bucket `b` (deleted with its data) and an Available access `a` to it, in `ns`
+/// under `class`.
+async fn pair_in(client: &kube::Client, ns: &str, class: &str) -> AccessPair {
+    let spec = json!({"className": class, "deletionPolicy": "Delete", "forceDelete": true});
+    let access_spec = json!({"bucketRef": {"name": "b"}, "permission": "ReadWrite"});
+    AccessPair::create(client, ns, bucket("b", spec), access("a", access_spec)).await
+}
+
+/// The pair's Bucket and access both record `account` (the AWSAccount `name`), its user is in
+/// that account, and its bucket is listed there and not in the operator's own.
+async fn lives_in(pair: &AccessPair, name: &str, account: &Target) {
+    let status = pair.buckets.get("b").await.unwrap().status.unwrap();
+    let recorded = status.account.expect("status.account");
+    assert_eq!(
+        (recorded.name.as_str(), recorded.id.as_str()),
+        (name, account.id.as_str())
+    );
+    let access_status = pair.access.status.clone().unwrap();
+    assert_eq!(access_status.account, Some(recorded));
+    let user_arn = pair.user_arn();
+    assert!(
+        user_arn.starts_with(&format!("arn:aws:iam::{}:user/", account.id)),
+        "{user_arn}"
+    );
+    assert!(account.buckets().await.contains(&pair.s3_name));
+    assert!(!buckets_of(&admin_s3()).await.contains(&pair.s3_name));
+}
+
+/// The S3 client of the pair's Secret.
+async fn app_of(pair: &AccessPair) -> aws_sdk_s3::Client {
+    let data = pair.secret_data().await;
+    s3_with(&data["AWS_ACCESS_KEY_ID"], &data["AWS_SECRET_ACCESS_KEY"])
+}
+
+async fn put(app: &aws_sdk_s3::Client, bucket: &str) -> Result<(), String> {
+    let put = app
+        .put_object()
+        .bucket(bucket)
+        .key("k")
+        .body(b"v".to_vec().into());
+    put.send().await.map(|_| ()).map_err(|e| format!("{e:?}"))
+}
+
 /// A class in another account puts a tenant's Bucket and BucketAccess there and nowhere else,
 /// with credentials that work there; a wrong ExternalId is AccountUnavailable with nothing
 /// written; a class edited to another account moves nothing; deleting cleans the right account.
@@ -186,17 +299,9 @@ async fn a_class_puts_buckets_and_identities_in_its_account_and_nowhere_else() {
     install_crds().await;
     let ns = namespace(&client, "acct").await;
     let cluster = format!("acct{}", random(5));
-    let op = Operator::start(OperatorOpts {
-        namespaces: vec![ns.clone()],
-        cluster: Some(cluster.clone()),
-        policy: Some(operator_policy_assuming(
-            &cluster,
-            &target_role_arn(&cluster),
-        )),
-        ..Default::default()
-    })
-    .await;
-    let role = target_role(&cluster).await;
+    let target = Target::other();
+    let (op, _) = operator_for(std::slice::from_ref(&ns), &cluster, &[&target]).await;
+    let role = target.role_arn(&cluster);
     // The trust names the operator's principal, not its account: another identity there,
     // allowed everything in its own account and holding the ExternalId, is refused.
     assert_eq!(
@@ -209,54 +314,38 @@ async fn a_class_puts_buckets_and_identities_in_its_account_and_nowhere_else() {
     account(&client, &good, &role, "ext").await;
     account(&client, &bad, &role, "wrong").await;
     class_in(&client, &good, &ns, &good).await;
-
-    // Served in the target account.
-    let b = bucket(
-        "b1",
-        json!({"className": good, "deletionPolicy": "Delete", "forceDelete": true}),
-    );
-    let a = access(
-        "a1",
-        json!({"bucketRef": {"name": "b1"}, "permission": "ReadWrite"}),
-    );
-    let pair = AccessPair::create(&client, &ns, b, a).await;
-    let target = other_account();
-    let status = pair.buckets.get("b1").await.unwrap().status.unwrap();
-    let recorded = status.account.expect("status.account");
-    assert_eq!(
-        (recorded.name.as_str(), recorded.id.as_str()),
-        (good.as_str(), target.as_str())
-    );
-    let access_status = pair.access.status.clone().unwrap();
-    assert_eq!(access_status.account, Some(recorded.clone()));
-    assert!(
-        pair.user_arn()
-            .starts_with(&format!("arn:aws:iam::{target}:user/"))
-    );
-    let (k, s) = env().other_admin_key.clone().unwrap();
-    let theirs = s3_with(&k, &s);
-    assert!(buckets_of(&theirs).await.contains(&pair.s3_name));
-    assert!(!buckets_of(&admin_s3()).await.contains(&pair.s3_name));
-    let data = pair.secret_data().await;
-    let app = s3_with(&data["AWS_ACCESS_KEY_ID"], &data["AWS_SECRET_ACCESS_KEY"]);
-    app.put_object()
-        .bucket(&pair.s3_name)
-        .key("k")
-        .body(b"v".to_vec().into())
-        .send()
-        .await
-        .expect("the access's keys write into the bucket in the target account");
-
-    // A wrong ExternalId: AccountUnavailable, nothing made in either account.
     class_in(&client, &bad, &ns, &bad).await;
-    let before = (buckets_of(&theirs).await, buckets_of(&admin_s3()).await);
-    let b2 = bucket("b2", json!({"className": bad}));
+
+    let pair = pair_in(&client, &ns, &good).await;
+    lives_in(&pair, &good, &target).await;
+    let written = put(&app_of(&pair).await, &pair.s3_name).await;
+    written.expect("the access's keys write into the bucket in the target account");
+    a_wrong_external_id_writes_nothing(&pair, &bad, &target).await;
+    a_class_edit_moves_nothing(&client, &pair, (&good, &bad), &target).await;
+    deleting_cleans_the_target(&pair, &target).await;
+    for name in [&good, &bad] {
+        let dp = DeleteParams::default();
+        let _ = Api::<BucketClass>::all(client.clone())
+            .delete(name, &dp)
+            .await;
+        let _ = Api::<AWSAccount>::all(client.clone())
+            .delete(name, &dp)
+            .await;
+    }
+    drop(op);
+}
+
+/// A Bucket of the class whose AWSAccount has the wrong ExternalId: AccountUnavailable with
+/// STS's refusal, nothing recorded or made in either account.
+async fn a_wrong_external_id_writes_nothing(pair: &AccessPair, class: &str, target: &Target) {
+    let before = (target.buckets().await, buckets_of(&admin_s3()).await);
+    let b2 = bucket("b2", json!({"className": class}));
     pair.buckets
         .create(&PostParams::default(), &b2)
         .await
         .unwrap();
     let msg = wait_reason(&pair.buckets, "b2", "AccountUnavailable", T).await;
-    assert!(msg.contains(&bad), "names the AWSAccount: {msg}");
+    assert!(msg.contains(class), "names the AWSAccount: {msg}");
     // STS's own refusal, not a Secret the operator could not read.
     assert!(
         msg.contains("not authorized to perform: sts:AssumeRole"),
@@ -270,47 +359,129 @@ async fn a_class_puts_buckets_and_identities_in_its_account_and_nowhere_else() {
     assert!(b2.metadata.finalizers.is_none_or(|f| f.is_empty()));
     assert_eq!(
         before,
-        (buckets_of(&theirs).await, buckets_of(&admin_s3()).await)
+        (target.buckets().await, buckets_of(&admin_s3()).await)
     );
+    pair.buckets
+        .delete("b2", &DeleteParams::default())
+        .await
+        .unwrap();
+    // It never began: its deletion needs no account.
+    wait_gone(&pair.buckets, "b2").await;
+}
 
-    // The class edited to the other account: a violation, the bucket stays where it is.
+/// The class edited to another account: a violation, the bucket stays where it is; edited
+/// back, Available again.
+async fn a_class_edit_moves_nothing(
+    client: &kube::Client,
+    pair: &AccessPair,
+    (good, bad): (&str, &str),
+    target: &Target,
+) {
     let classes = Api::<BucketClass>::all(client.clone());
     let to = |a: &str| Patch::Merge(json!({"spec": {"account": a}}));
     classes
-        .patch(&good, &PatchParams::default(), &to(&bad))
+        .patch(good, &PatchParams::default(), &to(bad))
         .await
         .unwrap();
-    let msg = wait_reason(&pair.buckets, "b1", "ClassViolation", T).await;
+    let msg = wait_reason(&pair.buckets, "b", "ClassViolation", T).await;
     assert!(msg.contains("never moved"), "{msg}");
-    assert!(buckets_of(&theirs).await.contains(&pair.s3_name));
+    assert!(target.buckets().await.contains(&pair.s3_name));
     classes
-        .patch(&good, &PatchParams::default(), &to(&good))
+        .patch(good, &PatchParams::default(), &to(good))
         .await
         .unwrap();
-    wait_reason(&pair.buckets, "b1", "Available", T).await;
+    wait_reason(&pair.buckets, "b", "Available", T).await;
+}
 
-    // Deleting cleans the target account.
-    let user = pair.user();
-    let dp = DeleteParams::default();
-    pair.accesses.delete("a1", &dp).await.unwrap();
-    wait_gone(&pair.accesses, "a1").await;
-    let gone = other_iam().get_user().user_name(&user).send().await;
+/// Deleting the access and the Bucket deletes the user and the bucket in the target account.
+async fn deleting_cleans_the_target(pair: &AccessPair, target: &Target) {
+    let (user, dp) = (pair.user(), DeleteParams::default());
+    pair.accesses.delete("a", &dp).await.unwrap();
+    wait_gone(&pair.accesses, "a").await;
     assert!(
-        gone.is_err(),
-        "the access's user is deleted in the target account"
+        !target.user_exists(&user).await,
+        "the user is deleted in the target account"
     );
-    for name in ["b1", "b2"] {
-        pair.buckets.delete(name, &dp).await.unwrap();
-    }
-    wait_gone(&pair.buckets, "b1").await;
-    assert!(!buckets_of(&theirs).await.contains(&pair.s3_name));
-    // b2 never began: its deletion needs no account.
-    wait_gone(&pair.buckets, "b2").await;
-    for name in [&good, &bad] {
-        let _ = classes.delete(name, &dp).await;
-        let _ = Api::<AWSAccount>::all(client.clone())
-            .delete(name, &dp)
-            .await;
-    }
-    drop(op);
+    pair.buckets.delete("b", &dp).await.unwrap();
+    wait_gone(&pair.buckets, "b").await;
+    assert!(!target.buckets().await.contains(&pair.s3_name));
+}
+
+/// Two namespaces, each with a class in an account of its own: each tenant's credentials reach
+/// only its own bucket, and what a tenant strips while no operator runs is swept in the account
+/// it lived in.
+#[tokio::test]
+async fn two_accounts_keep_their_tenants_apart_and_are_each_swept() {
+    let client = admin().await;
+    install_crds().await;
+    let (ns1, ns2) = (
+        namespace(&client, "acct1").await,
+        namespace(&client, "acct2").await,
+    );
+    let cluster = format!("two{}", random(5));
+    let (one, two) = (Target::other(), Target::member().await);
+    let (op, id) = operator_for(&[ns1.clone(), ns2.clone()], &cluster, &[&one, &two]).await;
+    external_id_secret(&client, &op.operator_ns, "ext", EXTERNAL_ID).await;
+    let (a1, a2) = (format!("{cluster}-one"), format!("{cluster}-two"));
+    account(&client, &a1, &one.role_arn(&cluster), "ext").await;
+    account(&client, &a2, &two.role_arn(&cluster), "ext").await;
+    class_in(&client, &a1, &ns1, &a1).await;
+    class_in(&client, &a2, &ns2, &a2).await;
+    let (p1, p2) = (
+        pair_in(&client, &ns1, &a1).await,
+        pair_in(&client, &ns2, &a2).await,
+    );
+    lives_in(&p1, &a1, &one).await;
+    lives_in(&p2, &a2, &two).await;
+    let (app1, app2) = (app_of(&p1).await, app_of(&p2).await);
+    put(&app1, &p1.s3_name)
+        .await
+        .expect("tenant 1 in its bucket");
+    put(&app2, &p2.s3_name)
+        .await
+        .expect("tenant 2 in its bucket");
+    let denied = |r: Result<(), String>| r.is_err_and(|e| e.contains("AccessDenied"));
+    assert!(
+        denied(put(&app1, &p2.s3_name).await),
+        "tenant 1 reaches tenant 2's bucket"
+    );
+    assert!(
+        denied(put(&app2, &p1.s3_name).await),
+        "tenant 2 reaches tenant 1's bucket"
+    );
+
+    // Stripped while no operator runs: the next operator's sweep cleans the member account.
+    let user = p2.user();
+    op.terminate().await;
+    strip_and_delete(&p2.accesses, "a").await;
+    strip_and_delete(&p2.buckets, "b").await;
+    let opts = OperatorOpts {
+        namespaces: vec![ns1.clone(), ns2.clone()],
+        cluster: Some(cluster.clone()),
+        resync: "10m",
+        extra_args: vec!["--orphan-sweep-period".into(), "2s".into()],
+        ..Default::default()
+    };
+    let _sweeping = Operator::start_as(&id, &opts, "1").await;
+    wait_for(
+        "the sweep to delete the user in the member account",
+        T,
+        || async { (!two.user_exists(&user).await).then_some(()) },
+    )
+    .await;
+    assert!(
+        one.user_exists(&p1.user()).await,
+        "the live tenant's user stays"
+    );
+}
+
+/// Deletes `name` and removes its finalizers, as a tenant may; waits until it is gone.
+async fn strip_and_delete<K>(api: &Api<K>, name: &str)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let _ = api.delete(name, &DeleteParams::default()).await;
+    let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
+    let _ = api.patch(name, &PatchParams::default(), &strip).await;
+    wait_gone(api, name).await;
 }
