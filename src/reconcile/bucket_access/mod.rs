@@ -75,6 +75,14 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<R
     let mut events = PassEvents::default();
     let result = match (placed.violation, placed.to_record) {
         (Some(why), _) => Err(Error::Blocked(why)),
+        (None, _) if !workload_identity_here(&access, &cx) => {
+            let (name, kind) = (cx.account.name.as_deref(), access.spec.credentials.type_);
+            let msg = format!(
+                "{kind:?} credentials are not available in AWSAccount {}: the operator knows the OIDC provider and EKS cluster of its own account only; use AccessKey",
+                name.unwrap_or_default()
+            );
+            Err(Error::Blocked(Blocked::new(Reason::InvalidSpec, msg)))
+        }
         (None, true) => record_account(&access, &cx).await,
         (None, false) => pass(&access, &cx, &class, &mut events).await,
     };
@@ -110,6 +118,12 @@ fn placement(access: &BucketAccess, ctx: &Context, class: &class::InForce) -> ac
         bucket_account.as_ref().map(Option::as_ref),
         class_account,
     )
+}
+
+/// Workload identity (IRSA, Pod Identity) trusts the cluster's OIDC provider or EKS cluster,
+/// which the operator knows in its own account only.
+fn workload_identity_here(access: &BucketAccess, ctx: &InAccount<'_>) -> bool {
+    ctx.account.name.is_none() || access.spec.credentials.type_ == CredentialsType::AccessKey
 }
 
 /// Records the account of a new access's identity (its Bucket's) in status before anything is
