@@ -1,6 +1,9 @@
 //! The scale benchmark:
 //! `cargo bench --bench scale -- [--pairs 100,1000,5000] [--buckets 200,1000] [--runs 3] [--write]`.
 //! `--buckets` runs Buckets alone, the workload of the quoted peer reference (empty: none).
+//! `--budget N,N` also runs N pairs with the operator's default per-namespace write budget on
+//! (the pair rows run with it off), as rows of their own: what a user applying N pairs in one
+//! namespace waits.
 //! `--runs` measures each N that many times (3 by default): its ratio is reported as the median
 //! with the range, its other figures are the median run's. `--churn SECONDS[,BATCH]` also
 //! creates and deletes BATCH pairs (default 50) over and over for that long and reports the
@@ -33,6 +36,7 @@ mod workloads;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use s3_operator::aws::budget;
 use serde_json::{Value, json};
 
 fn arg(args: &[String], name: &str) -> Option<String> {
@@ -56,7 +60,15 @@ fn child(args: &[String]) -> bool {
             Some("buckets") => scale::Workload::Buckets,
             _ => scale::Workload::Pairs,
         };
-        let row = runtime().block_on(scale::run(n, workload, 30, false));
+        let budget = match arg(args, "--write-budget").as_deref() {
+            // The operator's default: what a user applying them in one namespace waits.
+            Some("default") => scale::Budget::On {
+                rate: budget::DEFAULT_RATE,
+                burst: budget::DEFAULT_BURST,
+            },
+            _ => scale::Budget::Off,
+        };
+        let row = runtime().block_on(scale::run(n, workload, budget, 30, false));
         println!("{}", serde_json::to_string(&row).expect("JSON"));
     } else if let Some(n) = arg(args, "--one-fairness") {
         let n: usize = n.parse().expect("--one-fairness N");
@@ -96,8 +108,8 @@ fn in_child(args: &[&str], what: &str) -> Vec<Value> {
         .collect()
 }
 
-/// Every N of `--pairs` and `--buckets`, each `runs` times: the median run by ratio, with every
-/// run's ratio as `ratio_runs`.
+/// Every N of `--pairs`, `--buckets` and `--budget`, each `runs` times: the median run by ratio,
+/// with every run's ratio as `ratio_runs`.
 fn measure_rows(args: &[String], runs: usize, measured: &Value) -> Vec<Value> {
     let sizes = |name: &str, default: &str| -> Vec<usize> {
         let list = arg(args, name).unwrap_or_else(|| default.into());
@@ -106,20 +118,33 @@ fn measure_rows(args: &[String], runs: usize, measured: &Value) -> Vec<Value> {
             .map(|n| n.trim().parse().expect("N,N,..."))
             .collect()
     };
-    let sizes = sizes("--pairs", "100,1000,5000")
-        .into_iter()
-        .map(|n| (n, "pairs"))
-        .chain(
-            sizes("--buckets", "200,1000")
-                .into_iter()
-                .map(|n| (n, "buckets")),
-        );
+    // (N, workload, write budget) as the child takes them.
+    let of = |name, default, workload, budget| {
+        sizes(name, default)
+            .into_iter()
+            .map(move |n| (n, workload, budget))
+    };
+    let sizes = of("--pairs", "100,1000,5000", "pairs", "off")
+        .chain(of("--budget", "", "pairs", "default"))
+        .chain(of("--buckets", "200,1000", "buckets", "off"));
     let mut rows = Vec::new();
-    for (n, workload) in sizes {
+    for (n, workload, budget) in sizes {
         let mut each: Vec<Value> = (0..runs)
             .map(|i| {
-                let what = format!("run {} of {runs} at N = {n} {workload}", i + 1);
-                let out = in_child(&["--one", &n.to_string(), "--workload", workload], &what);
+                let what = format!(
+                    "run {} of {runs} at N = {n} {workload}, write budget {budget}",
+                    i + 1
+                );
+                let n = n.to_string();
+                let child = [
+                    "--one",
+                    &n,
+                    "--workload",
+                    workload,
+                    "--write-budget",
+                    budget,
+                ];
+                let out = in_child(&child, &what);
                 out.last().cloned().expect("a result line")
             })
             .collect();
@@ -140,10 +165,13 @@ fn measure_rows(args: &[String], runs: usize, measured: &Value) -> Vec<Value> {
     rows
 }
 
-/// This run's rows in place of the previous document's at the same N and workload; the others
-/// kept, with the run that measured them.
+/// This run's rows in place of the previous document's at the same N, workload and write
+/// budget; the others kept, with the run that measured them.
 fn merge_rows(previous: &Value, measured: Vec<Value>) -> Vec<Value> {
-    let key = |r: &Value| (r["workload"].as_str().map(String::from), r["n"].as_u64());
+    let key = |r: &Value| {
+        let workload = r["workload"].as_str().map(String::from);
+        (workload, r["n"].as_u64(), budgeted(r))
+    };
     let mut rows: Vec<Value> = previous["rows"]
         .as_array()
         .into_iter()
@@ -152,9 +180,14 @@ fn merge_rows(previous: &Value, measured: Vec<Value>) -> Vec<Value> {
         .cloned()
         .collect();
     rows.extend(measured);
-    // Pairs before Buckets, each by N.
-    rows.sort_by_key(|r| (r["workload"] != "Pairs", r["n"].as_u64()));
+    // Pairs, then pairs with the write budget, then Buckets, each by N.
+    rows.sort_by_key(|r| (r["workload"] != "Pairs", budgeted(r), r["n"].as_u64()));
     rows
+}
+
+/// Whether a row ran with the write budget on.
+fn budgeted(row: &Value) -> bool {
+    !row["write_budget"].is_null()
 }
 
 fn main() {

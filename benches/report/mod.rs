@@ -158,30 +158,256 @@ impl Cell {
     }
 }
 
+/// The rows of `workload` with the write budget off.
 fn rows_of<'a>(doc: &'a Value, workload: &'a str) -> impl Iterator<Item = &'a Value> {
     doc["rows"]
         .as_array()
         .into_iter()
         .flatten()
-        .filter(move |r| r["workload"] == workload)
+        .filter(move |r| r["workload"] == workload && !budgeted(r))
+}
+
+/// Whether a row ran with the operator's default write budget on (`--budget`).
+fn budgeted(row: &Value) -> bool {
+    !row["write_budget"].is_null()
+}
+
+/// How a table line reads a row.
+type Line<'a> = (String, Box<dyn Fn(&Value) -> Result<String> + 'a>);
+
+/// The lines of the pairs table.
+fn pair_lines(doc: &Value) -> Vec<Line<'_>> {
+    PAIR_LINES
+        .iter()
+        .map(|(label, cell)| -> Line { (label.to_string(), Box::new(move |r| cell.read(doc, r))) })
+        .collect()
+}
+
+/// A table of one column per row.
+fn columns(rows: &[&Value], lines: &[Line]) -> Result<String> {
+    let mut out = String::from("| |");
+    for r in rows {
+        let _ = write!(out, " N = {} |", num(r, "n")?);
+    }
+    out += &format!("\n|---|{}\n", "---|".repeat(rows.len()));
+    for (label, read) in lines {
+        out += &format!("| {label} |");
+        for r in rows {
+            let _ = write!(out, " {} |", read(r)?);
+        }
+        out.push('\n');
+    }
+    Ok(out)
 }
 
 /// The summary table of the pair rows, one column per N.
 fn pairs_table(doc: &Value) -> Result<String> {
     let rows: Vec<&Value> = rows_of(doc, "Pairs").collect();
-    let mut out = String::from("| |");
-    for r in &rows {
-        let _ = write!(out, " N = {} |", num(r, "n")?);
+    columns(&rows, &pair_lines(doc))
+}
+
+/// AWS writes per unit of a row while converging: every call but a read (as the operator's
+/// budget counts them, `aws::budget::is_write`).
+fn aws_writes(row: &Value) -> f64 {
+    let is_read = |call: &str| {
+        let op = call.split(':').nth(1).unwrap_or(call);
+        ["Get", "List", "Head", "Describe"]
+            .iter()
+            .any(|read| op.starts_with(read))
+    };
+    row["operator_calls"]
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(call, _)| !is_read(call))
+        .filter_map(|(_, n)| n.as_f64())
+        .sum()
+}
+
+/// A write budget's rate and burst.
+fn rate_burst(budget: &Value) -> Result<(f64, f64)> {
+    Ok((num(budget, "rate")?, num(budget, "burst")?))
+}
+
+/// The least time `n` pairs of `writes` AWS writes each take under a budget of `rate` writes a
+/// second and `burst` at once, however fast the operator: what is past the burst, at the rate.
+fn budget_time(n: f64, writes: f64, (rate, burst): (f64, f64)) -> f64 {
+    ((n * writes - burst) / rate).max(0.0)
+}
+
+/// The same N's row of the pair rows (the budget off), if there is one.
+fn unbudgeted<'a>(doc: &'a Value, row: &Value) -> Option<&'a Value> {
+    rows_of(doc, "Pairs").find(|r| r["n"] == row["n"])
+}
+
+/// The pair rows run with the operator's default write budget, beside the pair rows; what a
+/// user applying N pairs in one namespace waits, and why the default is what it is.
+fn budget(doc: &Value) -> Result<String> {
+    let rows: Vec<&Value> = doc["rows"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|r| r["workload"] == "Pairs" && budgeted(r))
+        .collect();
+    let Some(first) = rows.first() else {
+        return Ok(String::new());
+    };
+    let (rate, burst) = rate_burst(&first["write_budget"])?;
+    let mut out = format!(
+        "\n## With the default write budget\n\n\
+         The pair rows above run with the per-namespace budget of AWS writes off \
+         (`--namespace-aws-write-rate 0`): they measure the operator. These run the same workload, \
+         all N pairs in one namespace, with the operator's default budget on: {rate} writes a \
+         second and {burst} at once per namespace (`--namespace-aws-write-rate`, \
+         `--namespace-aws-write-burst`; `cargo bench --bench scale -- --budget N`). The read budget \
+         is off in both, so the write budget is the only difference. Once a namespace has spent \
+         its burst it gets {rate} writes a second: its passes wait their turn as the budget \
+         refills, without taking a reconcile slot (each wait a deferral, counted by \
+         `s3_operator_aws_write_budget_exhausted_total`; the first object to meet the empty \
+         budget gets a `WriteBudgetExhausted` event). N pairs of W AWS writes each therefore take \
+         (N × W − {burst}) / {rate} seconds however fast the operator is: *the budget's time* \
+         below, less the few seconds of debt the last passes may leave (a pass that has started \
+         writing finishes). The operator's own part is the time beyond it.\n\n"
+    );
+    let mut lines = pair_lines(doc);
+    // The pair rows' targets are the operator's; here the budget sets the pace.
+    for line in lines.iter_mut().filter(|line| line.0.starts_with("Ratio")) {
+        line.0 = "Ratio operator / floor, median (min–max) (no target)".into();
     }
-    out += &format!("\n|---|{}\n", "---|".repeat(rows.len()));
-    for (label, cell) in PAIR_LINES {
-        out += &format!("| {label} |");
-        for r in &rows {
-            let _ = write!(out, " {} |", cell.read(doc, r)?);
-        }
-        out.push('\n');
+    let extra: [Line; 6] = [
+        (
+            "Write budget: writes per second / at once".into(),
+            Box::new(|r: &Value| {
+                let (rate, burst) = rate_burst(&r["write_budget"])?;
+                Ok(format!("{rate} / {burst}"))
+            }),
+        ),
+        (
+            "AWS writes per pair".into(),
+            Box::new(|r: &Value| Ok(format!("{:.2}", aws_writes(r)))),
+        ),
+        (
+            "Passes deferred by the budget".into(),
+            Box::new(|r: &Value| Ok(format!("{:.0}", num(&r["write_budget"], "deferrals")?))),
+        ),
+        (
+            "The budget's time: (N × writes per pair − burst) / rate (s)".into(),
+            Box::new(|r: &Value| {
+                let t = budget_time(num(r, "n")?, aws_writes(r), rate_burst(&r["write_budget"])?);
+                Ok(format!("{t:.1}"))
+            }),
+        ),
+        (
+            "Apply to all Ready beyond the budget's time (s)".into(),
+            Box::new(|r: &Value| {
+                let t = budget_time(num(r, "n")?, aws_writes(r), rate_burst(&r["write_budget"])?);
+                Ok(format!("{:.1}", num(r, "converge_s")? - t))
+            }),
+        ),
+        (
+            "The same N without the budget: apply to all Ready (s)".into(),
+            Box::new(move |r: &Value| {
+                Ok(match unbudgeted(doc, r) {
+                    Some(off) => {
+                        format!("{:.1} ({})", num(off, "converge_s")?, provenance(doc, off)?)
+                    }
+                    None => "not measured".into(),
+                })
+            }),
+        ),
+    ];
+    lines.extend(extra);
+    out += &columns(&rows, &lines)?;
+    out += &waits(doc, &rows, (rate, burst))?;
+    out += &why_the_default(rate, burst, aws_writes(first));
+    Ok(out)
+}
+
+/// What applying N pairs in one namespace waits under the default budget, at every N measured.
+fn waits(doc: &Value, budgeted: &[&Value], budget: (f64, f64)) -> Result<String> {
+    let mut out = String::from(
+        "\n### What applying N pairs in one namespace waits\n\n\
+         At every N measured, the budget's time from the AWS writes per pair measured at that N \
+         (with the budget off where that row exists), beside the operator's time to all Ready \
+         without the budget and with it.\n\n\
+         | pairs | AWS writes per pair | without the budget, measured (s) | the budget's time (s) \
+         | with the budget, measured (s) |\n|---|---|---|---|---|\n",
+    );
+    let mut ns: Vec<u64> = rows_of(doc, "Pairs")
+        .chain(budgeted.iter().copied())
+        .filter_map(|r| r["n"].as_u64())
+        .collect();
+    ns.sort_unstable();
+    ns.dedup();
+    let converged = |r: Option<&Value>| -> Result<String> {
+        Ok(match r {
+            Some(r) => format!("{:.1}", num(r, "converge_s")?),
+            None => "—".into(),
+        })
+    };
+    for n in ns {
+        let off = rows_of(doc, "Pairs").find(|r| r["n"].as_u64() == Some(n));
+        let on = budgeted
+            .iter()
+            .copied()
+            .find(|r| r["n"].as_u64() == Some(n));
+        let Some(writes) = off.or(on).map(aws_writes) else {
+            continue;
+        };
+        let t = budget_time(n as f64, writes, budget);
+        let minutes = if t >= 120.0 {
+            format!(" ({:.1} min)", t / 60.0)
+        } else {
+            String::new()
+        };
+        let _ = writeln!(
+            out,
+            "| {n} | {writes:.2} | {} | {t:.1}{minutes} | {} |",
+            converged(off)?,
+            converged(on)?
+        );
     }
     Ok(out)
+}
+
+/// Why the default budget is what it is.
+fn why_the_default(rate: f64, burst: f64, writes: f64) -> String {
+    let pairs = if writes > 0.0 {
+        format!(
+            ": at {writes:.2} writes per pair, the first {:.0} pairs a team applies go through at \
+             the operator's own speed",
+            (burst / writes).floor()
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "\n### Why {rate} writes a second and {burst} at once\n\n\
+         The budget is per namespace, so it is sized for several busy namespaces sharing one AWS \
+         account. What it counts are control-plane writes: creating and configuring buckets, and \
+         creating IAM users, their policies and keys. AWS asks for both to be kept off an \
+         application's critical path. The S3 User Guide says bucket operations work against a \
+         centralized, global resource space and recommends creating, deleting and configuring \
+         buckets in a setup routine that runs less often ([General purpose buckets \
+         overview](https://docs.aws.amazon.com/AmazonS3/latest/userguide/UsingBucket.html)). The \
+         IAM User Guide says the same of creating and updating users, groups, roles and policies, \
+         which IAM replicates around the world before they take effect ([What is \
+         IAM?](https://docs.aws.amazon.com/IAM/latest/UserGuide/introduction.html)). And the IAM \
+         and STS calls of the console, the CLI and every application in an account count toward \
+         one maximum rate for the account, which cannot be raised ([AWS Knowledge Center: API \
+         throttling or \"Rate exceeded\" errors for IAM and AWS \
+         STS](https://repost.aws/knowledge-center/iam-sts-throttling-error)).\n\n\
+         None of these pages gives that rate as a number, so the default is this project's \
+         judgement, not a quoted AWS limit (its reasoning is in `src/aws/budget.rs`): these \
+         control planes take a few tens of writes a second per account, so at {rate} a second per \
+         namespace a handful of busy namespaces together stay within them, and the AWS SDK's \
+         retries with backoff are left for a rare throttle instead of being every namespace's \
+         steady state. The burst of {burst} is there so that a team applying a few dozen objects \
+         at once never waits{pairs}. Both are per installation \
+         (`--namespace-aws-write-rate`, `--namespace-aws-write-burst`; a rate of 0 turns the \
+         budget off): an account with one busy team, or with AWS's throttling observed to be \
+         higher, can raise them.\n"
+    )
 }
 
 /// "met" or "missed, target ..." for a figure against its target.
@@ -289,9 +515,14 @@ fn calls_tables(doc: &Value) -> Result<String> {
         } else {
             "pair"
         };
+        let with = if budgeted(r) {
+            " with the default write budget"
+        } else {
+            ""
+        };
         let _ = write!(
             out,
-            "\nN = {} {unit}s ({}):\n\n| operation | operator | floor |\n|---|---|---|\n",
+            "\nN = {} {unit}s{with} ({}):\n\n| operation | operator | floor |\n|---|---|---|\n",
             num(r, "n")?,
             provenance(doc, r)?
         );
@@ -630,6 +861,7 @@ pub fn render(doc: &Value) -> Result<String> {
     Ok(header(doc)?
         + &pairs_table(doc)?
         + &targets(doc)?
+        + &budget(doc)?
         + &peer_section(doc)?
         + WRITES
         + &breakdown(doc)?

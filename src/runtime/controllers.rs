@@ -8,9 +8,11 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, join_all};
 use futures::{FutureExt, StreamExt};
+use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Resource;
 use kube::api::DynamicObject;
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use tokio::sync::{Semaphore, watch};
@@ -52,21 +54,26 @@ pub(super) async fn run(
             .with_label_values(&[c])
             .set(i64::from(concurrency) * scopes.len() as i64);
     }
-    let queues = Queues {
-        buckets: Queue::new("bucket", &ctx.metrics),
-        accesses: Queue::new("bucketaccess", &ctx.metrics),
-    };
     let bucket_stores: Vec<_> = scopes.iter().map(|w| w.buckets.clone()).collect();
     let access_stores: Vec<_> = scopes.iter().map(|w| w.accesses.clone()).collect();
     // Subscribed by every scope's controllers before the first event is read.
     let (touched, _) = tokio::sync::broadcast::channel(1024);
-    let wakers = Wakers {
-        classes,
-        touched: &touched,
+    let shared = Shared {
+        queues: Queues {
+            buckets: Queue::new("bucket", &ctx.metrics),
+            accesses: Queue::new("bucketaccess", &ctx.metrics),
+        },
+        concurrency,
+        ctx: &ctx,
+        wakers: Wakers {
+            classes,
+            touched: &touched,
+        },
+        shutdown: &shutdown,
     };
     let runs: Vec<_> = scopes
         .into_iter()
-        .flat_map(|w| start_scope(w, &queues, concurrency, &ctx, &wakers, &shutdown))
+        .flat_map(|w| start_scope(w, &shared))
         .collect();
     if let Some(url) = &config.drift_events_queue_url {
         let own = ctx.settings.operator_principals.clone();
@@ -108,82 +115,118 @@ struct Queues {
     accesses: Queue,
 }
 
+/// What the controllers of every watched scope share.
+struct Shared<'a> {
+    queues: Queues,
+    /// Reconciles at once per kind and scope (`--max-concurrent-reconciles`).
+    concurrency: u16,
+    ctx: &'a Arc<Context>,
+    wakers: Wakers<'a>,
+    shutdown: &'a watch::Receiver<bool>,
+}
+
+/// The BucketAccess controller's watches besides its own objects: its Secrets and the Buckets
+/// it grants on.
+struct AccessWatches {
+    secrets: Gated<PartialObjectMeta<Secret>>,
+    buckets: Gated<Bucket>,
+}
+
 /// The Bucket and BucketAccess controllers of one watched scope, each reconcile waiting at a
 /// gate of `concurrency` slots, and the bookkeeping of the objects deleted from it.
-fn start_scope(
-    w: Watches,
-    queues: &Queues,
-    concurrency: u16,
-    ctx: &Arc<Context>,
-    wakers: &Wakers,
-    shutdown: &watch::Receiver<bool>,
-) -> [BoxFuture<'static, ()>; 2] {
-    let classes = wakers.classes;
-    let (bucket_queue, access_queue) = (&queues.buckets, &queues.accesses);
+fn start_scope(w: Watches, s: &Shared) -> [BoxFuture<'static, ()>; 2] {
+    forget_deletions(w.bucket_deletions, w.access_deletions, s);
+    let buckets = bucket_controller(&w.buckets, w.bucket_events, w.bucket_events_for_logging, s);
+    let access_watches = AccessWatches {
+        secrets: w.secret_events,
+        buckets: w.bucket_events_for_accesses,
+    };
+    let accesses = access_controller(&w.accesses, w.access_events, access_watches, &w.buckets, s);
+    drive_both((buckets, w.buckets), (accesses, w.accesses), s)
+}
+
+/// Spawns the bookkeeping of the scope's deleted objects. Both kinds share one set of cleanup
+/// slots: deletions the operator did not clean up after (a stripped finalizer) are cleaned up
+/// at most `VANISHED_AT_ONCE` at a time of either kind, not that many of each.
+fn forget_deletions(buckets: Gated<Bucket>, accesses: Gated<BucketAccess>, s: &Shared) {
     let slots = Arc::new(Semaphore::new(sweep::VANISHED_AT_ONCE));
     tokio::spawn(forget_deleted(
-        w.bucket_deletions,
-        ctx.clone(),
-        bucket_queue.clone(),
+        buckets,
+        s.ctx.clone(),
+        s.queues.buckets.clone(),
         (sweep::vanished_bucket, slots.clone()),
     ));
     tokio::spawn(forget_deleted(
-        w.access_deletions,
-        ctx.clone(),
-        access_queue.clone(),
+        accesses,
+        s.ctx.clone(),
+        s.queues.accesses.clone(),
         (sweep::vanished_access, slots),
     ));
-    let (store, linked, queue) = (w.buckets.clone(), Linked::default(), bucket_queue.clone());
-    let buckets = controller_for(&w.buckets, w.bucket_events, bucket_queue, shutdown)
-        .watches_shared_stream(
-            events(w.bucket_events_for_logging),
-            move |b: Arc<Bucket>| queue.added(linked.related(&store, &b)),
-        )
-        .reconcile_on(woken_by_classes(
-            classes,
-            &w.buckets,
-            ClassKind::Bucket,
-            bucket_queue,
-        ))
-        .reconcile_on(buckets_touched(
-            wakers.touched,
-            &w.buckets,
-            ctx,
-            bucket_queue,
-        ));
-    let (store, queue) = (w.accesses.clone(), access_queue.clone());
-    let (buckets_seen, fanout) = (w.buckets.clone(), AccessFanout::default());
-    let owners = access_queue.clone();
-    let secrets = events(w.secret_events).inspect(move |s| owners.add_owner_of(s.as_ref()));
-    let accesses = controller_for(&w.accesses, w.access_events, access_queue, shutdown)
+}
+
+/// The Bucket controller. Besides its own changes, a Bucket is woken by a change of the Bucket it
+/// logs into (its target changed) or of one that logs or logged into it (the grant it gives that
+/// Bucket changed), by its class changing and by drift events on its bucket.
+fn bucket_controller(
+    store: &Store<Bucket>,
+    changes: Gated<Bucket>,
+    logging: Gated<Bucket>,
+    s: &Shared,
+) -> Controller<Bucket> {
+    let (queue, classes) = (&s.queues.buckets, s.wakers.classes);
+    let (linked_store, linked, mapped) = (store.clone(), Linked::default(), queue.clone());
+    controller_for(store, changes, queue, s.shutdown)
+        .watches_shared_stream(events(logging), move |b: Arc<Bucket>| {
+            mapped.added(linked.related(&linked_store, &b))
+        })
+        .reconcile_on(woken_by_classes(classes, store, ClassKind::Bucket, queue))
+        .reconcile_on(buckets_touched(s.wakers.touched, store, s.ctx, queue))
+}
+
+/// The BucketAccess controller. Besides its own changes, a BucketAccess is woken by its Secret
+/// changing, by a change of its Bucket that it decides from, by the bucket behind the name it
+/// grants on changing hands, by its class changing and by drift events on its identity.
+fn access_controller(
+    store: &Store<BucketAccess>,
+    changes: Gated<BucketAccess>,
+    watches: AccessWatches,
+    buckets: &Store<Bucket>,
+    s: &Shared,
+) -> Controller<BucketAccess> {
+    let (queue, classes) = (&s.queues.accesses, s.wakers.classes);
+    // The queue's metrics see a Secret's change as what it is: a wake of its owner.
+    let owners = queue.clone();
+    let secrets = events(watches.secrets).inspect(move |sec| owners.add_owner_of(sec.as_ref()));
+    let (mapped, accesses, buckets_seen) = (queue.clone(), store.clone(), buckets.clone());
+    let fanout = AccessFanout::default();
+    controller_for(store, changes, queue, s.shutdown)
         .owns_shared_stream(secrets)
-        .watches_shared_stream(
-            events(w.bucket_events_for_accesses),
-            move |b: Arc<Bucket>| queue.added(fanout.accesses_of(&store, &buckets_seen, &b)),
-        )
-        .reconcile_on(granted_on(&w.accesses, ctx, access_queue))
-        .reconcile_on(woken_by_classes(
-            classes,
-            &w.accesses,
-            ClassKind::Access,
-            access_queue,
-        ))
-        .reconcile_on(accesses_touched(
-            wakers.touched,
-            &w.accesses,
-            ctx,
-            access_queue,
-        ));
-    let gate = || closed_on_shutdown(Gate::new(concurrency), shutdown);
-    let bucket_turns = (bucket_queue.clone(), gate(), w.buckets);
-    let access_turns = (access_queue.clone(), gate(), w.accesses);
+        .watches_shared_stream(events(watches.buckets), move |b: Arc<Bucket>| {
+            mapped.added(fanout.accesses_of(&accesses, &buckets_seen, &b))
+        })
+        .reconcile_on(granted_on(store, s.ctx, queue))
+        .reconcile_on(woken_by_classes(classes, store, ClassKind::Access, queue))
+        .reconcile_on(accesses_touched(s.wakers.touched, store, s.ctx, queue))
+}
+
+/// Runs both controllers with their reconciles. Each kind has a gate of its own, as
+/// controller-runtime's MaxConcurrentReconciles is per controller: a flood of Buckets does not
+/// take the BucketAccesses' slots.
+fn drive_both(
+    (buckets, bucket_store): (Controller<Bucket>, Store<Bucket>),
+    (accesses, access_store): (Controller<BucketAccess>, Store<BucketAccess>),
+    s: &Shared,
+) -> [BoxFuture<'static, ()>; 2] {
+    let gate = || closed_on_shutdown(Gate::new(s.concurrency), s.shutdown);
+    let bucket_turns = (s.queues.buckets.clone(), gate(), bucket_store);
+    let access_turns = (s.queues.accesses.clone(), gate(), access_store);
     [
-        drive(buckets, reconcile::bucket::reconcile, bucket_turns, ctx),
+        drive(buckets, reconcile::bucket::reconcile, bucket_turns, s.ctx),
         drive(
             accesses,
             reconcile::bucket_access::reconcile,
             access_turns,
-            ctx,
+            s.ctx,
         ),
     ]
 }

@@ -64,6 +64,38 @@ impl Workload {
     }
 }
 
+/// The per-namespace AWS write budget a run's operator has.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Budget {
+    /// Off (`--namespace-aws-write-rate 0`): what is measured is the operator.
+    Off,
+    /// Writes per second and at once per namespace.
+    On { rate: f64, burst: u32 },
+}
+
+impl Budget {
+    /// The operator's flags for it.
+    fn args(self) -> Vec<String> {
+        let rate = |rate: f64| ["--namespace-aws-write-rate".to_string(), rate.to_string()];
+        match self {
+            Budget::Off => rate(0.0).into(),
+            Budget::On { rate: r, burst } => {
+                let burst = ["--namespace-aws-write-burst".to_string(), burst.to_string()];
+                [rate(r), burst].concat()
+            }
+        }
+    }
+}
+
+/// A run with the write budget on: the budget, and how many passes it deferred.
+#[derive(Clone, Debug, Serialize, serde::Deserialize)]
+pub struct BudgetSpent {
+    pub rate: f64,
+    pub burst: u32,
+    /// Passes deferred while converging (`s3_operator_aws_write_budget_exhausted_total`).
+    pub deferrals: f64,
+}
+
 /// The Buckets-only workload's two tags.
 const USER_TAGS: [(&str, &str); 2] = [("team", "bench"), ("env", "test")];
 
@@ -112,6 +144,9 @@ pub struct Row {
     /// Where a pair's time went while converging (`Breakdown`).
     #[serde(default)]
     pub breakdown: Breakdown,
+    /// Set when the operator ran with a write budget (`Budget::On`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write_budget: Option<BudgetSpent>,
 }
 
 /// Where a pair's (or Bucket's) time went while converging, in seconds per pair summed over
@@ -508,25 +543,31 @@ fn aws_seconds(text: &str) -> f64 {
     metric_sum(text, "s3_operator_aws_request_duration_seconds_sum", &[])
 }
 
-/// Runs the benchmark at `n` pairs (or Buckets) with `samples` single-object latency samples;
-/// with `clean`, deletes every object at the end (the smoke test shares its environment with
-/// other tests).
-pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> Row {
+/// Runs the benchmark at `n` pairs (or Buckets) under `write_budget` with `samples`
+/// single-object latency samples; with `clean`, deletes every object at the end (the smoke test
+/// shares its environment with other tests).
+pub async fn run(
+    n: usize,
+    workload: Workload,
+    write_budget: Budget,
+    samples: usize,
+    clean: bool,
+) -> Row {
     let client = admin().await;
     let ns = namespace(&client, "bench").await;
+    let mut extra_args = vec![
+        "--max-concurrent-reconciles".into(),
+        CONCURRENCY.to_string(),
+        // Reads are never budgeted here, so the write budget is the only difference.
+        "--namespace-aws-read-rate".into(),
+        "0".into(),
+    ];
+    extra_args.extend(write_budget.args());
     let opts = OperatorOpts {
         namespaces: vec![ns.clone()],
         // No periodic resync inside the measurements; the resync is measured on its own.
         resync: "1h",
-        // Throughput is measured here; the per-namespace write budget in `fairness`.
-        extra_args: vec![
-            "--max-concurrent-reconciles".into(),
-            CONCURRENCY.to_string(),
-            "--namespace-aws-write-rate".into(),
-            "0".into(),
-            "--namespace-aws-read-rate".into(),
-            "0".into(),
-        ],
+        extra_args,
         env: vec![("RUST_LOG".into(), "info".into())],
         ..Default::default()
     };
@@ -587,6 +628,14 @@ pub async fn run(n: usize, workload: Workload, samples: usize, clean: bool) -> R
         &[("result", "error")],
     );
     row.breakdown = Breakdown::of(&before, &after, n, floor.aws_s);
+    if let Budget::On { rate, burst } = write_budget {
+        let deferred = |t: &str| metric_sum(t, "s3_operator_aws_write_budget_exhausted_total", &[]);
+        row.write_budget = Some(BudgetSpent {
+            rate,
+            burst,
+            deferrals: deferred(&after) - deferred(&before),
+        });
+    }
     let writes = |t: &str| by_labels(t, "s3_operator_kube_writes_total", ["kind", "verb"]);
     row.kube_writes = delta(&writes(&after), &writes(&before), n);
     let cpu1 = footprint(op.pid()).cpu_s;

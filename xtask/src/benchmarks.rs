@@ -83,6 +83,52 @@ mod tests {
         assert!(md.contains("| Resync: AWS writes | 0 | 0 |"));
     }
 
+    /// Rows run with the write budget are a table of their own, beside the pair rows and not
+    /// in them, with the budget's arithmetic: (N × writes per pair − burst) / rate.
+    #[test]
+    fn budgeted_rows_are_reported_beside_the_pair_rows_with_the_budgets_time() {
+        let calls = json!({"s3:CreateBucket": 2.0, "s3:PutBucketPolicy": 2.0,
+            "iam:CreateUser": 4.0, "s3:GetBucketTagging": 3.0});
+        let mut off = row(1000, "Pairs", 1.3, &[], "abc1234");
+        off["operator_calls"] = calls.clone();
+        let mut on = row(200, "Pairs", 140.0, &[], "abc1234");
+        on["operator_calls"] = calls;
+        on["converge_s"] = json!(143.5);
+        on["write_budget"] = json!({"rate": 10.0, "burst": 200, "deferrals": 1234.0});
+        let md = report::render(&doc(vec![off, on])).unwrap();
+        let pairs = md.lines().find(|l| l.starts_with("| Measured")).unwrap();
+        assert_eq!(pairs.matches("measured by this run").count(), 1, "{pairs}");
+        assert!(md.contains("\n## With the default write budget\n"), "{md}");
+        let line = |start: &str| md.lines().find(|l| l.starts_with(start)).unwrap();
+        assert_eq!(
+            line("| AWS writes per pair |"),
+            "| AWS writes per pair | 8.00 |"
+        );
+        assert_eq!(
+            line("| Passes deferred"),
+            "| Passes deferred by the budget | 1234 |"
+        );
+        assert_eq!(
+            line("| The budget's time"),
+            "| The budget's time: (N × writes per pair − burst) / rate (s) | 140.0 |"
+        );
+        assert_eq!(
+            line("| Apply to all Ready beyond"),
+            "| Apply to all Ready beyond the budget's time (s) | 3.5 |"
+        );
+        assert!(
+            md.contains("| 200 | 8.00 | — | 140.0 (2.3 min) | 143.5 |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("| 1000 | 8.00 | 1.1 | 780.0 (13.0 min) | — |"),
+            "{md}"
+        );
+        assert!(
+            md.contains("\nN = 200 pairs with the default write budget (measured by this run):\n")
+        );
+    }
+
     #[test]
     fn median_is_a_real_run() {
         assert_eq!(report::median(&[3.0, 1.0, 2.0]), Some((2.0, 1.0, 3.0)));
