@@ -41,8 +41,10 @@ pub struct AWSAccountSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct SecretKeyRef {
+    /// Name of the Secret, in the operator's own namespace.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
+    /// The key of the Secret's data that holds the value.
     #[schemars(length(min = 1, max = 253))]
     pub key: String,
 }

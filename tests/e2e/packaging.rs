@@ -939,13 +939,14 @@ async fn helm_chart_installs_namespaced_and_runs() {
 
 /// Namespace-scoped packages grant nothing cluster-wide but the secure metrics' roles (create
 /// TokenReviews and SubjectAccessReviews, bound; get /metrics, for scrapers, unbound) and the
-/// class reader's (list and watch classes and namespaces).
+/// class reader's (list and watch classes and namespaces; get and list AWSAccounts).
 fn assert_only_metrics_roles_cluster_wide(rendered: &[Value]) {
     let allowed = [
         json!({"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}),
         json!({"apiGroups": ["authorization.k8s.io"], "resources": ["subjectaccessreviews"], "verbs": ["create"]}),
         json!({"nonResourceURLs": ["/metrics"], "verbs": ["get"]}),
         json!({"apiGroups": ["s3.operator.dev"], "resources": ["bucketclasses", "bucketaccessclasses"], "verbs": ["list", "watch"]}),
+        json!({"apiGroups": ["s3.operator.dev"], "resources": ["awsaccounts"], "verbs": ["get", "list"]}),
         json!({"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}),
     ];
     for role in of_kind(rendered, "ClusterRole") {
