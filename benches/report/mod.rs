@@ -267,7 +267,9 @@ fn budget(doc: &Value) -> Result<String> {
          budget gets a `WriteBudgetExhausted` event). N pairs of W AWS writes each therefore take \
          (N × W − {burst}) / {rate} seconds however fast the operator is: *the budget's time* \
          below, less the few seconds of debt the last passes may leave (a pass that has started \
-         writing finishes). The operator's own part is the time beyond it.\n\n"
+         writing finishes). The operator's own part is the time beyond it. A pass the budget stops \
+         at its first write has made its reads already and makes them again on its next turn: \
+         the AWS reads per pair beyond the floor's are those.\n\n"
     );
     let mut lines = pair_lines(doc);
     // The pair rows' targets are the operator's; here the budget sets the pace.
