@@ -709,8 +709,9 @@ async fn create_example(ns: &str, ex: &Value) -> serde_json::Map<String, Value> 
             wait_reason(&api, name, "Available", T).await;
             json!(api.get(name).await.unwrap().status)
         }
-        // Classes are cluster-scoped and have no status; they are read, never reconciled.
-        "BucketClass" | "BucketAccessClass" => Value::Null,
+        // Classes and accounts are cluster-scoped and have no status; they are read, never
+        // reconciled.
+        "BucketClass" | "BucketAccessClass" | "AWSAccount" => Value::Null,
         other => panic!("an alm-example of unknown kind {other}"),
     };
     status.as_object().cloned().unwrap_or_default()
