@@ -58,16 +58,9 @@ impl Target {
             .expect("the member account's OrganizationAccountAccessRole (S3OP_EMULATOR_ACCOUNTS)");
         let c = out.credentials.expect("credentials");
         let (k, s, t) = (c.access_key_id, c.secret_access_key, c.session_token);
-        let creds = aws_sdk_iam::config::Credentials::new(&k, &s, Some(t.clone()), None, "e2e");
-        let conf = aws_sdk_iam::config::Builder::new()
-            .behavior_version(aws_sdk_iam::config::BehaviorVersion::latest())
-            .region(aws_sdk_iam::config::Region::new(env().region.clone()))
-            .endpoint_url(&env().aws_endpoint)
-            .credentials_provider(creds)
-            .build();
         Target {
             id: MEMBER.into(),
-            iam: aws_sdk_iam::Client::from_conf(conf),
+            iam: iam_session(&k, &s, Some(t.clone())),
             s3: s3_session(&k, &s, Some(t)),
         }
     }

@@ -20,7 +20,12 @@ pub fn s3_session(key: &str, secret: &str, token: Option<String>) -> aws_sdk_s3:
 }
 
 pub fn iam_with(key: &str, secret: &str) -> aws_sdk_iam::Client {
-    let creds = aws_sdk_iam::config::Credentials::new(key, secret, None, None, "e2e");
+    iam_session(key, secret, None)
+}
+
+/// IAM as a role session (temporary credentials with their session token), or as a key pair.
+pub fn iam_session(key: &str, secret: &str, token: Option<String>) -> aws_sdk_iam::Client {
+    let creds = aws_sdk_iam::config::Credentials::new(key, secret, token, None, "e2e");
     let conf = aws_sdk_iam::config::Builder::new()
         .behavior_version(aws_sdk_iam::config::BehaviorVersion::latest())
         .region(aws_sdk_iam::config::Region::new(env().region.clone()))
