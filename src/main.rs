@@ -82,8 +82,10 @@ struct PolicyArgs {
     #[arg(long)]
     drift_events_queue_arn: Option<String>,
     /// Print the EventBridge rule (name, event pattern) and the queue policy for the
-    /// drift-event queue instead; needs --drift-events-queue-arn.
-    #[arg(long, requires = "drift_events_queue_arn")]
+    /// drift-event queue instead; needs --drift-events-queue-arn. With --target-account, what
+    /// that account needs to forward its events to the queue's account's default bus (the rule,
+    /// its target, the role EventBridge uses for it) and the statement that bus's policy needs.
+    #[arg(long, requires = "drift_events_queue_arn", conflicts_with = "trust")]
     drift_events_rule: bool,
     /// Role ARNs the operator may assume (the AWSAccounts' spec.roleArn), repeatable or
     /// comma-separated: adds sts:AssumeRole and sts:TagSession on exactly these roles.
@@ -94,7 +96,7 @@ struct PolicyArgs {
     /// account); with --boundary that account's permissions boundary (create it there under the
     /// same name and path); with --trust the role's trust policy.
     #[arg(long, value_parser = account_id, conflicts_with_all = [
-        "eks_cluster_name", "pod_identity_role_arn", "drift_events_queue_arn", "assume_role_arn",
+        "eks_cluster_name", "pod_identity_role_arn", "assume_role_arn",
     ])]
     target_account: Option<String>,
     /// With --target-account: ARN of the operator's own IAM role or user (with its path), the
@@ -340,6 +342,17 @@ fn check_arns(p: &PolicyArgs) -> Result<(), String> {
             ));
         }
     }
+    if let (Some(target), Some(queue)) = (&p.target_account, &p.drift_events_queue_arn) {
+        if !p.drift_events_rule {
+            return Err("--drift-events-queue-arn with --target-account needs --drift-events-rule (the role there reads no queue)".into());
+        }
+        let home = queue.split(':').nth(4).unwrap_or_default();
+        if policy::check_account_id(home).is_err() || home == target {
+            return Err(format!(
+                "--drift-events-queue-arn must name the queue in the operator's own account, not --target-account {target}"
+            ));
+        }
+    }
     for role in &p.assume_role_arn {
         let arn = policy::account_role(role).map_err(|e| format!("--assume-role-arn: {e}"))?;
         if arn.partition != *partition {
@@ -386,7 +399,14 @@ fn iam_policy(p: PolicyArgs) -> ExitCode {
             let region = queue.split(':').nth(3).unwrap_or("us-east-1");
             let (partition, account) = (&scope.partition, &scope.account);
             let (cluster, prefix) = (&p.cluster_name, &scope.bucket_prefix);
-            drift_queue::rule(partition, account, region, cluster, prefix, queue)
+            match &p.target_account {
+                // The queue's account is the operator's, whose bus the member forwards to.
+                Some(member) => {
+                    let home = queue.split(':').nth(4).unwrap_or_default();
+                    drift_queue::member_rule(partition, member, home, region, cluster, prefix)
+                }
+                None => drift_queue::rule(partition, account, region, cluster, prefix, queue),
+            }
         }
         _ => {
             let mut doc = policy::operator_policy(&scope);

@@ -387,6 +387,21 @@ fn session_name(cluster: &str) -> String {
     name
 }
 
+/// The ARN of the operator's session of `role_arn` (an AWSAccount's), as that account's
+/// CloudTrail names the caller: `arn:<partition>:sts::<id>:assumed-role/<role name>/<session>`
+/// (the role's path left out, as STS leaves it out).
+pub fn session_arn(role_arn: &str, cluster: &str) -> Option<String> {
+    let partition = role_arn.split(':').nth(1)?;
+    let id = account_of(role_arn)?;
+    let name = role_arn.rsplit('/').next().filter(|n| !n.is_empty())?;
+    role_arn.contains(":role/").then(|| {
+        format!(
+            "arn:{partition}:sts::{id}:assumed-role/{name}/{}",
+            session_name(cluster)
+        )
+    })
+}
+
 /// The permissions boundary in `account`: the configured one's name and path there (the same
 /// policy is made in every account), or none configured, the default one (`Aws::boundary`).
 fn boundary_in(configured: &str, account: &str) -> String {
@@ -455,6 +470,27 @@ mod tests {
     fn the_session_name_names_the_installation_within_sts_limits() {
         assert_eq!(session_name("prod"), "s3-operator-prod");
         assert_eq!(session_name(&"c".repeat(100)).len(), 64);
+    }
+
+    /// What the target account's CloudTrail names the operator's session: the role's name
+    /// without its path, and the installation's session name.
+    #[test]
+    fn the_session_arn_is_the_role_name_and_the_session_name() {
+        assert_eq!(
+            session_arn("arn:aws:iam::222222222222:role/team/s3op-target", "prod").as_deref(),
+            Some("arn:aws:sts::222222222222:assumed-role/s3op-target/s3-operator-prod")
+        );
+        assert_eq!(
+            session_arn("arn:aws-cn:iam::222222222222:role/r", "p").as_deref(),
+            Some("arn:aws-cn:sts::222222222222:assumed-role/r/s3-operator-p")
+        );
+        for bad in [
+            "arn:aws:iam::2222:role/r",
+            "arn:aws:iam::222222222222:user/r",
+            "arn:aws:iam::222222222222:role/",
+        ] {
+            assert_eq!(session_arn(bad, "p"), None, "{bad}");
+        }
     }
 
     #[test]

@@ -76,14 +76,11 @@ pub(super) async fn run(
         .flat_map(|w| start_scope(w, &shared))
         .collect();
     if let Some(url) = &config.drift_events_queue_url {
-        let own = ctx.settings.operator_principals.clone();
         let queue = ctx.accounts.home().aws.drift_queue(url);
-        let metrics = ctx.metrics.clone();
         tokio::spawn(drift_events::poll(
             queue,
-            own,
+            ctx.clone(),
             touched,
-            metrics,
             shutdown.clone(),
         ));
     }

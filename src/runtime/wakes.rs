@@ -125,9 +125,17 @@ pub(super) fn buckets_touched(
 ) -> impl Stream<Item = ObjectRef<Bucket>> + Send + 'static {
     let c = ctx.clone();
     woken_by(touched.subscribe(), store, ctx, queue, move |t, b| {
-        let Touched::Bucket(name) = t else {
+        let Touched::Bucket { name, account } = t else {
             return false;
         };
+        // Bucket names are global, but the event's account, where known, is still checked.
+        let recorded = b.status.as_ref().and_then(|s| s.account.as_ref());
+        if account
+            .as_ref()
+            .is_some_and(|a| *a != lives_in(&c, recorded))
+        {
+            return false;
+        }
         let owner = reconcile::owner(b, &c.settings.cluster_name);
         reconcile::bucket::address(b, &c.settings, &c.accounts.home().aws.region, &owner)
             .is_ok_and(|at| at.name == *name)
@@ -141,10 +149,17 @@ pub(super) fn accesses_touched(
     ctx: &Arc<Context>,
     queue: &Queue,
 ) -> impl Stream<Item = ObjectRef<BucketAccess>> + Send + 'static {
-    woken_by(touched.subscribe(), store, ctx, queue, |t, a| {
-        let Touched::Identity(name) = t else {
+    let c = ctx.clone();
+    woken_by(touched.subscribe(), store, ctx, queue, move |t, a| {
+        let Touched::Identity { name, account } = t else {
             return false;
         };
+        // A user's or role's name is unique only in its account: a same-named identity in
+        // another account is not this access's (an event without one is the operator's own).
+        let recorded = a.status.as_ref().and_then(|s| s.account.as_ref());
+        if account.as_deref().unwrap_or(&c.accounts.home().id) != lives_in(&c, recorded) {
+            return false;
+        }
         let meta = &a.metadata;
         let ns = meta.namespace.as_deref().unwrap_or_default();
         let uid = meta.uid.as_deref().unwrap_or_default();
@@ -156,6 +171,11 @@ pub(super) fn accesses_touched(
         ]
         .contains(name)
     })
+}
+
+/// The id of the account an object lives in: the one its status records, else the operator's.
+fn lives_in<'a>(ctx: &'a Context, recorded: Option<&'a crate::api::AccountRecord>) -> &'a str {
+    recorded.map_or(ctx.accounts.home().id.as_str(), |r| r.id.as_str())
 }
 
 /// Each object for a full pass: its inputs in Kubernetes have not changed, AWS has. What its
@@ -277,7 +297,11 @@ mod tests {
         let mut woken = Box::pin(buckets_touched(&tx, &store, &ctx, &queue));
         // Three events for buckets no object owns, on a channel of two: one is lost.
         for i in 0..3 {
-            tx.send(Touched::Bucket(format!("unowned-{i}"))).unwrap();
+            tx.send(Touched::Bucket {
+                name: format!("unowned-{i}"),
+                account: None,
+            })
+            .unwrap();
         }
         let mut got = Vec::new();
         for _ in 0..3 {
@@ -339,5 +363,84 @@ mod tests {
         assert_eq!(woken(&edited), 1, "its spec changed");
         writer.apply_watcher_event(&Event::Delete(edited.clone()));
         assert_eq!(woken(&edited), 1, "deleted");
+    }
+
+    /// IAM names are per account: an event for the access's identity name wakes it only in
+    /// the account it lives in (its recorded one, else the operator's); the same name in
+    /// another account wakes nothing. A bucket's event from another account wakes nothing.
+    #[tokio::test]
+    async fn an_identity_event_wakes_only_the_access_in_that_account() {
+        let ctx = Arc::new(Context::for_tests());
+        let home = ctx.accounts.home().id.clone();
+        let member = "222222222222".to_string();
+        let access = |name: &str, account: serde_json::Value| -> BucketAccess {
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketAccess",
+                "metadata": {"name": name, "namespace": "team-a", "uid": format!("uid-{name}")},
+                "spec": {"bucketRef": {"name": "b"}, "permission": "ReadOnly"},
+                "status": {"account": account}}))
+            .unwrap()
+        };
+        let at_home = access("h", serde_json::Value::Null);
+        let there = access("m", serde_json::json!({"name": "acct", "id": member}));
+        let mut writer = Writer::<BucketAccess>::default();
+        for a in [&at_home, &there] {
+            writer.apply_watcher_event(&Event::Apply(a.clone()));
+        }
+        let store = writer.as_reader();
+        let queue = Queue::new("bucketaccess", &ctx.metrics);
+        let (tx, _) = broadcast::channel(16);
+        let mut woken = Box::pin(accesses_touched(&tx, &store, &ctx, &queue));
+        let user = |a: &BucketAccess| {
+            naming::iam_name(
+                "team-a",
+                &a.metadata.name.clone().unwrap(),
+                &a.metadata.uid.clone().unwrap(),
+            )
+        };
+        let send = |name: String, account: &str| {
+            tx.send(Touched::Identity {
+                name,
+                account: Some(account.to_string()),
+            })
+            .unwrap();
+        };
+        // Same names, wrong accounts: nothing.
+        send(user(&at_home), &member);
+        send(user(&there), &home);
+        send(user(&there), "333333333333");
+        let none = tokio::time::timeout(Duration::from_millis(200), woken.next()).await;
+        assert!(none.is_err(), "{none:?}");
+        // Each in its own account: woken.
+        send(user(&there), &member);
+        let got = tokio::time::timeout(Duration::from_secs(5), woken.next()).await;
+        assert_eq!(got.unwrap().unwrap().name, "m");
+        send(user(&at_home), &home);
+        let got = tokio::time::timeout(Duration::from_secs(5), woken.next()).await;
+        assert_eq!(got.unwrap().unwrap().name, "h");
+
+        // A bucket event from another account than the Bucket's: nothing.
+        let b = bucket("b", serde_json::json!({}), serde_json::json!(null));
+        let (_w, buckets) = store_of(std::slice::from_ref(&b));
+        let bqueue = Queue::new("bucket", &ctx.metrics);
+        let (btx, _) = broadcast::channel(16);
+        let mut bwoken = Box::pin(buckets_touched(&btx, &buckets, &ctx, &bqueue));
+        let owner = reconcile::owner(&b, &ctx.settings.cluster_name);
+        let name =
+            reconcile::bucket::address(&b, &ctx.settings, &ctx.accounts.home().aws.region, &owner)
+                .unwrap()
+                .name;
+        for account in [Some(member.clone()), Some(home.clone()), None] {
+            btx.send(Touched::Bucket {
+                name: name.clone(),
+                account: account.clone(),
+            })
+            .unwrap();
+            let got = tokio::time::timeout(Duration::from_millis(300), bwoken.next()).await;
+            match account {
+                Some(a) if a == member => assert!(got.is_err(), "{got:?}"),
+                _ => assert_eq!(got.unwrap().unwrap().name, "b", "{account:?}"),
+            }
+        }
     }
 }

@@ -156,6 +156,38 @@ fn target_account_renders_what_the_other_account_needs() {
         json(&[&target[..], &["--boundary"]].concat()),
         policy::boundary_policy(&scope)
     );
+    // The member account's drift-event forwarding, to the bus of the queue's account.
+    let queue = "arn:aws:sqs:us-east-1:123456789012:s3-operator-prod-drift";
+    let forward = ["--drift-events-queue-arn", queue, "--drift-events-rule"];
+    assert_eq!(
+        json(&[&target[..], &forward].concat()),
+        s3_operator::aws::drift_queue::member_rule(
+            "aws",
+            "210987654321",
+            "123456789012",
+            "us-east-1",
+            "prod",
+            "s3op-prod-"
+        )
+    );
+    for (args, says) in [
+        (&forward[..2], "needs --drift-events-rule"),
+        (
+            &[
+                "--drift-events-queue-arn",
+                "arn:aws:sqs:us-east-1:210987654321:q",
+                "--drift-events-rule",
+            ][..],
+            "operator's own account",
+        ),
+    ] {
+        let out = run(&[&target[..], args].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && err.contains(says),
+            "{args:?}: {err}"
+        );
+    }
 
     for (flag, value, says) in [
         (
