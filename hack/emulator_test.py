@@ -932,6 +932,88 @@ class MemberAccounts(unittest.TestCase):
         iam = self.client("iam", key["AccessKeyId"], key["SecretAccessKey"])
         self.assertEqual(error_code(iam.create_user, UserName="y"), "AccessDenied")
 
+    def test_a_member_accounts_rule_forwards_to_the_home_bus_only_as_its_policy_allows(self):
+        """A member account's writes are events of that account, made by the assumed-role
+        session; its rule with the home account's default bus as target delivers them there
+        (keeping their `account`) only once the bus's policy allows that rule, through a role
+        EventBridge may assume for it and that may put events on that bus. Another member's
+        rule, not in the policy, delivers nothing."""
+        home_bus = f"arn:aws:events:us-east-1:{ACCOUNT}:event-bus/default"
+        sqs, events = self.client("sqs", *self.admin), self.client("events", *self.admin)
+        url = sqs.create_queue(QueueName="forwarded")["QueueUrl"]
+        queue_arn = f"arn:aws:sqs:us-east-1:{ACCOUNT}:forwarded"
+        pattern = json.dumps({"source": ["aws.s3"], "detail-type": ["AWS API Call via CloudTrail"]})
+        events.put_rule(Name="home", EventPattern=pattern)
+        events.put_targets(Rule="home", Targets=[{"Id": "q", "Arn": queue_arn}])
+        self.addCleanup(events.delete_rule, Name="home")
+        self.addCleanup(events.remove_targets, Rule="home", Ids=["q"])
+
+        def forwarding(account, allowed=True):
+            creds = self.org_credentials(account)
+            iam, ev = self.session("iam", creds), self.session("events", creds)
+            rule_arn = f"arn:aws:events:us-east-1:{account}:rule/forward"
+            trust = {"Version": "2012-10-17", "Statement": [{
+                "Effect": "Allow", "Principal": {"Service": "events.amazonaws.com"},
+                "Action": "sts:AssumeRole",
+                "Condition": {"StringEquals": {"aws:SourceAccount": account},
+                              "ArnEquals": {"aws:SourceArn": rule_arn}}}]}
+            role = iam.create_role(RoleName="forward", AssumeRolePolicyDocument=json.dumps(trust))
+            iam.put_role_policy(RoleName="forward", PolicyName="p", PolicyDocument=json.dumps(
+                statement("events:PutEvents", home_bus if allowed else f"{home_bus}-not")))
+            ev.put_rule(Name="forward", EventPattern=pattern)
+            ev.put_targets(Rule="forward", Targets=[
+                {"Id": "home", "Arn": home_bus, "RoleArn": role["Role"]["Arn"]}])
+            # The launcher is the class's: later tests' queues must not see these events.
+            self.addCleanup(ev.delete_rule, Name="forward")
+            self.addCleanup(ev.remove_targets, Rule="forward", Ids=["home"])
+            return self.session("s3", creds), rule_arn
+
+        def received():
+            out = []
+            while True:
+                got = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10,
+                                          WaitTimeSeconds=1).get("Messages", [])
+                if not got:
+                    return out
+                out += [json.loads(m["Body"]) for m in got]
+
+        member, other = MEMBERS
+        s3, rule_arn = forwarding(member)
+        s3_other, other_rule = forwarding(other)
+        s3.create_bucket(Bucket="fwd-before")
+        self.assertEqual(received(), [], "the home bus's policy allows no other account yet")
+
+        bus_policy = {"Version": "2012-10-17", "Statement": [{
+            "Sid": "member", "Effect": "Allow",
+            "Principal": {"AWS": f"arn:aws:iam::{member}:root"},
+            "Action": "events:PutEvents", "Resource": home_bus,
+            "Condition": {"ArnEquals": {"aws:SourceArn": rule_arn},
+                          "ForAllValues:StringEquals": {"events:source": ["aws.s3", "aws.iam"]}}}]}
+        events.put_permission(Policy=json.dumps(bus_policy))
+        s3.create_bucket(Bucket="fwd-after")
+        s3_other.create_bucket(Bucket="fwd-other")
+        got = received()
+        self.assertEqual([e["detail"]["requestParameters"]["bucketName"] for e in got], ["fwd-after"])
+        # Forwarded, it is still the member account's event, as EventBridge keeps it.
+        self.assertEqual(got[0]["account"], member)
+        self.assertEqual(got[0]["detail"]["recipientAccountId"], member)
+        who = got[0]["detail"]["userIdentity"]
+        self.assertEqual((who["type"], who["arn"]), (
+            "AssumedRole", f"arn:aws:sts::{member}:assumed-role/{ORG_ROLE}/setup"))
+
+        # A role not allowed PutEvents on the bus: nothing, though the bus would allow it.
+        bus_policy["Statement"][0]["Principal"]["AWS"] = [
+            f"arn:aws:iam::{member}:root", f"arn:aws:iam::{other}:root"]
+        bus_policy["Statement"][0]["Condition"]["ArnEquals"]["aws:SourceArn"] = [rule_arn, other_rule]
+        events.put_permission(Policy=json.dumps(bus_policy))
+        s3_other.create_bucket(Bucket="fwd-other-2")
+        self.assertEqual(len(received()), 1, "the other member's rule, now allowed by the bus")
+        iam_other = self.session("iam", self.org_credentials(other))
+        iam_other.put_role_policy(RoleName="forward", PolicyName="p", PolicyDocument=json.dumps(
+            statement("events:PutEvents", f"{home_bus}-not")))
+        s3_other.create_bucket(Bucket="fwd-other-3")
+        self.assertEqual(received(), [], "its role may not put events on the bus")
+
 
 class MemberAccountsVariable(unittest.TestCase):
     def test_an_id_that_is_not_an_account_stops_the_launcher(self):

@@ -93,6 +93,15 @@ parts the operator relies on. Everything else is stock moto.
   without documents), of the account of the signing key (a member account's calls never reach the
   default account's bus). Rules on that bus then send it on, for example to an SQS queue. Stock moto
   emits none; object-level data events are not emitted (CloudTrail needs a data-event trail).
+- EventBridge across accounts (stock moto forwards to another account's bus unchecked, as an
+  event of that account, and leaves `account` out of what a target receives): an event carries
+  its `account`; a rule whose target is another account's event bus delivers there only if the
+  target's role (when given) is the rule account's, trusts events.amazonaws.com for that rule
+  (`aws:SourceArn`, `aws:SourceAccount`) and may events:PutEvents on the bus, and the bus's
+  policy allows the rule's account (or that role) events:PutEvents with its conditions holding
+  (`aws:SourceArn`, `aws:SourceAccount`, `events:source`, `events:detail-type`); otherwise the
+  event is dropped (logged), as AWS counts it a failed invocation. The forwarded event keeps its
+  `account`, `region`, `id` and `time`.
 - EKS Pod Identity associations (stock moto has none): Create/Describe/List/Update/
   DeletePodIdentityAssociation on EKS's routes, authorized as `eks:<Action>` on the cluster
   (Create, List) or the association's ARN, Create and Update with a roleArn also as
@@ -154,6 +163,7 @@ Usage: python moto_server.py HOST PORT  (run with the moto virtualenv's python)
 """
 
 import base64
+import copy
 import fnmatch
 import io
 import json
@@ -203,7 +213,8 @@ from moto.moto_server.werkzeug_app import (
 )
 from moto.utilities.utils import get_partition
 from moto.core import DEFAULT_ACCOUNT_ID
-from moto.events.models import events_backends
+from moto.events.models import Rule as EventsRule, events_backends
+from moto.events.utils import EventTemplateParser
 from moto.sns.models import sns_backends
 from moto.sts.exceptions import STSClientError
 from moto.sts.models import sts_backends
@@ -1421,6 +1432,120 @@ def deliver_to_eventbridge(account, region, entry):
     """Onto the account's default event bus of `region`, whose rules send it on (SQS)."""
     events_backends[account][region].put_events([entry])
 
+
+# ---------------------------------------------------------------- EventBridge across accounts
+
+
+def _statements_allow(docs, action, resource, context, principal_ok=None):
+    """IAM's verdict of `docs` (policy documents) on `action` on `resource`: an explicit Deny
+    wins, else an Allow whose Action, Resource, Principal (`principal_ok`, for a resource
+    policy) and Condition hold."""
+    allowed = False
+    for doc in docs:
+        for st in _as_list(doc.get("Statement")):
+            if not any(_iam_like(a, action, True) for a in _as_list(st.get("Action"))):
+                continue
+            if "Resource" in st and not any(_iam_like(r, resource)
+                                            for r in _as_list(st.get("Resource"))):
+                continue
+            if principal_ok is not None and not principal_ok(st.get("Principal")):
+                continue
+            if not condition_holds(st.get("Condition", {}), context):
+                continue
+            if st.get("Effect") == "Deny":
+                return False
+            allowed = allowed or st.get("Effect") == "Allow"
+    return allowed
+
+
+def forwarding_refusal(rule, target, event):
+    """Why EventBridge would not deliver `event` from `rule` to the event bus of another account
+    that `target` names, else None: the target's role (when it has one; AWS recommends one)
+    must exist in the rule's account, trust events.amazonaws.com for this rule (`aws:SourceArn`,
+    `aws:SourceAccount`) and be allowed events:PutEvents on the bus; the bus's resource policy
+    must allow the rule's account (or that role) events:PutEvents with its conditions holding
+    (`aws:SourceArn` the rule, `aws:SourceAccount`, `events:source`, `events:detail-type`)."""
+    bus_arn = target["Arn"]
+    account, region, bus_name = bus_arn.split(":")[4], bus_arn.split(":")[3], bus_arn.split("/", 1)[1]
+    context = {"aws:SourceArn": rule.arn, "aws:SourceAccount": rule.account_id,
+               "aws:PrincipalAccount": rule.account_id,
+               "events:source": [event.get("source")], "events:detail-type": [event.get("detail-type")]}
+    partition = get_partition(rule.region_name)
+    role_arn = target.get("RoleArn")
+    if role_arn:
+        role = _role_of_arn(role_arn, partition)
+        if role is None or role_arn.split(":")[4] != rule.account_id:
+            return f"the target's role {role_arn} is not a role of account {rule.account_id}"
+        trust = json.loads(role.assume_role_policy_document or "{}")
+        service = lambda p: "events.amazonaws.com" in _as_list((p or {}).get("Service"))
+        if not _statements_allow([trust], "sts:AssumeRole", "*", context, service):
+            return f"the role {role_arn} does not trust events.amazonaws.com for {rule.arn}"
+        docs = [json.loads(d) if isinstance(d, str) else d for d in role.policies.values()]
+        docs += [json.loads(v.document) for m in role.managed_policies.values()
+                 for v in m.versions if v.version_id == m.default_version_id]
+        if not _statements_allow(docs, "events:PutEvents", bus_arn, {}):
+            return f"the role {role_arn} is not allowed events:PutEvents on {bus_arn}"
+    try:
+        bus = events_backends[account][region].describe_event_bus(bus_name)
+    except Exception:
+        return f"no event bus {bus_arn}"
+    root = f"arn:{partition}:iam::{rule.account_id}:root"
+    callers = {root, rule.account_id, "*"} | ({role_arn} if role_arn else set())
+
+    def names_caller(principal):
+        if principal == "*":
+            return True
+        return any(p in callers for p in _as_list((principal or {}).get("AWS")))
+
+    policy = json.loads(bus.policy or "{}")
+    if not _statements_allow([policy], "events:PutEvents", bus_arn, context, names_caller):
+        return f"the policy of {bus_arn} does not allow {rule.arn} to put this event"
+    return None
+
+
+_stock_send_to_targets = EventsRule.send_to_targets
+
+
+def _send_to_targets_across_accounts(self, original_event, transform_input=True):
+    """Stock moto, but an event bus of another account as a target is checked as EventBridge
+    checks it (`forwarding_refusal`; a refused event is dropped, as AWS counts it in
+    FailedInvocations) and receives the event as it was: its `account`, `region`, `id` and
+    `time` are the source's (stock moto rewrote them to the receiving account's)."""
+    elsewhere = [t for t in self.targets if _other_accounts_bus(self, t["Arn"])]
+    if not elsewhere:
+        return _stock_send_to_targets(self, original_event, transform_input)
+    if not self.event_pattern.matches_event(original_event):
+        return None
+    pristine = copy.deepcopy(original_event)
+    here = copy.copy(self)
+    here.targets = [t for t in self.targets if t not in elsewhere]
+    _stock_send_to_targets(here, original_event, transform_input)
+    for target in elsewhere:
+        why = forwarding_refusal(self, target, pristine)
+        if why:
+            print(f"moto_server: event not delivered to {target['Arn']}: {why}", file=sys.stderr)
+            continue
+        arn = target["Arn"]
+        account, region, bus_name = arn.split(":")[4], arn.split(":")[3], arn.split("/", 1)[1]
+        bus = events_backends[account][region].describe_event_bus(bus_name)
+        for rule in list(bus.rules.values()):
+            rule.send_to_targets(copy.deepcopy(pristine))
+    return None
+
+
+def _other_accounts_bus(rule, arn):
+    parts = arn.split(":")
+    return (len(parts) == 6 and parts[2] == "events" and parts[5].startswith("event-bus/")
+            and parts[4] != rule.account_id)
+
+
+EventsRule.send_to_targets = _send_to_targets_across_accounts
+# An event as a target receives it carries the account it happened in (stock moto's default
+# input template left `account` out).
+EventTemplateParser.DEFAULT_EVENT_INPUT_TEMPLATE = (
+    '{"id": "<id>", "time": <time>, "version": "0", "detail-type": "<detail-type>", '
+    '"source": "<source>", "account": "<account>", "region": "<region>", '
+    '"resources": <resources>, "detail": <detail>}')
 
 # ---------------------------------------------------------------- EKS Pod Identity
 
