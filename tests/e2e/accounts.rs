@@ -11,10 +11,11 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use s3_operator::api::{AWSAccount, BucketClass};
-use s3_operator::aws::policy;
+use s3_operator::aws::{drift_queue, naming, policy};
 use serde_json::json;
 
 use crate::access::access;
+use crate::drift_events::{WITHIN, corrected};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
@@ -48,16 +49,7 @@ impl Target {
 
     /// The member account, through the role Organizations makes there.
     async fn member() -> Target {
-        let role = format!("arn:aws:iam::{MEMBER}:role/OrganizationAccountAccessRole");
-        let out = admin_sts()
-            .assume_role()
-            .role_arn(role)
-            .role_session_name("e2e-admin")
-            .send()
-            .await
-            .expect("the member account's OrganizationAccountAccessRole (S3OP_EMULATOR_ACCOUNTS)");
-        let c = out.credentials.expect("credentials");
-        let (k, s, t) = (c.access_key_id, c.secret_access_key, c.session_token);
+        let (k, s, t) = member_credentials().await;
         Target {
             id: MEMBER.into(),
             iam: iam_session(&k, &s, Some(t.clone())),
@@ -119,6 +111,21 @@ impl Target {
     async fn user_exists(&self, user: &str) -> bool {
         self.iam.get_user().user_name(user).send().await.is_ok()
     }
+}
+
+/// A session of the member account's admin (key, secret, token), through the role
+/// Organizations makes there.
+async fn member_credentials() -> (String, String, String) {
+    let role = format!("arn:aws:iam::{MEMBER}:role/OrganizationAccountAccessRole");
+    let out = admin_sts()
+        .assume_role()
+        .role_arn(role)
+        .role_session_name("e2e-admin")
+        .send()
+        .await
+        .expect("the member account's OrganizationAccountAccessRole (S3OP_EMULATOR_ACCOUNTS)");
+    let c = out.credentials.expect("credentials");
+    (c.access_key_id, c.secret_access_key, c.session_token)
 }
 
 /// STS as the operator's account's admin.
@@ -477,4 +484,237 @@ where
     let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
     let _ = api.patch(name, &PatchParams::default(), &strip).await;
     wait_gone(api, name).await;
+}
+
+/// What the member account's admin and the operator's account's admin set up for the member's
+/// drift events, as `s3-operator iam-policy --target-account <id> --drift-events-rule` renders
+/// it: in the member account the role EventBridge assumes and the rule forwarding to the
+/// operator's account's default bus; on that bus the statement allowing exactly that rule.
+async fn forward_drift_events(member: &Target, cluster: &str) {
+    let region = &env().region;
+    let fwd = drift_queue::member_rule(
+        "aws",
+        &member.id,
+        ACCOUNT,
+        region,
+        cluster,
+        &prefix(cluster),
+    );
+    let text = |v: &serde_json::Value| v.as_str().expect("a string").to_string();
+    let role = text(&fwd["roleName"]);
+    member
+        .iam
+        .create_role()
+        .role_name(&role)
+        .assume_role_policy_document(fwd["trustPolicy"].to_string())
+        .send()
+        .await
+        .expect("the forwarding role");
+    member
+        .iam
+        .put_role_policy()
+        .role_name(&role)
+        .policy_name("put-drift-events")
+        .policy_document(fwd["rolePolicy"].to_string())
+        .send()
+        .await
+        .expect("the forwarding role's policy");
+    let (k, s, t) = member_credentials().await;
+    let creds = aws_sdk_eventbridge::config::Credentials::new(k, s, Some(t), None, "e2e");
+    let conf = aws_sdk_eventbridge::config::Builder::new()
+        .behavior_version(aws_sdk_eventbridge::config::BehaviorVersion::latest())
+        .region(aws_sdk_eventbridge::config::Region::new(region.clone()))
+        .endpoint_url(&env().aws_endpoint)
+        .credentials_provider(creds)
+        .build();
+    let events = aws_sdk_eventbridge::Client::from_conf(conf);
+    let rule = text(&fwd["ruleName"]);
+    events
+        .put_rule()
+        .name(&rule)
+        .event_pattern(fwd["eventPattern"].to_string())
+        .send()
+        .await
+        .expect("the member's rule");
+    let target = aws_sdk_eventbridge::types::Target::builder()
+        .id(text(&fwd["target"]["Id"]))
+        .arn(text(&fwd["target"]["Arn"]))
+        .role_arn(text(&fwd["target"]["RoleArn"]))
+        .build()
+        .expect("a target");
+    events
+        .put_targets()
+        .rule(&rule)
+        .targets(target)
+        .send()
+        .await
+        .expect("the member's rule's target");
+    let bus_policy = json!({"Version": "2012-10-17", "Statement": [fwd["busPolicyStatement"]]});
+    eventbridge()
+        .put_permission()
+        .policy(bus_policy.to_string())
+        .send()
+        .await
+        .expect("the home bus's policy");
+}
+
+/// Drift events per account: the member account's rule forwards its events to the operator's
+/// account's bus, whose rule delivers them to the queue. The operator's own writes there (its
+/// session of the role) count as `own` and wake nothing; a public access block removed and a
+/// user policy widened there out of band are corrected within 5 s by their events (the resync
+/// is an hour); an event for a user of the same name in the operator's own account wakes
+/// nothing (IAM names are per account).
+#[tokio::test]
+async fn a_member_accounts_drift_events_reach_the_operator_through_its_bus() {
+    let client = admin().await;
+    install_crds().await;
+    let ns = namespace(&client, "acctev").await;
+    let cluster = format!("ev{}", random(5));
+    let member = Target::member().await;
+    let (url, queue_arn) = drift_queue_for(&cluster).await;
+    let roles = vec![member.role_arn(&cluster)];
+    let opts = OperatorOpts {
+        namespaces: vec![ns.clone()],
+        cluster: Some(cluster.clone()),
+        resync: "1h",
+        extra_args: vec!["--drift-events-queue-url".into(), url],
+        policy: Some(policy::with_drift_queue(
+            policy::with_assume_roles(operator_policy(&cluster), &roles),
+            Some(&queue_arn),
+        )),
+        ..Default::default()
+    };
+    let id =
+        Identity::with_policy(&opts.namespaces, opts.cluster.clone(), opts.policy.clone()).await;
+    member.set_up(&cluster).await;
+    forward_drift_events(&member, &cluster).await;
+    let acct = format!("{cluster}-m");
+    external_id_secret(&client, &id.operator_ns, "ext", EXTERNAL_ID).await;
+    account(&client, &acct, &member.role_arn(&cluster), "ext").await;
+    class_in(&client, &acct, &ns, &acct).await;
+    let op = Operator::start_as(&id, &opts, "0").await;
+    op.wait_settled(Duration::from_secs(2)).await;
+    let events = |outcome: &'static str| {
+        let op = &op;
+        async move {
+            op.metric("s3_operator_drift_events_total", &[("outcome", outcome)])
+                .await
+        }
+    };
+    let own = events("own").await;
+
+    let pair = pair_in(&client, &ns, &acct).await;
+    lives_in(&pair, &acct, &member).await;
+    op.wait_settled(Duration::from_secs(2)).await;
+    let own_there = events("own").await - own;
+    assert!(
+        own_there >= 4.0,
+        "the operator's writes in the member account come back as its own: {own_there}"
+    );
+    // Other tests share the emulator and its IAM events reach this queue too: the operator's
+    // log (debug) names each event it took for drift.
+    let (name, user) = (pair.s3_name.clone(), pair.user());
+    let took_for_drift = |what: String| {
+        let op = &op;
+        async move { op.log_text().contains(&what) }
+    };
+    let bucket_event = format!("Bucket {{ name: \"{name}\"");
+    let user_event = format!("Identity {{ name: \"{user}\"");
+    assert!(
+        !took_for_drift(bucket_event.clone()).await && !took_for_drift(user_event.clone()).await,
+        "none of the operator's writes in the member account is taken for drift"
+    );
+
+    member
+        .s3
+        .delete_public_access_block()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    let took_pab = corrected(
+        "public access block removed in the member account",
+        || async {
+            member
+                .s3
+                .get_public_access_block()
+                .bucket(&name)
+                .send()
+                .await
+                .is_ok()
+        },
+    )
+    .await;
+    let user_policy = || async {
+        let got = member
+            .iam
+            .get_user_policy()
+            .user_name(&user)
+            .policy_name("s3-operator-access")
+            .send()
+            .await
+            .ok()?;
+        policy::decode_document(&got.policy_document)
+    };
+    let granted = user_policy().await.expect("the access's user policy");
+    let wide = json!({"Version": "2012-10-17",
+        "Statement": [{"Effect": "Allow", "Action": "s3:*", "Resource": "*"}]});
+    member
+        .iam
+        .put_user_policy()
+        .user_name(&user)
+        .policy_name("s3-operator-access")
+        .policy_document(wide.to_string())
+        .send()
+        .await
+        .unwrap();
+    let took_user = corrected("user policy widened in the member account", || async {
+        user_policy().await.as_ref() == Some(&granted)
+    })
+    .await;
+    for took in [took_pab, took_user] {
+        assert!(took < WITHIN, "corrected in {took:?}, more than {WITHIN:?}");
+    }
+    let drift = op.metric("s3_operator_drift_corrections_total", &[]).await;
+    assert!(drift >= 2.0, "{drift} drift corrections counted");
+
+    // A user of the same name in the operator's own account, its policy edited: the event
+    // arrives and wakes nothing, so no S3 or IAM call follows.
+    op.wait_settled(Duration::from_secs(2)).await;
+    let calls = || async {
+        op.metric("s3_operator_aws_requests_total", &[("service", "s3")])
+            .await
+            + op.metric("s3_operator_aws_requests_total", &[("service", "iam")])
+                .await
+    };
+    let before = calls().await;
+    let home = admin_iam();
+    assert_eq!(user, naming::iam_name(&ns, "a", &pair.uid()));
+    home.create_user().user_name(&user).send().await.unwrap();
+    home.put_user_policy()
+        .user_name(&user)
+        .policy_name("s3-operator-access")
+        .policy_document(wide.to_string())
+        .send()
+        .await
+        .unwrap();
+    let home_event = format!("{user_event}, account: Some(\"{ACCOUNT}\") }}");
+    wait_for("the same-named user's event read", T, || async {
+        took_for_drift(home_event.clone()).await.then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        calls().await,
+        before,
+        "an event for a same-named user in another account wakes nothing"
+    );
+    let _ = home
+        .delete_user_policy()
+        .user_name(&user)
+        .policy_name("s3-operator-access")
+        .send()
+        .await;
+    let _ = home.delete_user().user_name(&user).send().await;
+    drop(op);
 }

@@ -14,11 +14,11 @@ use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
 /// What the issue promises on this machine, from the change to the correction.
-const WITHIN: Duration = Duration::from_secs(5);
+pub(crate) const WITHIN: Duration = Duration::from_secs(5);
 
 /// How long `fixed` took to hold, checked every 50 ms (up to T, so a slow correction is
 /// reported with its time rather than as a timeout).
-async fn corrected<F, Fut>(what: &str, mut fixed: F) -> Duration
+pub(crate) async fn corrected<F, Fut>(what: &str, mut fixed: F) -> Duration
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = bool>,
