@@ -186,6 +186,21 @@ async fn account(client: &kube::Client, name: &str, role: &str, secret: &str) {
         .expect("create AWSAccount");
 }
 
+/// The AWSAccount's status once its Ready condition is `ready` ("True" or "False").
+async fn account_ready(
+    client: &kube::Client,
+    name: &str,
+    ready: &str,
+) -> s3_operator::api::AWSAccountStatus {
+    let api = Api::<AWSAccount>::all(client.clone());
+    wait_for(&format!("AWSAccount {name} Ready={ready}"), T, || async {
+        let status = api.get(name).await.ok()?.status?;
+        let c = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+        (c.status == ready).then_some(status.clone())
+    })
+    .await
+}
+
 /// A BucketClass for namespace `ns` only, in `account`.
 async fn class_in(client: &kube::Client, name: &str, ns: &str, account: &str) {
     let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketClass",
@@ -311,9 +326,37 @@ async fn a_class_puts_buckets_and_identities_in_its_account_and_nowhere_else() {
 
     let pair = pair_in(&client, &ns, &good).await;
     lives_in(&pair, &good, &target).await;
+    let ready = account_ready(&client, &good, "True").await;
+    assert_eq!(ready.account_id.as_deref(), Some(target.id.as_str()));
+    let c = &ready.conditions[0];
+    assert_eq!(c.reason, "Available");
+    assert!(c.message.contains(&target.id), "{}", c.message);
     let written = put(&app_of(&pair).await, &pair.s3_name).await;
     written.expect("the access's keys write into the bucket in the target account");
     a_wrong_external_id_writes_nothing(&pair, &bad, &target).await;
+    // The refusal is said on the AWSAccount too, in STS's words but never with the ExternalId.
+    let refused = account_ready(&client, &bad, "False").await;
+    assert_eq!(refused.account_id.as_deref(), Some(target.id.as_str()));
+    let c = &refused.conditions[0];
+    assert_eq!(c.reason, "AccountUnavailable");
+    assert!(
+        c.message
+            .contains("not authorized to perform: sts:AssumeRole"),
+        "{}",
+        c.message
+    );
+    for secret in ["not-the-external-id", EXTERNAL_ID] {
+        assert!(!c.message.contains(secret), "{}", c.message);
+    }
+    let shown = tool(
+        "kubectl",
+        &["get", "awsaccount", &bad, "--no-headers"],
+        None,
+    );
+    assert!(
+        shown.contains(&target.id) && shown.contains("False"),
+        "ACCOUNT ID and READY columns: {shown}"
+    );
     a_class_edit_moves_nothing(&client, &pair, (&good, &bad), &target).await;
     deleting_cleans_the_target(&pair, &target).await;
     for name in [&good, &bad] {
