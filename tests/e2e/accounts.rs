@@ -3,14 +3,14 @@
 //! ExternalId. The emulator's second account (moto keys resources by the caller's account)
 //! stands for the target; it checks the role's trust and its ExternalId as STS does.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use s3_operator::api::{AWSAccount, BucketClass};
+use s3_operator::api::{AWSAccount, Bucket, BucketClass};
 use s3_operator::aws::policy;
 use serde_json::json;
 
@@ -239,12 +239,23 @@ async fn operator_for(
     cluster: &str,
     targets: &[&Target],
 ) -> (Operator, Identity) {
+    operator_with(namespaces, cluster, targets, &[]).await
+}
+
+/// The same, with `extra_args`.
+async fn operator_with(
+    namespaces: &[String],
+    cluster: &str,
+    targets: &[&Target],
+    extra_args: &[&str],
+) -> (Operator, Identity) {
     let roles: Vec<String> = targets.iter().map(|t| t.role_arn(cluster)).collect();
     let opts = OperatorOpts {
         namespaces: namespaces.to_vec(),
         cluster: Some(cluster.to_string()),
         resync: "10m",
         policy: Some(policy::with_assume_roles(operator_policy(cluster), &roles)),
+        extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         ..Default::default()
     };
     let id =
@@ -520,4 +531,84 @@ where
     let strip = Patch::Merge(json!({"metadata": {"finalizers": null}}));
     let _ = api.patch(name, &PatchParams::default(), &strip).await;
     wait_gone(api, name).await;
+}
+
+/// AWS throttles per account, so the budgets are per account: a tenant flooding its Buckets in
+/// another account spends that account's budget of its namespace, says so naming the account,
+/// and the same namespace's Bucket in the operator's own account is not held up by it (its
+/// budget there was not spent: a single Bucket's own writes may run past a burst of 4 and
+/// defer its echo, so that is checked before it).
+#[tokio::test]
+async fn a_namespaces_flood_in_one_account_spends_only_its_budget_there() {
+    let client = admin().await;
+    install_crds().await;
+    let ns = namespace(&client, "acctbudget").await;
+    let cluster = format!("acctb{}", random(5));
+    let target = Target::other();
+    let budget = [
+        "--namespace-aws-write-rate",
+        "2",
+        "--namespace-aws-write-burst",
+        "4",
+    ];
+    let (op, _) = operator_with(std::slice::from_ref(&ns), &cluster, &[&target], &budget).await;
+    let name = format!("{cluster}-a");
+    external_id_secret(&client, &op.operator_ns, "ext", EXTERNAL_ID).await;
+    account(&client, &name, &target.role_arn(&cluster), "ext").await;
+    class_in(&client, &name, &ns, &name).await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    const N: usize = 10;
+    for i in 0..N {
+        let b = bucket(&format!("f-{i}"), json!({"className": name}));
+        buckets.create(&PostParams::default(), &b).await.unwrap();
+    }
+    let said = format!("namespace {ns} in AWSAccount {name} has spent its budget of AWS writes");
+    wait_event(&ns, "WriteBudgetExhausted", &[&said]).await;
+    let deferred = |account: Option<&'static str>| {
+        let op = &op;
+        let name = name.clone();
+        async move {
+            let mut labels = vec![("controller", "bucket")];
+            let account = account.map(str::to_string).unwrap_or(name);
+            labels.push(("account", account.as_str()));
+            op.metric("s3_operator_aws_write_budget_exhausted_total", &labels)
+                .await
+        }
+    };
+    assert!(deferred(None).await > 0.0, "counted under the account");
+    assert_eq!(
+        deferred(Some("")).await,
+        0.0,
+        "the flood spent nothing of the operator's own account's budget"
+    );
+    // The same namespace, the operator's own account: its own budget, untouched.
+    let start = Instant::now();
+    let home = bucket("home", json!({}));
+    buckets.create(&PostParams::default(), &home).await.unwrap();
+    wait_ready(&buckets, "home").await;
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the home Bucket waited {took:?}"
+    );
+    let list = buckets.list(&Default::default()).await.unwrap();
+    let flood_ready = list
+        .items
+        .iter()
+        .filter(|b| b.metadata.name.as_deref() != Some("home"))
+        .filter(|b| {
+            let status = b.status.as_ref().map(|s| s.conditions.as_slice());
+            s3_operator::api::condition::is_ready(status.unwrap_or_default())
+        })
+        .count();
+    assert!(
+        flood_ready < N,
+        "the flood still waits for its account's budget"
+    );
+    let home_status = buckets.get("home").await.unwrap().status.unwrap();
+    assert!(
+        home_status.account.is_none(),
+        "the home Bucket lives at home"
+    );
+    drop(op);
 }
