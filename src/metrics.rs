@@ -178,13 +178,13 @@ impl Metrics {
             ),
             aws_write_budget_exhausted_total: r.counter(
                 "s3_operator_aws_write_budget_exhausted_total",
-                "Reconciles deferred because their namespace had spent its budget of AWS writes",
-                CONTROLLER,
+                "Reconciles deferred because their namespace had spent its budget of AWS writes in an account (account: the AWSAccount's name, empty for the operator's own)",
+                &["controller", "account"],
             ),
             aws_read_budget_exhausted_total: r.counter(
                 "s3_operator_aws_read_budget_exhausted_total",
-                "Reconciles deferred because their namespace had spent its budget of AWS reads",
-                CONTROLLER,
+                "Reconciles deferred because their namespace had spent its budget of AWS reads in an account (account: the AWSAccount's name, empty for the operator's own)",
+                &["controller", "account"],
             ),
             wake_overflows_total: r.counter(
                 "s3_operator_wake_overflows_total",
@@ -255,13 +255,17 @@ impl Metrics {
                 &self.reconcile_errors_total,
                 &self.terminal_reconcile_errors_total,
                 &self.reconcile_panics_total,
-                &self.aws_write_budget_exhausted_total,
-                &self.aws_read_budget_exhausted_total,
                 &self.wake_overflows_total,
                 &self.workqueue_adds_total,
                 &self.workqueue_retries_total,
             ] {
                 counter.with_label_values(&[c]);
+            }
+            for counter in [
+                &self.aws_write_budget_exhausted_total,
+                &self.aws_read_budget_exhausted_total,
+            ] {
+                counter.with_label_values(&[c, ""]);
             }
             self.active_workers.with_label_values(&[c]);
             self.workqueue_depth.with_label_values(&[c]);

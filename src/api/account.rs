@@ -2,6 +2,7 @@
 //! Only a platform admin writes one (it is cluster-scoped); a class names it, and the class's
 //! namespace selector is what maps namespaces to accounts.
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
@@ -12,9 +13,12 @@ use serde::{Deserialize, Serialize};
     version = "v1alpha1",
     kind = "AWSAccount",
     plural = "awsaccounts",
+    status = "AWSAccountStatus",
     doc = "An AWS account the operator works in through a role it assumes there (sts:AssumeRole with an ExternalId). A BucketClass or BucketAccessClass names it in spec.account.",
     shortname = "awsacct",
     category = "s3",
+    printcolumn = r#"{"name":"Account ID","type":"string","jsonPath":".status.accountId"}"#,
+    printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Role","type":"string","jsonPath":".spec.roleArn"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -35,6 +39,23 @@ pub struct AWSAccountSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-z]{2}(-[a-z]+)+-[0-9]+$"))]
     pub region: Option<String>,
+}
+
+/// Whether the operator can use the account, as it last found when it assumed the role (on
+/// first use, after an edit, and on the retries of a failure): written only when it changes.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, schemars::JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AWSAccountStatus {
+    /// The account the role ARN names.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account_id: Option<String>,
+    /// `Ready`: True once the role was assumed and STS answered for that account; False with
+    /// reason `AccountUnavailable` and why (STS's message, a missing Secret) when not.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The generation the condition is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
 }
 
 /// A key of a Secret in the operator's namespace.
@@ -80,5 +101,30 @@ mod tests {
         assert!(re.is_match("arn:aws-cn:iam::111111111111:role/path/s3-operator"));
         assert!(!re.is_match("arn:aws:iam::111111111111:user/s3-operator"));
         assert!(!re.is_match("arn:aws:iam::1111:role/x"));
+    }
+
+    #[test]
+    fn an_account_shows_its_id_and_readiness_and_only_the_operator_writes_them() {
+        let crd = AWSAccount::crd();
+        let version = &crd.spec.versions[0];
+        assert!(
+            version.subresources.as_ref().unwrap().status.is_some(),
+            "status is a subresource: whoever may edit the spec cannot fake Ready"
+        );
+        let columns: Vec<_> = version
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| (c.name.as_str(), c.json_path.as_str()))
+            .collect();
+        assert_eq!(
+            columns,
+            [
+                ("Account ID", ".status.accountId"),
+                ("Ready", r#".status.conditions[?(@.type=="Ready")].status"#),
+                ("Role", ".spec.roleArn"),
+                ("Age", ".metadata.creationTimestamp"),
+            ]
+        );
     }
 }

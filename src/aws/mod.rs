@@ -279,6 +279,11 @@ pub(crate) fn classify(code: &str, status: Option<u16>) -> ErrorKind {
 }
 
 impl Aws {
+    /// What the clients record their calls into (and the operator's other writes).
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+
     pub async fn new(settings: &Settings, metrics: Arc<Metrics>) -> Self {
         // Bounded calls: a hung connection must fail (and be retried with backoff), never stall
         // a reconcile worker forever.

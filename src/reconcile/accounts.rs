@@ -8,13 +8,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Secret;
-use kube::Api;
-use kube::ResourceExt;
+use kube::api::{Patch, PatchParams};
+use kube::{Api, ResourceExt};
 use tokio::sync::Mutex;
 
 use super::{Blocked, Settings};
-use crate::api::condition::Reason;
-use crate::api::{AWSAccount, AccountRecord};
+use crate::api::condition::{self, Reason};
+use crate::api::{AWSAccount, AWSAccountStatus, AccountRecord};
 use crate::aws::{AssumeRole, Aws, SESSION_TAG};
 
 /// How long an account resolved from its AWSAccount is used before the AWSAccount is read
@@ -151,7 +151,15 @@ impl Accounts {
                         *checked = Instant::now();
                         return Ok(account.clone());
                     }
-                    _ => self.resolve(client, &object).await.map(|a| (a, version)),
+                    _ => {
+                        let resolved = self.resolve(client, &object).await;
+                        // Kept as of the status write: the write is no edit to resolve again for.
+                        let version = self
+                            .report(client, &object, &resolved)
+                            .await
+                            .unwrap_or(version);
+                        resolved.map(|a| (a, version))
+                    }
                 }
             }
             Ok(None) => Err(Unavailable(format!("AWSAccount {name} does not exist"))),
@@ -204,6 +212,42 @@ impl Accounts {
         }
     }
 
+    /// Writes what resolving `object` found to its status, when that changed (an account
+    /// resolved again after an edit or retried after a failure writes nothing new). Returns the
+    /// resourceVersion written, if nothing else changed the object meanwhile; a failed write is
+    /// logged and retried with the next resolve.
+    async fn report(
+        &self,
+        client: &kube::Client,
+        object: &AWSAccount,
+        resolved: &Result<Arc<Account>, Unavailable>,
+    ) -> Option<String> {
+        let status = status_of(object, resolved, jiff::Timestamp::now());
+        if object.status.as_ref() == Some(&status) {
+            return None;
+        }
+        let name = object.name_any();
+        // Only over the version resolved: an edit made meanwhile is resolved on the next check.
+        let patch = Patch::Merge(serde_json::json!({
+            "metadata": {"resourceVersion": object.resource_version()},
+            "status": status,
+        }));
+        let api = Api::<AWSAccount>::all(client.clone());
+        let params = PatchParams::default();
+        let write = api.patch_status(&name, &params, &patch);
+        let metrics = self.home.aws.metrics();
+        match metrics
+            .kube_write("AWSAccount", "patch_status", write)
+            .await
+        {
+            Ok(written) => written.resource_version(),
+            Err(e) => {
+                tracing::warn!(account = %name, error = %e, "AWSAccount status not written");
+                None
+            }
+        }
+    }
+
     /// Assumes the AWSAccount's role and checks, through STS, that it acts in the account its
     /// ARN names; then finds the permissions boundary there.
     async fn resolve(
@@ -221,14 +265,17 @@ impl Accounts {
         let role = AssumeRole {
             role_arn: spec.role_arn.clone(),
             account: account.to_string(),
-            external_id,
+            external_id: external_id.clone(),
             session_name: session_name(&home.cluster_name),
             tags: vec![(SESSION_TAG.to_string(), home.cluster_name.clone())],
             region: spec.region.clone(),
         };
         let aws = self.home.aws.assuming(role).await;
+        // AWS's words go to status, events and logs: never with the ExternalId in them, should
+        // a service (or an emulator) echo the request back.
         let unavailable = |e: crate::aws::Error| {
-            Unavailable(format!("AWSAccount {name} ({account}): {}", e.message))
+            let message = redacted(&e.message, &external_id);
+            Unavailable(format!("AWSAccount {name} ({account}): {message}"))
         };
         let (id, caller) = aws.caller().await.map_err(unavailable)?;
         if id != account {
@@ -260,6 +307,47 @@ impl Accounts {
             aws,
             settings: Arc::new(settings),
         }))
+    }
+}
+
+/// The status of `object` after resolving it: its account id (the ARN's, or STS's once
+/// confirmed) and `Ready`, whose `lastTransitionTime` holds while it does not flip.
+fn status_of(
+    object: &AWSAccount,
+    resolved: &Result<Arc<Account>, Unavailable>,
+    now: jiff::Timestamp,
+) -> AWSAccountStatus {
+    let previous = object.status.as_ref().map(|s| s.conditions.as_slice());
+    let generation = object.metadata.generation;
+    let (ready, reason, message, id) = match resolved {
+        Ok(account) => (
+            true,
+            Reason::Available,
+            format!(
+                "the role is assumed and STS answers for account {}",
+                account.id
+            ),
+            Some(account.id.clone()),
+        ),
+        Err(why) => (
+            false,
+            Reason::AccountUnavailable,
+            why.0.clone(),
+            account_of(&object.spec.role_arn).map(str::to_string),
+        ),
+    };
+    let ready = condition::ready(
+        previous.unwrap_or_default(),
+        ready,
+        reason,
+        message,
+        generation,
+        now,
+    );
+    AWSAccountStatus {
+        account_id: id,
+        conditions: vec![ready],
+        observed_generation: generation,
     }
 }
 
@@ -373,6 +461,14 @@ pub fn access_placement(
     }
 }
 
+/// `message` without `secret` in it.
+fn redacted(message: &str, secret: &str) -> String {
+    if secret.is_empty() {
+        return message.to_string();
+    }
+    message.replace(secret, "<redacted>")
+}
+
 /// The account id an IAM ARN names.
 pub fn account_of(arn: &str) -> Option<&str> {
     let id = arn.split(':').nth(4)?;
@@ -453,6 +549,70 @@ mod tests {
         assert_eq!(account_of("arn:aws:iam::1111:role/x"), None);
         assert_eq!(account_of("arn:aws:iam::11111111111x:role/x"), None);
         assert_eq!(account_of("role/x"), None);
+    }
+
+    #[test]
+    fn an_external_id_echoed_by_aws_is_never_repeated() {
+        let said = "not authorized: sts:AssumeRole with ExternalId s3cr3t-x on role r";
+        let kept = redacted(said, "s3cr3t-x");
+        assert!(!kept.contains("s3cr3t-x"), "{kept}");
+        assert!(kept.contains("sts:AssumeRole") && kept.contains("<redacted>"));
+        assert_eq!(redacted("nothing to hide", ""), "nothing to hide");
+    }
+
+    fn aws_account(status: Option<AWSAccountStatus>) -> AWSAccount {
+        let mut a = AWSAccount::new(
+            "payments",
+            crate::api::AWSAccountSpec {
+                role_arn: "arn:aws:iam::210987654321:role/s3-operator".into(),
+                ..Default::default()
+            },
+        );
+        a.metadata.generation = Some(3);
+        a.status = status;
+        a
+    }
+
+    /// The status is a function of what resolving found: the same outcome again (a retry, a
+    /// recheck after an edit) gives the same status, so nothing is written.
+    #[test]
+    fn the_status_says_why_and_holds_still_while_nothing_changes() {
+        let (t0, t1): (jiff::Timestamp, jiff::Timestamp) = (
+            "2026-01-01T00:00:00Z".parse().unwrap(),
+            "2026-01-01T00:01:00Z".parse().unwrap(),
+        );
+        let refused: Result<Arc<Account>, _> = Err(Unavailable(
+            "AWSAccount payments (210987654321): not authorized to perform sts:AssumeRole".into(),
+        ));
+        let failed = status_of(&aws_account(None), &refused, t0);
+        assert_eq!(failed.account_id.as_deref(), Some("210987654321"));
+        assert_eq!(failed.observed_generation, Some(3));
+        let c = &failed.conditions[0];
+        assert_eq!((c.type_.as_str(), c.status.as_str()), ("Ready", "False"));
+        assert_eq!(c.reason, "AccountUnavailable");
+        assert!(c.message.contains("sts:AssumeRole"));
+        let again = status_of(&aws_account(Some(failed.clone())), &refused, t1);
+        assert_eq!(
+            again, failed,
+            "a retry that fails the same way writes nothing"
+        );
+
+        let sdk = aws_config::SdkConfig::builder().build();
+        let metrics = Arc::new(crate::metrics::Metrics::new());
+        let home = Account::home(Aws::from_config(sdk, None, metrics), Settings::for_tests());
+        let resolved = Ok(Arc::new(Account {
+            name: Some("payments".into()),
+            id: "210987654321".into(),
+            ..home
+        }));
+        let ready = status_of(&aws_account(Some(failed)), &resolved, t1);
+        let c = &ready.conditions[0];
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("True", "Available")
+        );
+        assert_eq!(c.last_transition_time.0, t1, "it flipped");
+        assert_eq!(ready.account_id.as_deref(), Some("210987654321"));
     }
 
     #[test]

@@ -29,7 +29,7 @@ use super::watches::{Gated, Watched, Watches, events, trigger};
 use super::{Config, Error, telemetry};
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess};
-use crate::aws::budget::Kind;
+use crate::aws::budget::{Key, Kind};
 use crate::aws::drift_queue::Touched;
 use crate::metrics::{self, Metrics};
 use crate::reconcile::bucket::logging::Linked;
@@ -218,10 +218,18 @@ fn drive_both(
     let bucket_turns = (s.queues.buckets.clone(), gate(), bucket_store);
     let access_turns = (s.queues.accesses.clone(), gate(), access_store);
     [
-        drive(buckets, reconcile::bucket::reconcile, bucket_turns, s.ctx),
+        drive(
+            buckets,
+            (reconcile::bucket::reconcile, reconcile::bucket::budget_key),
+            bucket_turns,
+            s.ctx,
+        ),
         drive(
             accesses,
-            reconcile::bucket_access::reconcile,
+            (
+                reconcile::bucket_access::reconcile,
+                reconcile::bucket_access::budget_key,
+            ),
             access_turns,
             s.ctx,
         ),
@@ -256,10 +264,14 @@ fn controller_for<K: Watched>(
         .graceful_shutdown_on(wait_true(shutdown.clone()))
 }
 
-/// Runs a controller with `reconcile`, each reconcile waiting its namespace's turn at `gate`.
+/// The budget a pass of an object spends (its namespace's in its account), from the caches.
+type BudgetKey<K> = fn(&K, &Context) -> Key;
+
+/// Runs a controller with `reconcile`, each reconcile waiting its namespace's turn at `gate`
+/// and its budget's (`budget_key`) before it.
 fn drive<K, F, Fut>(
     controller: Controller<K>,
-    reconcile: F,
+    (reconcile, budget_key): (F, BudgetKey<K>),
     (queue, gate, store): (Queue, Gate, Store<K>),
     ctx: &Arc<Context>,
 ) -> BoxFuture<'static, ()>
@@ -288,11 +300,12 @@ where
                         queue.started(&key);
                         return Ok(Action::requeue(wait));
                     }
-                    // A namespace that has spent its AWS writes or reads waits without taking
-                    // a slot (or making a read) until its budget refills.
-                    if let Some((kind, wait)) = c.budgets.defer(&ns) {
+                    // A namespace that has spent its AWS writes or reads in the object's account
+                    // waits without taking a slot (or making a read) until its budget refills.
+                    let budget = budget_key(obj.as_ref(), &c);
+                    if let Some((kind, wait)) = c.budgets.defer(&budget) {
                         queue.started(&key);
-                        over_budget(queue.name, kind, obj.as_ref(), &c).await;
+                        over_budget(queue.name, kind, obj.as_ref(), &budget, &c).await;
                         return Ok(Action::requeue(wait));
                     }
                     // Shutting down: a reconcile that has not started yet never will.
@@ -306,11 +319,14 @@ where
                         return Ok(Action::await_change());
                     };
                     queue.started(&key);
+                    // Charged where the pass acts, as the object is now (its token was taken
+                    // from the same key but when the object was recorded meanwhile).
+                    let budget = budget_key(obj.as_ref(), &c);
                     // Boxed: a waiting reconcile holds only the gate's small future.
-                    Box::pin(instrumented(&queue, obj, c, reconcile)).await
+                    Box::pin(instrumented(&queue, obj, c, reconcile, budget)).await
                 }
             },
-            move |obj, e, c| error_policy(&retries, obj, e, c),
+            move |obj, e, c| error_policy(&retries, obj, e, c, budget_key),
             ctx.clone(),
         )
         .for_each(move |r| {
@@ -483,6 +499,7 @@ async fn instrumented<K, F, Fut>(
     obj: Arc<K>,
     ctx: Arc<Context>,
     reconcile: F,
+    budget: Key,
 ) -> Result<Action, Error>
 where
     K: Resource<DynamicType = ()>,
@@ -491,19 +508,20 @@ where
 {
     let (controller, metrics) = (queue.name, &ctx.metrics);
     let span = reconcile_span(obj.as_ref());
-    let ns = obj.meta().namespace.clone().unwrap_or_default();
     let worker = Worker::start(metrics, controller);
     // Boxed: the pass's future is large, and an unoptimised build keeps a copy of it in each
     // wrapper on the worker thread's stack (one wrapper more overflowed it); boxed, the
     // wrappers hold a pointer.
     let run = Box::pin(reconcile(obj.clone(), ctx.clone())).instrument(span.clone());
-    let pass = ctx.budgets.pass(ns, guarded(metrics, controller, run));
+    let pass = ctx
+        .budgets
+        .pass(budget.clone(), guarded(metrics, controller, run));
     let result = reconcile::serve_request(&ctx, obj.as_ref(), pass)
         .instrument(span.clone())
         .await;
     let seconds = worker.done();
     let outcome = result_label(&result);
-    settle(queue, obj.as_ref(), &ctx, &span, &result).await;
+    settle(queue, (obj.as_ref(), &budget), &ctx, &span, &result).await;
     span.record("outcome", outcome);
     span.in_scope(|| tracing::debug!(outcome, seconds, "reconcile finished"));
     metrics
@@ -576,7 +594,7 @@ impl<'a> Worker<'a> {
 /// failure is logged in the reconcile's span, and counted or reported as it needs.
 async fn settle<K: Resource<DynamicType = ()>>(
     queue: &Queue,
-    obj: &K,
+    (obj, budget): (&K, &Key),
     ctx: &Context,
     span: &Span,
     result: &Result<Requeue, Error>,
@@ -590,7 +608,7 @@ async fn settle<K: Resource<DynamicType = ()>>(
         }
         Err(Error::Reconcile(e)) if e.over_budget().is_some() => {
             span.in_scope(|| tracing::info!(reason = %e, "namespace over its AWS write budget"));
-            over_budget(queue.name, Kind::Writes, obj, ctx)
+            over_budget(queue.name, Kind::Writes, obj, budget, ctx)
                 .instrument(span.clone())
                 .await;
         }
@@ -633,25 +651,29 @@ where
     }
 }
 
-/// Counts a pass deferred by its namespace's AWS write or read budget, and says so in an event
-/// on the first object that meets the exhausted budget (once per episode, not once per pass).
+/// Counts a pass deferred by its namespace's AWS write or read budget in an account (`key`),
+/// and says so in an event on the first object that meets the exhausted budget (once per
+/// episode, not once per pass).
 async fn over_budget<K: Resource<DynamicType = ()>>(
     controller: &str,
     kind: Kind,
     obj: &K,
+    key: &Key,
     ctx: &Context,
 ) {
     let counter = match kind {
         Kind::Writes => &ctx.metrics.aws_write_budget_exhausted_total,
         Kind::Reads => &ctx.metrics.aws_read_budget_exhausted_total,
     };
-    counter.with_label_values(&[controller]).inc();
-    let ns = obj.meta().namespace.as_deref().unwrap_or_default();
+    counter
+        .with_label_values(&[controller, key.account_label()])
+        .inc();
     let budget = ctx.budgets.of(kind);
-    if budget.report(ns) {
+    if budget.report(key) {
         let (rate, burst, calls) = (budget.rate(), budget.burst(), kind.calls());
+        // "namespace a" or "namespace a in AWSAccount b": whose budget ran out.
         let note = format!(
-            "namespace {ns} has spent its budget of AWS {calls} ({rate} per second, {burst} at once): its objects wait their turn as it refills"
+            "{key} has spent its budget of AWS {calls} ({rate} per second, {burst} at once): its objects wait their turn as it refills"
         );
         ctx.event(obj, true, kind.reason(), note).await;
     }
@@ -678,14 +700,14 @@ fn error_policy<K: Resource<DynamicType = ()>>(
     obj: Arc<K>,
     e: &Error,
     ctx: Arc<Context>,
+    budget_key: BudgetKey<K>,
 ) -> Action {
     queue.counter(&queue.metrics.workqueue_retries_total).inc();
     // Over budget: its turn as the namespace's budget refills, not an exponential backoff.
     if let Error::Reconcile(over) = e
         && let Some(wait) = over.over_budget()
     {
-        let ns = obj.meta().namespace.as_deref().unwrap_or_default();
-        let turn = ctx.budgets.defer(ns).map(|(_, w)| w);
+        let turn = ctx.budgets.defer(&budget_key(&obj, &ctx)).map(|(_, w)| w);
         return Action::requeue(turn.unwrap_or(wait));
     }
     Action::requeue(queue.backoff.next(&object_key(obj.as_ref())))

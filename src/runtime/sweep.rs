@@ -13,13 +13,14 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::Resource;
 use kube::runtime::reflector::Store;
+use kube::{Resource, ResourceExt};
 use tokio::sync::{Semaphore, watch};
 use tracing::Instrument;
 
 use crate::api::condition::is_ready;
 use crate::api::{Bucket, BucketAccess, CredentialsType};
+use crate::aws::budget::Key;
 use crate::aws::tags::Owner;
 use crate::reconcile::bucket::Ended;
 use crate::reconcile::orphans::{Verdict, count, judge, still_exists};
@@ -40,8 +41,11 @@ pub(super) async fn vanished_bucket(b: Arc<Bucket>, ctx: Arc<Context>, slots: Ar
         count(&ctx.metrics, "bucket", "failed");
         return;
     };
-    let ns = b.meta().namespace.clone().unwrap_or_default();
-    let run = ctx.budgets.pass(ns, bucket::vanished(&b, &cx));
+    let key = Key::new(
+        cx.account.name.as_deref(),
+        &b.namespace().unwrap_or_default(),
+    );
+    let run = ctx.budgets.pass(key, bucket::vanished(&b, &cx));
     match run.instrument(span.clone()).await {
         Ok(Ended::Deleted) => count(&ctx.metrics, "bucket", "deleted"),
         Ok(Ended::Released) => count(&ctx.metrics, "bucket", "released"),
@@ -70,8 +74,11 @@ pub(super) async fn vanished_access(
         count(&ctx.metrics, "user", "failed");
         return;
     };
-    let ns = a.meta().namespace.clone().unwrap_or_default();
-    let run = ctx.budgets.pass(ns, bucket_access::vanished(&a, &cx));
+    let key = Key::new(
+        cx.account.name.as_deref(),
+        &a.namespace().unwrap_or_default(),
+    );
+    let run = ctx.budgets.pass(key, bucket_access::vanished(&a, &cx));
     match run.instrument(span.clone()).await {
         Ok(deleted) => deleted
             .into_iter()
@@ -205,12 +212,17 @@ async fn sweep(ctx: &InAccount<'_>, live: &Live) -> Result<(), crate::aws::Error
             if let Some(owner) = orphan(ctx, live, &tags).await {
                 let kind = if role { "role" } else { "user" };
                 let gone = bucket_access::delete_owned_identity(ctx, &id);
-                let done = ctx.budgets.pass(owner.namespace.clone(), gone).await;
+                let done = ctx.budgets.pass(budget_key(ctx, &owner), gone).await;
                 report(ctx, kind, &id.to_string(), &owner, done.map(|_| "deleted"));
             }
         }
     }
     sweep_associations(ctx, live).await
+}
+
+/// The budget an orphan's cleanup spends: its owner's namespace's, in the account swept.
+fn budget_key(ctx: &InAccount<'_>, owner: &Owner) -> Key {
+    Key::new(ctx.account.name.as_deref(), &owner.namespace)
 }
 
 /// Buckets under the prefix that no Ready Bucket holds, read for their tags; an orphan is
@@ -236,7 +248,7 @@ async fn sweep_buckets(ctx: &InAccount<'_>, live: &Live) -> Result<(), crate::aw
         };
         if let Some(owner) = orphan(ctx, live, &tags).await {
             let release = bucket::release_orphan(ctx, &region, &name, &owner);
-            let action = match ctx.budgets.pass(owner.namespace.clone(), release).await {
+            let action = match ctx.budgets.pass(budget_key(ctx, &owner), release).await {
                 // Gone or released meanwhile.
                 Ok(Ended::Nothing) => continue,
                 Ok(Ended::Deleted) => Ok("deleted"),
@@ -273,7 +285,7 @@ async fn sweep_associations(ctx: &InAccount<'_>, live: &Live) -> Result<(), crat
         };
         if let Some(owner) = orphan(ctx, live, &tags).await {
             let gone = ctx.aws.delete_association(cluster, &id);
-            let done = ctx.budgets.pass(owner.namespace.clone(), gone).await;
+            let done = ctx.budgets.pass(budget_key(ctx, &owner), gone).await;
             let what = format!("EKS Pod Identity association {id}");
             report(ctx, "association", &what, &owner, done.map(|_| "deleted"));
         }

@@ -3,14 +3,14 @@
 //! ExternalId. The emulator's second account (moto keys resources by the caller's account)
 //! stands for the target; it checks the role's trust and its ExternalId as STS does.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use s3_operator::api::{AWSAccount, BucketClass};
+use s3_operator::api::{AWSAccount, Bucket, BucketClass};
 use s3_operator::aws::{drift_queue, naming, policy};
 use serde_json::json;
 
@@ -193,6 +193,21 @@ async fn account(client: &kube::Client, name: &str, role: &str, secret: &str) {
         .expect("create AWSAccount");
 }
 
+/// The AWSAccount's status once its Ready condition is `ready` ("True" or "False").
+async fn account_ready(
+    client: &kube::Client,
+    name: &str,
+    ready: &str,
+) -> s3_operator::api::AWSAccountStatus {
+    let api = Api::<AWSAccount>::all(client.clone());
+    wait_for(&format!("AWSAccount {name} Ready={ready}"), T, || async {
+        let status = api.get(name).await.ok()?.status?;
+        let c = status.conditions.iter().find(|c| c.type_ == "Ready")?;
+        (c.status == ready).then_some(status.clone())
+    })
+    .await
+}
+
 /// A BucketClass for namespace `ns` only, in `account`.
 async fn class_in(client: &kube::Client, name: &str, ns: &str, account: &str) {
     let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketClass",
@@ -231,12 +246,23 @@ async fn operator_for(
     cluster: &str,
     targets: &[&Target],
 ) -> (Operator, Identity) {
+    operator_with(namespaces, cluster, targets, &[]).await
+}
+
+/// The same, with `extra_args`.
+async fn operator_with(
+    namespaces: &[String],
+    cluster: &str,
+    targets: &[&Target],
+    extra_args: &[&str],
+) -> (Operator, Identity) {
     let roles: Vec<String> = targets.iter().map(|t| t.role_arn(cluster)).collect();
     let opts = OperatorOpts {
         namespaces: namespaces.to_vec(),
         cluster: Some(cluster.to_string()),
         resync: "10m",
         policy: Some(policy::with_assume_roles(operator_policy(cluster), &roles)),
+        extra_args: extra_args.iter().map(|a| a.to_string()).collect(),
         ..Default::default()
     };
     let id =
@@ -318,9 +344,37 @@ async fn a_class_puts_buckets_and_identities_in_its_account_and_nowhere_else() {
 
     let pair = pair_in(&client, &ns, &good).await;
     lives_in(&pair, &good, &target).await;
+    let ready = account_ready(&client, &good, "True").await;
+    assert_eq!(ready.account_id.as_deref(), Some(target.id.as_str()));
+    let c = &ready.conditions[0];
+    assert_eq!(c.reason, "Available");
+    assert!(c.message.contains(&target.id), "{}", c.message);
     let written = put(&app_of(&pair).await, &pair.s3_name).await;
     written.expect("the access's keys write into the bucket in the target account");
     a_wrong_external_id_writes_nothing(&pair, &bad, &target).await;
+    // The refusal is said on the AWSAccount too, in STS's words but never with the ExternalId.
+    let refused = account_ready(&client, &bad, "False").await;
+    assert_eq!(refused.account_id.as_deref(), Some(target.id.as_str()));
+    let c = &refused.conditions[0];
+    assert_eq!(c.reason, "AccountUnavailable");
+    assert!(
+        c.message
+            .contains("not authorized to perform: sts:AssumeRole"),
+        "{}",
+        c.message
+    );
+    for secret in ["not-the-external-id", EXTERNAL_ID] {
+        assert!(!c.message.contains(secret), "{}", c.message);
+    }
+    let shown = tool(
+        "kubectl",
+        &["get", "awsaccount", &bad, "--no-headers"],
+        None,
+    );
+    assert!(
+        shown.contains(&target.id) && shown.contains("False"),
+        "ACCOUNT ID and READY columns: {shown}"
+    );
     a_class_edit_moves_nothing(&client, &pair, (&good, &bad), &target).await;
     deleting_cleans_the_target(&pair, &target).await;
     for name in [&good, &bad] {
@@ -716,5 +770,85 @@ async fn a_member_accounts_drift_events_reach_the_operator_through_its_bus() {
         .send()
         .await;
     let _ = home.delete_user().user_name(&user).send().await;
+    drop(op);
+}
+
+/// AWS throttles per account, so the budgets are per account: a tenant flooding its Buckets in
+/// another account spends that account's budget of its namespace, says so naming the account,
+/// and the same namespace's Bucket in the operator's own account is not held up by it (its
+/// budget there was not spent: a single Bucket's own writes may run past a burst of 4 and
+/// defer its echo, so that is checked before it).
+#[tokio::test]
+async fn a_namespaces_flood_in_one_account_spends_only_its_budget_there() {
+    let client = admin().await;
+    install_crds().await;
+    let ns = namespace(&client, "acctbudget").await;
+    let cluster = format!("acctb{}", random(5));
+    let target = Target::other();
+    let budget = [
+        "--namespace-aws-write-rate",
+        "2",
+        "--namespace-aws-write-burst",
+        "4",
+    ];
+    let (op, _) = operator_with(std::slice::from_ref(&ns), &cluster, &[&target], &budget).await;
+    let name = format!("{cluster}-a");
+    external_id_secret(&client, &op.operator_ns, "ext", EXTERNAL_ID).await;
+    account(&client, &name, &target.role_arn(&cluster), "ext").await;
+    class_in(&client, &name, &ns, &name).await;
+    let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
+    const N: usize = 10;
+    for i in 0..N {
+        let b = bucket(&format!("f-{i}"), json!({"className": name}));
+        buckets.create(&PostParams::default(), &b).await.unwrap();
+    }
+    let said = format!("namespace {ns} in AWSAccount {name} has spent its budget of AWS writes");
+    wait_event(&ns, "WriteBudgetExhausted", &[&said]).await;
+    let deferred = |account: Option<&'static str>| {
+        let op = &op;
+        let name = name.clone();
+        async move {
+            let mut labels = vec![("controller", "bucket")];
+            let account = account.map(str::to_string).unwrap_or(name);
+            labels.push(("account", account.as_str()));
+            op.metric("s3_operator_aws_write_budget_exhausted_total", &labels)
+                .await
+        }
+    };
+    assert!(deferred(None).await > 0.0, "counted under the account");
+    assert_eq!(
+        deferred(Some("")).await,
+        0.0,
+        "the flood spent nothing of the operator's own account's budget"
+    );
+    // The same namespace, the operator's own account: its own budget, untouched.
+    let start = Instant::now();
+    let home = bucket("home", json!({}));
+    buckets.create(&PostParams::default(), &home).await.unwrap();
+    wait_ready(&buckets, "home").await;
+    let took = start.elapsed();
+    assert!(
+        took < Duration::from_secs(5),
+        "the home Bucket waited {took:?}"
+    );
+    let list = buckets.list(&Default::default()).await.unwrap();
+    let flood_ready = list
+        .items
+        .iter()
+        .filter(|b| b.metadata.name.as_deref() != Some("home"))
+        .filter(|b| {
+            let status = b.status.as_ref().map(|s| s.conditions.as_slice());
+            s3_operator::api::condition::is_ready(status.unwrap_or_default())
+        })
+        .count();
+    assert!(
+        flood_ready < N,
+        "the flood still waits for its account's budget"
+    );
+    let home_status = buckets.get("home").await.unwrap().status.unwrap();
+    assert!(
+        home_status.account.is_none(),
+        "the home Bucket lives at home"
+    );
     drop(op);
 }

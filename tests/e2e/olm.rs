@@ -709,9 +709,17 @@ async fn create_example(ns: &str, ex: &Value) -> serde_json::Map<String, Value> 
             wait_reason(&api, name, "Available", T).await;
             json!(api.get(name).await.unwrap().status)
         }
-        // Classes and accounts are cluster-scoped and have no status; they are read, never
-        // reconciled.
-        "BucketClass" | "BucketAccessClass" | "AWSAccount" => Value::Null,
+        // An account's status is written when a pass or the sweep first uses it, which no
+        // example does: every key its schema allows stands for it.
+        "AWSAccount" => {
+            let crd = <s3_operator::api::AWSAccount as kube::CustomResourceExt>::crd();
+            let schema = json!(crd.spec.versions[0].schema);
+            let status = &schema["openAPIV3Schema"]["properties"]["status"]["properties"];
+            assert!(status.is_object(), "AWSAccount has a status");
+            status.clone()
+        }
+        // Classes are cluster-scoped and have no status; they are read, never reconciled.
+        "BucketClass" | "BucketAccessClass" => Value::Null,
         other => panic!("an alm-example of unknown kind {other}"),
     };
     status.as_object().cloned().unwrap_or_default()

@@ -939,7 +939,8 @@ async fn helm_chart_installs_namespaced_and_runs() {
 
 /// Namespace-scoped packages grant nothing cluster-wide but the secure metrics' roles (create
 /// TokenReviews and SubjectAccessReviews, bound; get /metrics, for scrapers, unbound) and the
-/// class reader's (list and watch classes and namespaces; get and list AWSAccounts).
+/// class reader's (list and watch classes and namespaces; get and list AWSAccounts, patch their
+/// status).
 fn assert_only_metrics_roles_cluster_wide(rendered: &[Value]) {
     let allowed = [
         json!({"apiGroups": ["authentication.k8s.io"], "resources": ["tokenreviews"], "verbs": ["create"]}),
@@ -947,6 +948,7 @@ fn assert_only_metrics_roles_cluster_wide(rendered: &[Value]) {
         json!({"nonResourceURLs": ["/metrics"], "verbs": ["get"]}),
         json!({"apiGroups": ["s3.operator.dev"], "resources": ["bucketclasses", "bucketaccessclasses"], "verbs": ["list", "watch"]}),
         json!({"apiGroups": ["s3.operator.dev"], "resources": ["awsaccounts"], "verbs": ["get", "list"]}),
+        json!({"apiGroups": ["s3.operator.dev"], "resources": ["awsaccounts/status"], "verbs": ["patch"]}),
         json!({"apiGroups": [""], "resources": ["namespaces"], "verbs": ["list", "watch"]}),
     ];
     for role in of_kind(rendered, "ClusterRole") {

@@ -27,6 +27,7 @@ use kube::ResourceExt;
 use super::{Blocked, Context, Error, InAccount, Requeue, accounts, object_key};
 use crate::api::Bucket;
 use crate::api::condition::Reason;
+use crate::aws::budget::Key;
 use crate::aws::s3::tagging::ABAC_ENABLED;
 use crate::reconcile::class::bucket as class;
 
@@ -80,6 +81,23 @@ pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue
     apply::apply(&bucket, &cx, start, &links, (class, version), placed).await
 }
 
+/// The budget a pass of `bucket` spends: its namespace's in the account the pass acts in, as
+/// [`reconcile`] decides it, from what the caches hold (no call): the recorded account, or for
+/// a new Bucket its class's; a class that cannot be read now gives the operator's own.
+pub fn budget_key(bucket: &Bucket, ctx: &Context) -> Key {
+    let ns = bucket.namespace().unwrap_or_default();
+    let recorded = bucket.status.as_ref().and_then(|s| s.account.as_ref());
+    if bucket.metadata.deletion_timestamp.is_some() {
+        return Key::new(recorded.map(|r| r.name.as_str()), &ns);
+    }
+    let class = class::in_force(&ctx.classes, bucket).ok();
+    let class_account = class.as_ref().and_then(|c| c.as_ref().ok()?.as_ref());
+    let class_account = class_account.and_then(|c| c.spec.account.as_deref());
+    let begun = crate::reconcile::has_finalizer(bucket);
+    let placed = accounts::placement(recorded, begun, class_account, "bucket");
+    Key::new(placed.account.as_deref(), &ns)
+}
+
 /// Reports that the Bucket's account cannot be used: nothing is written to AWS.
 async fn unavailable(
     bucket: &Bucket,
@@ -100,6 +118,91 @@ async fn unavailable(
 mod tests {
     use super::*;
     use crate::aws::{Error as AwsError, ErrorKind};
+
+    /// The classes' stores with `classes` (BucketClasses) and namespace "ns" seen.
+    fn classes(classes: &[serde_json::Value]) -> crate::reconcile::class::Classes {
+        use k8s_openapi::api::core::v1::Namespace;
+        use kube::core::{PartialObjectMeta, PartialObjectMetaExt};
+        use kube::runtime::{reflector, watcher};
+        let (buckets, mut writer) = reflector::store::<crate::api::BucketClass>();
+        for c in classes {
+            let c = serde_json::from_value(c.clone()).expect("a BucketClass");
+            writer.apply_watcher_event(&watcher::Event::Apply(c));
+        }
+        let (accesses, _) = reflector::store::<crate::api::BucketAccessClass>();
+        let (namespaces, mut writer) = reflector::store::<PartialObjectMeta<Namespace>>();
+        // Labelled with its name, as the API server labels every namespace.
+        let ns = k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta {
+            name: Some("ns".into()),
+            labels: Some([("kubernetes.io/metadata.name".into(), "ns".into())].into()),
+            ..Default::default()
+        };
+        writer.apply_watcher_event(&watcher::Event::Apply(ns.into_request_partial()));
+        crate::reconcile::class::Classes::new(buckets, accesses, namespaces, Default::default())
+    }
+
+    fn a_bucket(class: &str, account: Option<&str>, finalizer: bool, deleting: bool) -> Bucket {
+        let mut b: Bucket = serde_json::from_value(serde_json::json!({
+            "apiVersion": "s3.operator.dev/v1alpha1", "kind": "Bucket",
+            "metadata": {"name": "b", "namespace": "ns"},
+            "spec": {"className": class},
+            "status": {"account": account.map(|a| serde_json::json!({"name": a, "id": "111111111111"}))},
+        }))
+        .expect("a Bucket");
+        if finalizer {
+            b.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()]);
+        }
+        if deleting {
+            b.metadata.deletion_timestamp = Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+            );
+        }
+        b
+    }
+
+    /// A pass is charged where it acts, learnt from the caches before it takes a slot: the
+    /// recorded account, else a new Bucket's class's. A class the namespace may not use (or
+    /// that cannot be read) cannot put a tenant's passes on another account's budget.
+    #[tokio::test]
+    async fn a_pass_spends_the_budget_of_the_account_it_acts_in() {
+        let class = |name: &str, ns: &str, account: &str| {
+            serde_json::json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketClass",
+                "metadata": {"name": name},
+                "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
+                         "account": account}})
+        };
+        let ctx = Context {
+            classes: classes(&[class("pay", "ns", "a"), class("theirs", "other", "c")]),
+            ..Context::for_tests()
+        };
+        let key = |b: Bucket| budget_key(&b, &ctx);
+        // New: the class's account.
+        assert_eq!(
+            key(a_bucket("pay", None, false, false)),
+            Key::new(Some("a"), "ns")
+        );
+        // Recorded: that account, whatever the class says now, its deletion included.
+        assert_eq!(
+            key(a_bucket("pay", Some("b"), true, false)),
+            Key::new(Some("b"), "ns")
+        );
+        assert_eq!(
+            key(a_bucket("pay", Some("b"), true, true)),
+            Key::new(Some("b"), "ns")
+        );
+        // Made before accounts existed: the operator's own.
+        assert_eq!(key(a_bucket("pay", None, true, false)), Key::home("ns"));
+        // A class whose selector leaves the namespace out, or that does not exist: home.
+        assert_eq!(key(a_bucket("theirs", None, false, false)), Key::home("ns"));
+        assert_eq!(
+            key(a_bucket("missing", None, false, false)),
+            Key::home("ns")
+        );
+        // A namespace the caches have not seen yet (the class cannot be read): home.
+        let mut unseen = a_bucket("pay", None, false, false);
+        unseen.metadata.namespace = Some("new".into());
+        assert_eq!(key(unseen), Key::home("new"));
+    }
 
     #[test]
     fn a_tag_write_refused_under_abac_is_reported_in_its_own_words() {

@@ -33,6 +33,7 @@ use super::{
 };
 use crate::api::condition::{self, Reason};
 use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType};
+use crate::aws::budget::Key;
 use crate::aws::iam::Identity;
 use crate::aws::naming;
 use crate::aws::tags::{Owner, Ownership};
@@ -118,6 +119,20 @@ fn placement(access: &BucketAccess, ctx: &Context, class: &class::InForce) -> ac
         bucket_account.as_ref().map(Option::as_ref),
         class_account,
     )
+}
+
+/// The budget a pass of `access` spends: its namespace's in the account the pass acts in, as
+/// [`reconcile`] decides it, from what the caches hold (no call): the recorded account, the
+/// operator's own for one made before accounts existed, or for a new access its Bucket's.
+pub fn budget_key(access: &BucketAccess, ctx: &Context) -> Key {
+    let ns = access.namespace().unwrap_or_default();
+    let recorded = access.status.as_ref().and_then(|s| s.account.as_ref());
+    if access.metadata.deletion_timestamp.is_some() {
+        return Key::new(recorded.map(|r| r.name.as_str()), &ns);
+    }
+    // The class bounds the account but never picks it: one that cannot be read changes nothing.
+    let class = class::in_force(&ctx.classes, access).unwrap_or(Ok(None));
+    Key::new(placement(access, ctx, &class).account.as_deref(), &ns)
 }
 
 /// Workload identity (IRSA, Pod Identity) trusts the cluster's OIDC provider or EKS cluster,
