@@ -40,6 +40,9 @@ pub const FINALIZER: &str = domain_key!("finalizer");
 /// Annotation on a Bucket or BucketAccess: each new value (any string; a timestamp by
 /// convention) asks for one full pass of the object at once, AWS read afresh.
 pub const RECONCILE_REQUESTED_AT: &str = domain_key!("reconcile-requested-at");
+/// Annotation on a Bucket or BucketAccess: `"true"` stops its passes (no AWS call, no write
+/// but the `Paused` condition) until it is removed or set to anything else; for incidents.
+pub const PAUSED: &str = domain_key!("paused");
 
 /// Every CRD as the Rust types generate them (every packaged copy is made from these).
 pub fn crds() -> Vec<CustomResourceDefinition> {

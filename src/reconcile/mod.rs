@@ -13,6 +13,7 @@ mod error;
 mod object;
 pub mod orphans;
 mod pass_events;
+pub mod paused;
 mod settled;
 #[cfg(test)]
 pub(crate) mod testing;

@@ -19,7 +19,11 @@ use crate::api::RECONCILE_REQUESTED_AT;
 pub const SPACING: Duration = Duration::from_secs(5);
 
 /// The annotations a pass decides from: a change of one of them is no mere metadata.
-const DECIDING: [&str; 2] = [RECONCILE_REQUESTED_AT, crate::domain_key!("region")];
+const DECIDING: [&str; 3] = [
+    RECONCILE_REQUESTED_AT,
+    crate::domain_key!("region"),
+    crate::api::PAUSED,
+];
 
 /// The resourceVersions a successful pass started from and left behind (its own writes), per
 /// input object, and when the next full pass is due. The watch echo of the operator's own writes

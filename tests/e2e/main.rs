@@ -27,6 +27,7 @@ mod observability;
 mod olm;
 mod orphans;
 mod packaging;
+mod paused;
 mod pod_identity;
 mod proxy;
 mod read_budget;

@@ -24,7 +24,7 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 
-use super::{Blocked, Context, Error, InAccount, Requeue, accounts, object_key};
+use super::{Blocked, Context, Error, InAccount, Requeue, accounts, object_key, paused};
 use crate::api::Bucket;
 use crate::api::condition::Reason;
 use crate::aws::budget::Key;
@@ -48,6 +48,10 @@ fn refusal(e: &crate::aws::Error) -> Option<Blocked> {
 }
 
 pub async fn reconcile(bucket: Arc<Bucket>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    if paused::is_paused(bucket.as_ref()) {
+        let previous = bucket.status.as_ref().map(|s| s.conditions.as_slice());
+        return paused::report(&ctx, bucket.as_ref(), previous.unwrap_or_default()).await;
+    }
     let recorded = bucket.status.as_ref().and_then(|s| s.account.as_ref());
     if bucket.metadata.deletion_timestamp.is_some() {
         // Deletion acts where the bucket lives, whatever the class says now.

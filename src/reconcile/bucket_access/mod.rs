@@ -15,7 +15,7 @@ mod outcome;
 pub mod plan;
 pub mod pod_identity;
 
-use crate::reconcile::InAccount;
+use crate::reconcile::{InAccount, paused};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -59,6 +59,10 @@ pub fn secret_name(access: &BucketAccess) -> String {
 }
 
 pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<Requeue, Error> {
+    if paused::is_paused(access.as_ref()) && bucket_stands(&access, &ctx) {
+        let previous = access.status.as_ref().map(|s| s.conditions.as_slice());
+        return paused::report(&ctx, access.as_ref(), previous.unwrap_or_default()).await;
+    }
     let recorded = access.status.as_ref().and_then(|s| s.account.as_ref());
     if access.metadata.deletion_timestamp.is_some() {
         // Deletion acts where the identity lives, whatever its Bucket or class say now.
@@ -98,6 +102,19 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<R
         },
         other => other,
     }
+}
+
+/// Is the access's Bucket there, not being deleted, and Ready? Only then may a pause hold the
+/// access's pass: a pause never keeps a grant alive past its Bucket.
+fn bucket_stands(access: &BucketAccess, ctx: &Context) -> bool {
+    let ns = access.namespace().unwrap_or_default();
+    ctx.bucket(&ns, &access.spec.bucket_ref.name)
+        .is_some_and(|b| {
+            b.metadata.deletion_timestamp.is_none()
+                && b.status
+                    .as_ref()
+                    .is_some_and(|s| condition::is_ready(&s.conditions))
+        })
 }
 
 /// Where `access` acts: the account recorded for it; one made before accounts existed, the
