@@ -148,8 +148,9 @@ pub async fn accounts(n: usize) -> AccountsRun {
         aws_failures: failed(&after) - failed(&before),
         rss_peak_mib: peak.peak().max(footprint(op.pid()).peak),
     };
+    // The audit reads the operator's own account: its namespace's objects only.
     assert_eq!(
-        crate::audit::audit(&id.cluster, &opts.namespaces).await,
+        crate::audit::audit(&id.cluster, &namespaces[..1]).await,
         Vec::<String>::new(),
         "the audit of the accounts run"
     );
