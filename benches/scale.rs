@@ -9,7 +9,8 @@
 //! creates and deletes BATCH pairs (default 50) over and over for that long and reports the
 //! operator's RSS after every cycle (`--pairs '' --buckets ''` for it alone). `--fairness N`
 //! measures a single Bucket's time to Ready in one namespace while another floods N Buckets.
-//! `--drift` measures how long out-of-band changes wait for their correction with drift events
+//! `--accounts N` converges N pairs spread over three AWS accounts (the operator's own and two
+//! it assumes a role in) and counts AssumeRole calls per account. `--drift` measures how long out-of-band changes wait for their correction with drift events
 //! on and off, and what the drift-event queue costs an idle operator. `--sweep N` counts the
 //! AWS calls of one orphan sweep with N live pairs.
 //!
@@ -78,6 +79,10 @@ fn child(args: &[String]) -> bool {
         let n: usize = n.parse().expect("--one-sweep N");
         let cost = runtime().block_on(workloads::sweep(n, 20));
         println!("{}", serde_json::to_string(&cost).expect("JSON"));
+    } else if let Some(n) = arg(args, "--one-accounts") {
+        let n: usize = n.parse().expect("--one-accounts N");
+        let run = runtime().block_on(workloads::accounts(n));
+        println!("{}", serde_json::to_string(&run).expect("JSON"));
     } else if args.iter().any(|a| a == "--one-drift") {
         let d = runtime().block_on(drift_bench::drift(5, "60s", Duration::from_secs(120)));
         println!("{}", serde_json::to_string(&d).expect("JSON"));
@@ -221,6 +226,10 @@ fn main() {
         let out = in_child(&["--one-sweep", &n], "the sweep run");
         with_run(out.last().cloned().expect("a result line"))
     });
+    let accounts = arg(&args, "--accounts").map(|n| {
+        let out = in_child(&["--one-accounts", &n], "the accounts run");
+        with_run(out.last().cloned().expect("a result line"))
+    });
     let rows = measure_rows(&args, runs, &measured);
     // What this run did not measure is kept from BENCHMARKS.json, with the run that did.
     let json_path = support::repo().join("BENCHMARKS.json");
@@ -235,6 +244,7 @@ fn main() {
         "fairness": fairness.unwrap_or_else(|| previous["fairness"].clone()),
         "drift": drift.unwrap_or_else(|| previous["drift"].clone()),
         "sweep": sweep.unwrap_or_else(|| previous["sweep"].clone()),
+        "accounts": accounts.unwrap_or_else(|| previous["accounts"].clone()),
         "peer_reference": previous["peer_reference"],
     });
     let write = args.iter().any(|a| a == "--write");

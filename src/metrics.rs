@@ -47,6 +47,7 @@ pub struct Metrics {
     pub aws_request_duration_seconds: HistogramVec,
     pub drift_corrections_total: IntCounterVec,
     pub managed_objects: IntGaugeVec,
+    pub assume_role_total: IntCounterVec,
     pub access_key_age_seconds: Gauge,
     pub access_key_rotation_overdue_seconds: Gauge,
     pub kube_writes_total: IntCounterVec,
@@ -226,6 +227,11 @@ impl Metrics {
                 "s3_operator_managed_objects",
                 "Objects the operator manages, by kind, readiness, the class in force and the AWSAccount they live in (empty: none; the operator's own account)",
                 &["kind", "ready", "class", "account"],
+            ),
+            assume_role_total: r.counter(
+                "s3_operator_assume_role_total",
+                "STS AssumeRole calls the operator made for an AWSAccount's credentials, by AWSAccount and outcome (ok, error): once per account until the credentials near expiry",
+                &["account", "outcome"],
             ),
             access_key_age_seconds: r.single_gauge(
                 "s3_operator_access_key_max_age_seconds",

@@ -665,6 +665,62 @@ fn sweep(doc: &Value) -> Result<String> {
     Ok(out)
 }
 
+fn accounts(doc: &Value) -> Result<String> {
+    let a = &doc["accounts"];
+    if a.is_null() {
+        return Ok(String::new());
+    }
+    let per_pair = |side: &str| -> Result<f64> {
+        let calls = a[side]
+            .as_object()
+            .ok_or("BENCHMARKS.json: `accounts` calls")?;
+        Ok(calls.values().filter_map(Value::as_f64).sum())
+    };
+    let (floor, operator) = (per_pair("floor_calls")?, per_pair("operator_calls")?);
+    let sts = a["operator_calls"]
+        .as_object()
+        .ok_or("BENCHMARKS.json: `accounts.operator_calls`")?
+        .iter()
+        .filter(|(k, _)| k.starts_with("sts:"))
+        .filter_map(|(_, v)| v.as_f64())
+        .sum::<f64>();
+    let mut out = format!(
+        "\n## Pairs over three accounts\n\n({provenance})\n\n\
+         `--accounts {n}`: {n} Bucket + BucketAccess pairs, a third in each of three namespaces \
+         whose default classes place them in the operator's own account and in two others it \
+         assumes a role in (with an ExternalId), all applied at once. The floor makes the same \
+         {n} pairs' calls directly in the operator's own account (one emulator serves every \
+         account).\n\n\
+         | | floor | operator |\n|---|---|---|\n\
+         | seconds | {fs:.1} | {cs:.1} ({ratio:.2}x) |\n\
+         | AWS calls per pair | {floor:.2} | {operator:.2} (STS {sts:.3}) |\n\
+         | AWS calls that failed | | {failed:.0} |\n\
+         | peak RSS (MiB) | | {rss:.1} |\n\n\
+         | AWSAccount | AssumeRole calls while converging |\n|---|---|\n",
+        provenance = provenance(doc, a)?,
+        n = num(a, "n")?,
+        fs = num(a, "floor_s")?,
+        cs = num(a, "converge_s")?,
+        ratio = num(a, "ratio")?,
+        failed = num(a, "aws_failures")?,
+        rss = num(a, "rss_peak_mib")?,
+    );
+    let assumed = a["assume_role"]
+        .as_object()
+        .ok_or("BENCHMARKS.json: `accounts.assume_role`")?;
+    for (name, count) in assumed {
+        let _ = writeln!(out, "| {name} | {} |", count.as_f64().ok_or("a number")?);
+    }
+    let _ = writeln!(
+        out,
+        "\nThe SDK's identity cache asks STS again only when a session nears its end: with STS's \
+         default session of {session} s that is one AssumeRole per account per hour, whatever \
+         the number of objects or passes. The operator's own account assumes nothing.",
+        session = num(a, "session_s")?,
+    );
+    Ok(out)
+}
+
 /// Where a pair's time goes, for every pair row that measured it.
 fn breakdown(doc: &Value) -> Result<String> {
     let rows: Vec<&Value> = rows_of(doc, "Pairs")
@@ -871,5 +927,6 @@ pub fn render(doc: &Value) -> Result<String> {
         + &churn(doc)?
         + &fairness(doc)?
         + &drift(doc)?
-        + &sweep(doc)?)
+        + &sweep(doc)?
+        + &accounts(doc)?)
 }

@@ -1,5 +1,6 @@
 //! The benchmark's workloads besides the pair and Bucket rows (`scale::run`): churn, fairness
-//! and the orphan sweep. Only the benchmark runs them, so they live with it.
+//! the orphan sweep and pairs over several accounts. Only the benchmark runs them, so they
+//! live with it.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -9,6 +10,10 @@ use kube::runtime::wait::await_condition;
 use s3_operator::api::{Bucket, BucketAccess, condition};
 use serde::Serialize;
 use serde_json::json;
+
+mod accounts;
+
+pub use accounts::*;
 
 use crate::audit::audit;
 use crate::scale::{

@@ -109,6 +109,8 @@ pub const SESSION_TAG: &str = "s3-operator-cluster";
 /// What [`Aws::assuming`] assumes.
 #[derive(Clone, Debug)]
 pub struct AssumeRole {
+    /// The AWSAccount's name: the `account` label of `s3_operator_assume_role_total`.
+    pub name: String,
     pub role_arn: String,
     /// The account the role's ARN names: the owner every S3 request expects.
     pub account: String,
@@ -119,6 +121,43 @@ pub struct AssumeRole {
     pub tags: Vec<(String, String)>,
     /// Region of the account's calls; `None`: the operator's.
     pub region: Option<String>,
+}
+
+/// An assumed role's credentials, counted in `s3_operator_assume_role_total`: the SDK's
+/// identity cache above asks only when it holds none or they near expiry, so each ask is one
+/// STS AssumeRole (which the provider's own STS client makes without the call recorder).
+struct Counted {
+    inner: aws_config::sts::AssumeRoleProvider,
+    account: String,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Counted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Counted")
+            .field("inner", &self.inner)
+            .field("account", &self.account)
+            .finish_non_exhaustive()
+    }
+}
+
+impl aws_credential_types::provider::ProvideCredentials for Counted {
+    fn provide_credentials<'a>(
+        &'a self,
+    ) -> aws_credential_types::provider::future::ProvideCredentials<'a>
+    where
+        Self: 'a,
+    {
+        aws_credential_types::provider::future::ProvideCredentials::new(async move {
+            let got = self.inner.provide_credentials().await;
+            let outcome = if got.is_ok() { "ok" } else { "error" };
+            self.metrics
+                .assume_role_total
+                .with_label_values(&[self.account.as_str(), outcome])
+                .inc();
+            got
+        })
+    }
 }
 
 /// The code of a call that could not be signed because its credentials could not be had
@@ -389,10 +428,15 @@ impl Aws {
             .configure(&source)
             .build()
             .await;
+        let counted = Counted {
+            inner: provider,
+            account: role.name,
+            metrics: self.metrics.clone(),
+        };
         let base = source
             .to_builder()
             .credentials_provider(
-                aws_credential_types::provider::SharedCredentialsProvider::new(provider),
+                aws_credential_types::provider::SharedCredentialsProvider::new(counted),
             )
             .build();
         let aws = Self::fenced(

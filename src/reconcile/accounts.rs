@@ -140,7 +140,9 @@ impl Accounts {
             .map_err(|e| Unavailable(format!("AWSAccount {name} could not be read: {e}")));
         let resolved = match found {
             Ok(Some(object)) => {
-                let version = object.resource_version().unwrap_or_default();
+                // The spec's generation, not the resource version: a status write is no reason
+                // to assume the role again.
+                let version = object.metadata.generation.unwrap_or_default().to_string();
                 match entries.get_mut(name) {
                     // Unchanged: the kept clients stay (their credentials renew themselves).
                     Some(Entry::Ready {
@@ -153,11 +155,7 @@ impl Accounts {
                     }
                     _ => {
                         let resolved = self.resolve(client, &object).await;
-                        // Kept as of the status write: the write is no edit to resolve again for.
-                        let version = self
-                            .report(client, &object, &resolved)
-                            .await
-                            .unwrap_or(version);
+                        self.report(client, &object, &resolved).await;
                         resolved.map(|a| (a, version))
                     }
                 }
@@ -213,18 +211,17 @@ impl Accounts {
     }
 
     /// Writes what resolving `object` found to its status, when that changed (an account
-    /// resolved again after an edit or retried after a failure writes nothing new). Returns the
-    /// resourceVersion written, if nothing else changed the object meanwhile; a failed write is
-    /// logged and retried with the next resolve.
+    /// resolved again after an edit or retried after a failure writes nothing new). A failed
+    /// write is logged and made again with the next resolve.
     async fn report(
         &self,
         client: &kube::Client,
         object: &AWSAccount,
         resolved: &Result<Arc<Account>, Unavailable>,
-    ) -> Option<String> {
+    ) {
         let status = status_of(object, resolved, jiff::Timestamp::now());
         if object.status.as_ref() == Some(&status) {
-            return None;
+            return;
         }
         let name = object.name_any();
         // Only over the version resolved: an edit made meanwhile is resolved on the next check.
@@ -236,15 +233,11 @@ impl Accounts {
         let params = PatchParams::default();
         let write = api.patch_status(&name, &params, &patch);
         let metrics = self.home.aws.metrics();
-        match metrics
+        if let Err(e) = metrics
             .kube_write("AWSAccount", "patch_status", write)
             .await
         {
-            Ok(written) => written.resource_version(),
-            Err(e) => {
-                tracing::warn!(account = %name, error = %e, "AWSAccount status not written");
-                None
-            }
+            tracing::warn!(account = %name, error = %e, "AWSAccount status not written");
         }
     }
 
@@ -263,6 +256,7 @@ impl Accounts {
         })?;
         let external_id = external_id(client, &home.operator_namespace, object).await?;
         let role = AssumeRole {
+            name: name.clone(),
             role_arn: spec.role_arn.clone(),
             account: account.to_string(),
             external_id: external_id.clone(),

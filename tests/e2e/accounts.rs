@@ -5,9 +5,6 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use s3_operator::api::{AWSAccount, Bucket, BucketClass};
@@ -19,180 +16,6 @@ use crate::drift_events::{WITHIN, corrected};
 use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
-const EXTERNAL_ID: &str = "e2e-external-id-7f3a";
-
-/// The emulator's member account (`S3OP_EMULATOR_ACCOUNTS`), entered as Organizations
-/// lets its management account in: through `OrganizationAccountAccessRole`.
-const MEMBER: &str = "111111111111";
-
-/// A target account as the test's admin reaches it: its IAM and S3.
-struct Target {
-    id: String,
-    iam: aws_sdk_iam::Client,
-    s3: aws_sdk_s3::Client,
-}
-
-impl Target {
-    /// The emulator's second account, through its own admin's keys.
-    fn other() -> Target {
-        let (k, s) = env()
-            .other_admin_key
-            .clone()
-            .expect("S3OP_AWS_OTHER_ADMIN_*: restart the environment (hack/env.sh down, then up)");
-        let id = std::env::var("S3OP_AWS_OTHER_ACCOUNT").unwrap_or_else(|_| "210987654321".into());
-        Target {
-            id,
-            iam: iam_with(&k, &s),
-            s3: s3_with(&k, &s),
-        }
-    }
-
-    /// The member account, through the role Organizations makes there.
-    async fn member() -> Target {
-        let (k, s, t) = member_credentials().await;
-        Target {
-            id: MEMBER.into(),
-            iam: iam_session(&k, &s, Some(t.clone())),
-            s3: s3_session(&k, &s, Some(t)),
-        }
-    }
-
-    /// The role this account's admin makes for the installation `cluster` (made by
-    /// [`Target::set_up`]; its ARN is known before, so the operator's own policy can name it).
-    fn role_arn(&self, cluster: &str) -> String {
-        format!("arn:aws:iam::{}:role/s3op-target-{cluster}", self.id)
-    }
-
-    /// What the account's admin sets up for the installation `cluster`, as the README says and
-    /// `s3-operator iam-policy --target-account` renders it: the permissions boundary, and a
-    /// role trusting only the operator's principal (its IAM user, which must exist first, as
-    /// IAM refuses a trust naming a principal that does not), with the ExternalId and the
-    /// session tag, allowed the operator policy rendered for that account. Returns its ARN.
-    async fn set_up(&self, cluster: &str) -> String {
-        let scope = policy::Scope {
-            account: self.id.clone(),
-            ..scope(cluster)
-        };
-        self.iam
-            .create_policy()
-            .policy_name(policy::BOUNDARY_NAME)
-            .path(&scope.iam_path)
-            .policy_document(policy::boundary_policy(&scope).to_string())
-            .send()
-            .await
-            .expect("the boundary in the target account");
-        let trust = policy::trust_policy(&operator_user_arn(cluster), EXTERNAL_ID, cluster);
-        let name = format!("s3op-target-{cluster}");
-        let role = self
-            .iam
-            .create_role()
-            .role_name(&name)
-            .assume_role_policy_document(trust.to_string())
-            .send()
-            .await
-            .expect("the target role");
-        self.iam
-            .put_role_policy()
-            .role_name(&name)
-            .policy_name("s3-operator")
-            .policy_document(policy::operator_policy(&scope).to_string())
-            .send()
-            .await
-            .expect("the target role's policy");
-        let arn = role.role.expect("a role").arn;
-        assert_eq!(arn, self.role_arn(cluster));
-        arn
-    }
-
-    async fn buckets(&self) -> Vec<String> {
-        buckets_of(&self.s3).await
-    }
-
-    async fn user_exists(&self, user: &str) -> bool {
-        self.iam.get_user().user_name(user).send().await.is_ok()
-    }
-}
-
-/// A session of the member account's admin (key, secret, token), through the role
-/// Organizations makes there.
-async fn member_credentials() -> (String, String, String) {
-    let role = format!("arn:aws:iam::{MEMBER}:role/OrganizationAccountAccessRole");
-    let out = admin_sts()
-        .assume_role()
-        .role_arn(role)
-        .role_session_name("e2e-admin")
-        .send()
-        .await
-        .expect("the member account's OrganizationAccountAccessRole (S3OP_EMULATOR_ACCOUNTS)");
-    let c = out.credentials.expect("credentials");
-    (c.access_key_id, c.secret_access_key, c.session_token)
-}
-
-/// STS as the operator's account's admin.
-fn admin_sts() -> aws_sdk_sts::Client {
-    let (k, s) = env().admin_key.clone();
-    let creds = aws_sdk_sts::config::Credentials::new(k, s, None, None, "e2e");
-    let conf = aws_sdk_sts::config::Builder::new()
-        .behavior_version(aws_sdk_sts::config::BehaviorVersion::latest())
-        .region(aws_sdk_sts::config::Region::new(env().region.clone()))
-        .endpoint_url(&env().aws_endpoint)
-        .credentials_provider(creds)
-        .build();
-    aws_sdk_sts::Client::from_conf(conf)
-}
-
-/// AssumeRole on `role` as the home account's admin (every permission in its own account),
-/// with the right ExternalId and the installation's tag: the error code STS answered, if any.
-async fn assume_as_admin(role: &str, cluster: &str) -> Result<(), String> {
-    let tag = aws_sdk_sts::types::Tag::builder()
-        .key(s3_operator::aws::SESSION_TAG)
-        .value(cluster)
-        .build()
-        .expect("a tag");
-    admin_sts()
-        .assume_role()
-        .role_arn(role)
-        .role_session_name("e2e-admin")
-        .external_id(EXTERNAL_ID)
-        .tags(tag)
-        .send()
-        .await
-        .map(|_| ())
-        .map_err(|e| {
-            e.into_service_error()
-                .meta()
-                .code()
-                .unwrap_or("?")
-                .to_string()
-        })
-}
-
-async fn external_id_secret(client: &kube::Client, ns: &str, name: &str, value: &str) {
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.into()),
-            ..Default::default()
-        },
-        data: Some([("externalId".to_string(), ByteString(value.into()))].into()),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(client.clone(), ns)
-        .create(&PostParams::default(), &secret)
-        .await
-        .expect("ExternalId Secret");
-}
-
-async fn account(client: &kube::Client, name: &str, role: &str, secret: &str) {
-    let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "AWSAccount",
-        "metadata": {"name": name},
-        "spec": {"roleArn": role, "externalIdSecretRef": {"name": secret, "key": "externalId"}}});
-    let obj: AWSAccount = serde_json::from_value(obj).expect("an AWSAccount");
-    Api::<AWSAccount>::all(client.clone())
-        .create(&PostParams::default(), &obj)
-        .await
-        .expect("create AWSAccount");
-}
-
 /// The AWSAccount's status once its Ready condition is `ready` ("True" or "False").
 async fn account_ready(
     client: &kube::Client,
@@ -208,19 +31,6 @@ async fn account_ready(
     .await
 }
 
-/// A BucketClass for namespace `ns` only, in `account`.
-async fn class_in(client: &kube::Client, name: &str, ns: &str, account: &str) {
-    let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketClass",
-        "metadata": {"name": name},
-        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-                 "account": account}});
-    let obj: BucketClass = serde_json::from_value(obj).expect("a BucketClass");
-    Api::<BucketClass>::all(client.clone())
-        .create(&PostParams::default(), &obj)
-        .await
-        .expect("create BucketClass");
-}
-
 async fn wait_gone<K>(api: &Api<K>, name: &str)
 where
     K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
@@ -229,14 +39,6 @@ where
         api.get_opt(name).await.unwrap().is_none().then_some(())
     })
     .await;
-}
-
-async fn buckets_of(s3: &aws_sdk_s3::Client) -> Vec<String> {
-    let out = s3.list_buckets().send().await.expect("ListBuckets");
-    out.buckets()
-        .iter()
-        .filter_map(|b| b.name.clone())
-        .collect()
 }
 
 /// An operator for `namespaces` whose own policy may assume the roles of `targets`, and those
@@ -337,8 +139,8 @@ async fn a_class_puts_buckets_and_identities_in_its_account_and_nowhere_else() {
     let (good, bad) = (format!("{cluster}-a"), format!("{cluster}-bad"));
     external_id_secret(&client, &op.operator_ns, "ext", EXTERNAL_ID).await;
     external_id_secret(&client, &op.operator_ns, "wrong", "not-the-external-id").await;
-    account(&client, &good, &role, "ext").await;
-    account(&client, &bad, &role, "wrong").await;
+    aws_account(&client, &good, &role, "ext").await;
+    aws_account(&client, &bad, &role, "wrong").await;
     class_in(&client, &good, &ns, &good).await;
     class_in(&client, &bad, &ns, &bad).await;
 
@@ -376,6 +178,19 @@ async fn a_class_puts_buckets_and_identities_in_its_account_and_nowhere_else() {
         "ACCOUNT ID and READY columns: {shown}"
     );
     a_class_edit_moves_nothing(&client, &pair, (&good, &bad), &target).await;
+    // Every pass of both objects, the class edit's included, and the status written on the
+    // AWSAccount used one set of credentials: the role was assumed once, and the refused
+    // account was tried without a session to keep.
+    let assumed = |account: String, outcome| {
+        let op = &op;
+        async move {
+            let labels = [("account", account.as_str()), ("outcome", outcome)];
+            op.metric("s3_operator_assume_role_total", &labels).await
+        }
+    };
+    assert_eq!(assumed(good.clone(), "ok").await, 1.0, "AssumeRole once");
+    assert!(assumed(bad.clone(), "error").await >= 1.0);
+    assert_eq!(assumed(bad.clone(), "ok").await, 0.0);
     deleting_cleans_the_target(&pair, &target).await;
     for name in [&good, &bad] {
         let dp = DeleteParams::default();
@@ -477,8 +292,8 @@ async fn two_accounts_keep_their_tenants_apart_and_are_each_swept() {
     let (op, id) = operator_for(&[ns1.clone(), ns2.clone()], &cluster, &[&one, &two]).await;
     external_id_secret(&client, &op.operator_ns, "ext", EXTERNAL_ID).await;
     let (a1, a2) = (format!("{cluster}-one"), format!("{cluster}-two"));
-    account(&client, &a1, &one.role_arn(&cluster), "ext").await;
-    account(&client, &a2, &two.role_arn(&cluster), "ext").await;
+    aws_account(&client, &a1, &one.role_arn(&cluster), "ext").await;
+    aws_account(&client, &a2, &two.role_arn(&cluster), "ext").await;
     class_in(&client, &a1, &ns1, &a1).await;
     class_in(&client, &a2, &ns2, &a2).await;
     let (p1, p2) = (
@@ -644,7 +459,7 @@ async fn a_member_accounts_drift_events_reach_the_operator_through_its_bus() {
     forward_drift_events(&member, &cluster).await;
     let acct = format!("{cluster}-m");
     external_id_secret(&client, &id.operator_ns, "ext", EXTERNAL_ID).await;
-    account(&client, &acct, &member.role_arn(&cluster), "ext").await;
+    aws_account(&client, &acct, &member.role_arn(&cluster), "ext").await;
     class_in(&client, &acct, &ns, &acct).await;
     let op = Operator::start_as(&id, &opts, "0").await;
     op.wait_settled(Duration::from_secs(2)).await;
@@ -794,7 +609,7 @@ async fn a_namespaces_flood_in_one_account_spends_only_its_budget_there() {
     let (op, _) = operator_with(std::slice::from_ref(&ns), &cluster, &[&target], &budget).await;
     let name = format!("{cluster}-a");
     external_id_secret(&client, &op.operator_ns, "ext", EXTERNAL_ID).await;
-    account(&client, &name, &target.role_arn(&cluster), "ext").await;
+    aws_account(&client, &name, &target.role_arn(&cluster), "ext").await;
     class_in(&client, &name, &ns, &name).await;
     let buckets = Api::<Bucket>::namespaced(client.clone(), &ns);
     const N: usize = 10;

@@ -244,7 +244,7 @@ pub(crate) fn is_read(op: &str) -> bool {
 /// A process's memory (MiB) and CPU time, from /proc.
 pub(crate) struct Footprint {
     pub(crate) rss: f64,
-    peak: f64,
+    pub(crate) peak: f64,
     /// The part of `rss` that is heap and stacks rather than mapped files (the binary's code).
     pub(crate) anon: f64,
     cpu_s: f64,
@@ -282,7 +282,7 @@ pub(crate) fn footprint(pid: u32) -> Footprint {
 /// nothing, then the writes; the Bucket's alone for `Workload::Buckets`), made directly with
 /// the operator's own AWS client code, the operator's credentials and policy, and its
 /// concurrency per kind.
-async fn floor(id: &Identity, ns: &str, n: usize, workload: Workload) -> Floor {
+pub(crate) async fn floor(id: &Identity, ns: &str, n: usize, workload: Workload) -> Floor {
     let creds =
         aws_sdk_s3::config::Credentials::new(&id.aws_key.0, &id.aws_key.1, None, None, "bench");
     let conf = aws_config::defaults(aws_config::BehaviorVersion::latest())
@@ -405,16 +405,16 @@ async fn floor(id: &Identity, ns: &str, n: usize, workload: Workload) -> Floor {
 }
 
 /// The floor's run: its seconds, calls per pair, failed calls and AWS seconds per pair.
-struct Floor {
-    secs: f64,
-    calls: BTreeMap<String, f64>,
-    failures: f64,
-    aws_s: f64,
+pub(crate) struct Floor {
+    pub secs: f64,
+    pub calls: BTreeMap<String, f64>,
+    pub failures: f64,
+    pub aws_s: f64,
 }
 
 /// AWS calls that ended in an error or throttling (a GetUser of a missing user is one: AWS
 /// answers AccessDenied to a path-scoped policy, which the operator reads as "absent").
-fn failed(text: &str) -> f64 {
+pub(crate) fn failed(text: &str) -> f64 {
     ["error", "throttled"]
         .iter()
         .map(|o| metric_sum(text, "s3_operator_aws_requests_total", &[("outcome", o)]))
@@ -497,13 +497,13 @@ pub(crate) async fn create_objects(
 }
 
 /// Samples the operator's footprint every 200 ms until dropped; returns the peak RSS seen.
-struct Sampler {
+pub(crate) struct Sampler {
     peak: Arc<std::sync::Mutex<f64>>,
     task: tokio::task::JoinHandle<()>,
 }
 
 impl Sampler {
-    fn start(pid: u32) -> Sampler {
+    pub(crate) fn start(pid: u32) -> Sampler {
         let peak = Arc::new(std::sync::Mutex::new(0.0_f64));
         let p = peak.clone();
         let task = tokio::spawn(async move {
@@ -520,7 +520,7 @@ impl Sampler {
         Sampler { peak, task }
     }
 
-    fn peak(&self) -> f64 {
+    pub(crate) fn peak(&self) -> f64 {
         *self.peak.lock().unwrap()
     }
 }

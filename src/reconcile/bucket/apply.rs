@@ -451,9 +451,23 @@ async fn report(
 }
 
 async fn write(ctx: &InAccount<'_>, d: &Desired, change: &Change) -> Result<(), crate::aws::Error> {
+    let retags = matches!(change, Change::Create | Change::Tags);
+    let written = write_one(ctx, d, change).await;
+    if retags {
+        // The shared read no longer says what the bucket carries, and a read an access made
+        // while the write was under way (a bucket not yet there) must not outlive it.
+        ctx.tag_reads.forget(&d.region, &d.name);
+    }
+    written
+}
+
+async fn write_one(
+    ctx: &InAccount<'_>,
+    d: &Desired,
+    change: &Change,
+) -> Result<(), crate::aws::Error> {
     let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
     if matches!(change, Change::Create | Change::Tags) {
-        // The shared read no longer says what the bucket carries.
         ctx.tag_reads.forget(r, n);
     }
     match change {

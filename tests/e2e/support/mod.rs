@@ -24,6 +24,7 @@ use s3_operator::api::condition::READY;
 use s3_operator::aws::{naming, policy};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
+mod accounts;
 mod aws;
 mod env;
 mod gates;
@@ -35,6 +36,7 @@ mod rbac_audit;
 mod tools;
 mod watch_lag;
 
+pub use accounts::*;
 pub use aws::*;
 pub use env::*;
 pub use gates::*;
