@@ -6,11 +6,10 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use kube::api::{Api, PostParams};
-use s3_operator::api::{Bucket, BucketAccess, BucketClass};
+use kube::api::Api;
+use s3_operator::api::{Bucket, BucketAccess};
 use s3_operator::aws::policy;
 use serde::Serialize;
-use serde_json::json;
 
 use crate::scale::{
     self, CONCURRENCY, Workload, all_ready, calls, create_objects, delta, footprint,
@@ -36,20 +35,6 @@ pub struct AccountsRun {
     pub session_s: u64,
     pub aws_failures: f64,
     pub rss_peak_mib: f64,
-}
-
-/// A default BucketClass for namespace `ns` only, placing its Buckets in `account`.
-async fn default_class_in(client: &kube::Client, name: &str, ns: &str, account: &str) {
-    let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketClass",
-        "metadata": {"name": name,
-            "annotations": {s3_operator::api::DEFAULT_CLASS_ANNOTATION: "true"}},
-        "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
-                 "account": account}});
-    let obj: BucketClass = serde_json::from_value(obj).expect("a BucketClass");
-    Api::<BucketClass>::all(client.clone())
-        .create(&PostParams::default(), &obj)
-        .await
-        .expect("create BucketClass");
 }
 
 /// `n` pairs, a third in each account, converged by one operator; the floor is the same `n`
@@ -94,7 +79,7 @@ pub async fn accounts(n: usize) -> AccountsRun {
     for (i, t) in targets.iter().enumerate() {
         let name = format!("{cluster}-{i}");
         aws_account(&client, &name, &t.role_arn(&cluster), "ext").await;
-        default_class_in(&client, &name, &namespaces[i + 1], &name).await;
+        account_class(&client, &name, &namespaces[i + 1], &name, true).await;
         names.push(name);
     }
     eprintln!("[accounts {n}] operator: {n} pairs over 3 accounts");

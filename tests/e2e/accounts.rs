@@ -550,12 +550,7 @@ async fn a_member_accounts_drift_events_reach_the_operator_through_its_bus() {
     // A user of the same name in the operator's own account, its policy edited: the event
     // arrives and wakes nothing, so no S3 or IAM call follows.
     op.wait_settled(Duration::from_secs(2)).await;
-    let calls = || async {
-        op.metric("s3_operator_aws_requests_total", &[("service", "s3")])
-            .await
-            + op.metric("s3_operator_aws_requests_total", &[("service", "iam")])
-                .await
-    };
+    let calls = || op.s3_and_iam_calls();
     let before = calls().await;
     let home = admin_iam();
     assert_eq!(user, naming::iam_name(&ns, "a", &pair.uid()));

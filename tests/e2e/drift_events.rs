@@ -134,12 +134,7 @@ async fn out_of_band_changes_are_corrected_within_seconds_by_their_events() {
     // A bucket under this installation's prefix that no Bucket owns: its event arrives (the
     // rule matches the prefix) and wakes nothing, so no S3 or IAM call follows.
     op.wait_settled(Duration::from_secs(2)).await;
-    let calls = || async {
-        op.metric("s3_operator_aws_requests_total", &[("service", "s3")])
-            .await
-            + op.metric("s3_operator_aws_requests_total", &[("service", "iam")])
-                .await
-    };
+    let calls = || op.s3_and_iam_calls();
     let (before, touched) = (
         calls().await,
         op.metric("s3_operator_drift_events_total", &[("outcome", "touched")])

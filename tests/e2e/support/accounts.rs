@@ -188,10 +188,26 @@ pub async fn aws_account(client: &kube::Client, name: &str, role: &str, secret: 
 
 /// A BucketClass for namespace `ns` only, in `account`.
 pub async fn class_in(client: &kube::Client, name: &str, ns: &str, account: &str) {
-    let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketClass",
+    account_class(client, name, ns, account, false).await
+}
+
+/// A BucketClass for namespace `ns` only, in `account`; with `default`, its namespace's default
+/// class (its Buckets need no className).
+pub async fn account_class(
+    client: &kube::Client,
+    name: &str,
+    ns: &str,
+    account: &str,
+    default: bool,
+) {
+    let mut obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketClass",
         "metadata": {"name": name},
         "spec": {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}},
                  "account": account}});
+    if default {
+        obj["metadata"]["annotations"] =
+            json!({s3_operator::api::DEFAULT_CLASS_ANNOTATION: "true"});
+    }
     let obj: BucketClass = serde_json::from_value(obj).expect("a BucketClass");
     Api::<BucketClass>::all(client.clone())
         .create(&PostParams::default(), &obj)

@@ -372,6 +372,14 @@ impl Operator {
         .await
     }
 
+    /// Calls the operator has made to S3 and IAM, whatever their outcome: what a pass of a
+    /// Bucket or an access would show.
+    pub async fn s3_and_iam_calls(&self) -> f64 {
+        let metric = "s3_operator_aws_requests_total";
+        self.metric(metric, &[("service", "s3")]).await
+            + self.metric(metric, &[("service", "iam")]).await
+    }
+
     /// Waits until the operator has made two more `operation` calls than now: two resync
     /// passes of a Bucket that reads it, however loaded the machine is.
     pub async fn two_more_calls(&self, operation: &str) {
