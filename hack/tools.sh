@@ -286,8 +286,13 @@ tool_previous_operator() {
   # The tests' own target dir: its Cargo.lock has the same dependencies, so they are compiled once
   # for both builds (a cold run saved a whole dependency build). Cargo re-links a fresh crate's
   # binary on every build, so the next build of this tree puts its own s3-operator back.
+  # S3OP_GIT_COMMIT is set so that build.rs's run differs from this tree's: cargo hashes a path
+  # package relative to its workspace, so both trees share one build-script output, and an archive
+  # (no .git) would leave "unknown" there, fresh for this tree's build too (its build.rs is older).
+  # A cold run's --version test saw exactly that.
   local target="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
-  (cd "$dir" && CARGO_TARGET_DIR="$target" cargo build --locked --bin s3-operator)
+  (cd "$dir" && CARGO_TARGET_DIR="$target" S3OP_GIT_COMMIT="${PREVIOUS_OPERATOR_COMMIT:0:7}" \
+    cargo build --locked --bin s3-operator)
   install -D -m 0755 "$target/debug/s3-operator" "$bin"
   log "built the previous operator: $bin"
 }

@@ -47,6 +47,7 @@ pub struct Metrics {
     pub aws_request_duration_seconds: HistogramVec,
     pub drift_corrections_total: IntCounterVec,
     pub managed_objects: IntGaugeVec,
+    pub out_of_sync_objects: IntGaugeVec,
     pub assume_role_total: IntCounterVec,
     pub access_key_age_seconds: Gauge,
     pub access_key_rotation_overdue_seconds: Gauge,
@@ -227,6 +228,11 @@ impl Metrics {
                 "s3_operator_managed_objects",
                 "Objects the operator manages, by kind, readiness, the class in force and the AWSAccount they live in (empty: none; the operator's own account)",
                 &["kind", "ready", "class", "account"],
+            ),
+            out_of_sync_objects: r.gauge(
+                "s3_operator_out_of_sync_objects",
+                "Observed objects whose AWS resources differ from their spec (condition InSync=False; status.plan lists what switching them to Manage would change), by kind, class and AWSAccount",
+                &["kind", "class", "account"],
             ),
             assume_role_total: r.counter(
                 "s3_operator_assume_role_total",

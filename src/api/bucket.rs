@@ -21,6 +21,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Account","type":"string","jsonPath":".status.account.name"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"In Sync","type":"string","jsonPath":".status.conditions[?(@.type==\"InSync\")].status"}"#,
     printcolumn = r#"{"name":"Paused","type":"string","jsonPath":".status.conditions[?(@.type==\"Paused\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -196,6 +197,16 @@ pub struct BucketSpec {
     /// read (and this Bucket is no longer granted by its former target).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logging: Option<Logging>,
+
+    /// `Manage` (the default, else the BucketClass's default): the bucket is created and kept
+    /// as the spec says. `Observe`: the operator only reads the bucket and reports in status
+    /// what a `Manage` pass would change (`status.plan`, condition `InSync`); it never creates,
+    /// tags or changes it, and deleting the Bucket leaves the bucket and its data (a bucket
+    /// the operator tagged earlier is released, as `deletionPolicy: Retain` does). Observing a
+    /// bucket the operator does not hold needs `adoptExisting`, as managing it would; one held
+    /// by another object is a NameConflict. Switching to `Manage` applies exactly the plan.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub management: Option<Management>,
 }
 
 // Object lock chosen at creation, with an optional default retention (no doc comment: on an
@@ -340,6 +351,16 @@ pub enum ObjectOwnership {
     BucketOwnerPreferred,
     /// The uploading account owns the objects it writes (the legacy behaviour).
     ObjectWriter,
+}
+
+/// Whether the operator writes to AWS for an object (see `spec.management`).
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum Management {
+    #[default]
+    Manage,
+    Observe,
 }
 
 #[derive(
@@ -604,6 +625,24 @@ pub struct BucketStatus {
     /// operator's own account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<super::AccountRecord>,
+    /// What a `Manage` pass would change, field by field: written by an `Observe` pass (empty
+    /// when the bucket is as the spec says), at most 20 entries (condition `InSync` gives the
+    /// full count). Always serialized: status is written as a merge patch, where only `[]`
+    /// clears a list an earlier Observe pass left.
+    #[serde(default)]
+    pub plan: Vec<PlannedChange>,
+}
+
+/// One field a `Manage` pass would change.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
+pub struct PlannedChange {
+    /// The spec's field, as `publicAccessBlock.blockPublicPolicy`, `tags.team` or
+    /// `policy.statement[Sid]`.
+    pub field: String,
+    /// What S3 holds now (`absent`: nothing).
+    pub from: String,
+    /// What the spec asks for (`absent`: removed).
+    pub to: String,
 }
 
 /// What deleting a Bucket was last accepted to do.

@@ -11,7 +11,7 @@ use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    CredentialsType, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule,
+    CredentialsType, DeletionPolicy, Encryption, EncryptionAlgorithm, LifecycleRule, Management,
     ObjectOwnership, Permission, PublicAccessBlock, Rotation, Versioning,
 };
 
@@ -102,6 +102,9 @@ pub struct BucketDefaults {
     /// Public access block of Buckets that set none (before the operator's: all four flags on).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub public_access_block: Option<PublicAccessBlock>,
+    /// Management mode of Buckets that set none (before the operator's: `Manage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub management: Option<Management>,
 }
 
 /// Limits on a Bucket of the class. An empty list or an omitted field adds no limit of its own
@@ -154,6 +157,9 @@ pub struct BucketConstraints {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 100), extend("items" = {"type": "string", "maxLength": 2048, "pattern": "^arn:aws[a-z-]*:(sqs|sns):[^*]*[*]?$"}))]
     pub allowed_notification_targets: Option<Vec<String>>,
+    /// Management modes a Bucket may use (`Manage`, `Observe`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_management_modes: Vec<Management>,
 }
 
 fn yes() -> bool {
@@ -175,6 +181,7 @@ impl Default for BucketConstraints {
             allow_transfer_acceleration: true,
             allowed_policy_principals: None,
             allowed_notification_targets: None,
+            allowed_management_modes: vec![],
         }
     }
 }

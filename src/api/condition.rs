@@ -3,6 +3,8 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 
 pub const READY: &str = "Ready";
+/// Whether S3 holds what the spec says (see `status.plan`).
+pub const IN_SYNC: &str = "InSync";
 
 /// Why an object is or is not Ready. The string forms are part of the API: alerts and scripts
 /// match on them.
@@ -42,6 +44,9 @@ pub enum Reason {
     AccountUnavailable,
     /// A transient error; the operator retries with backoff.
     Retrying,
+    /// `spec.management` is `Observe`: the operator reads the bucket and reports how it
+    /// differs from the spec (`InSync`, `status.plan`), and writes nothing.
+    Observed,
 }
 
 impl Reason {
@@ -61,6 +66,7 @@ impl Reason {
             Reason::QuotaExceeded => "QuotaExceeded",
             Reason::AccountUnavailable => "AccountUnavailable",
             Reason::Retrying => "Retrying",
+            Reason::Observed => "Observed",
         }
     }
 }
@@ -75,17 +81,41 @@ pub fn ready(
     generation: Option<i64>,
     now: jiff::Timestamp,
 ) -> Condition {
-    let status = if ready { "True" } else { "False" };
+    let said = Said {
+        status: ready,
+        reason: reason.as_str(),
+        message: message.into(),
+    };
+    of_type(previous, READY, said, generation, now)
+}
+
+/// What a condition says: its status, reason and message.
+pub struct Said<'a> {
+    pub status: bool,
+    pub reason: &'a str,
+    pub message: String,
+}
+
+/// Builds the condition `type_`, keeping `lastTransitionTime` from `previous` while its status
+/// holds (see [`ready`]).
+pub fn of_type(
+    previous: &[Condition],
+    type_: &str,
+    said: Said,
+    generation: Option<i64>,
+    now: jiff::Timestamp,
+) -> Condition {
+    let status = if said.status { "True" } else { "False" };
     let last_transition_time = previous
         .iter()
-        .find(|c| c.type_ == READY && c.status == status)
+        .find(|c| c.type_ == type_ && c.status == status)
         .map(|c| c.last_transition_time.clone())
         .unwrap_or(Time(now));
     Condition {
-        type_: READY.into(),
+        type_: type_.into(),
         status: status.into(),
-        reason: reason.as_str().into(),
-        message: message.into(),
+        reason: said.reason.into(),
+        message: said.message,
         observed_generation: generation,
         last_transition_time,
     }

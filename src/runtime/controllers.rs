@@ -27,7 +27,7 @@ use super::sweep;
 use super::wakes::{AccessFanout, accesses_touched, buckets_touched, granted_on, woken_by_classes};
 use super::watches::{Gated, Watched, Watches, events, trigger};
 use super::{Config, Error, telemetry};
-use crate::api::condition::is_ready;
+use crate::api::condition::{IN_SYNC, is_ready};
 use crate::api::{Bucket, BucketAccess};
 use crate::aws::budget::{Key, Kind};
 use crate::aws::drift_queue::Touched;
@@ -735,9 +735,11 @@ fn record_managed_objects(
     accesses: &[Store<BucketAccess>],
     metrics: &Metrics,
 ) {
-    let b: Vec<_> = buckets
+    // One snapshot of the Bucket caches for every figure below.
+    let all_buckets: Vec<_> = buckets.iter().flat_map(|s| s.state()).collect();
+    record_out_of_sync(&all_buckets, metrics);
+    let b: Vec<_> = all_buckets
         .iter()
-        .flat_map(|s| s.state())
         .map(|b| {
             state_of(
                 b.status
@@ -772,6 +774,33 @@ fn record_managed_objects(
             metrics
                 .managed_objects
                 .with_label_values(&[kind, ready, class.as_str(), account.as_str()])
+                .inc();
+        }
+    }
+}
+
+/// The observed Buckets whose bucket differs from the spec, by namespace; a namespace with none
+/// left loses its series.
+fn record_out_of_sync(buckets: &[Arc<Bucket>], metrics: &Metrics) {
+    // Labelled like managed_objects: a `namespace` label would clash with the scrape target's.
+    metrics.out_of_sync_objects.reset();
+    metrics
+        .out_of_sync_objects
+        .with_label_values(&["Bucket", "", ""])
+        .set(0);
+    for b in buckets {
+        let Some(status) = b.status.as_ref() else {
+            continue;
+        };
+        if (status.conditions.iter()).any(|c| c.type_ == IN_SYNC && c.status == "False") {
+            let (_, class, account) = state_of(Some((
+                &status.conditions,
+                &status.class_name,
+                &status.account,
+            )));
+            metrics
+                .out_of_sync_objects
+                .with_label_values(&["Bucket", class.as_str(), account.as_str()])
                 .inc();
         }
     }

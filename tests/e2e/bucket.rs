@@ -15,7 +15,7 @@ use crate::support::*;
 
 const T: Duration = Duration::from_secs(60);
 
-async fn gone(api: &Api<Bucket>, name: &str) {
+pub(crate) async fn gone(api: &Api<Bucket>, name: &str) {
     wait_for(&format!("{name} to be deleted"), T, || async {
         api.get_opt(name).await.unwrap().is_none().then_some(())
     })

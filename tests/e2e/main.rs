@@ -24,6 +24,7 @@ mod faults;
 mod monitoring;
 mod node;
 mod observability;
+mod observe;
 mod olm;
 mod orphans;
 mod packaging;

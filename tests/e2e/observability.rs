@@ -225,6 +225,8 @@ async fn dashboard_queries_return_data(prom: &Prometheus) {
         "Managed objects by class and account",
         // Every controller's series start at zero (account "": the operator's own).
         "Passes deferred by AWS budget, by account",
+        // Its zero series exists from the first round (no Bucket is observed here).
+        "Observed buckets out of sync, by class and account",
         "CPU usage",
         "Memory (resident)",
         "Uptime",

@@ -8,11 +8,11 @@ use std::time::Duration;
 
 use super::observe::{self, confirm_held, observe};
 use super::{
-    Address, Change, Desired, Found, Plan, address, desired, logging, plan, protection, refusal,
-    security,
+    Address, Change, Desired, Found, Plan, address, desired, in_sync, logging, plan, protection,
+    refusal, security,
 };
-use crate::api::condition::{self, Reason};
-use crate::api::{AcceptedDeletion, Bucket, BucketClass, BucketStatus};
+use crate::api::condition::{self, IN_SYNC, Reason};
+use crate::api::{AcceptedDeletion, Bucket, BucketClass, BucketStatus, DeletionPolicy, Management};
 use crate::aws::naming;
 use crate::aws::tags::{Owner, Ownership};
 use crate::reconcile::{
@@ -81,12 +81,17 @@ pub(super) async fn apply(
         Err(e) => return failed(bucket, ctx, named, &at, e).await,
     }
     // The finalizer must be in place before anything is created in AWS, not before it is read:
-    // both in one round trip.
+    // both in one round trip. An observed bucket is never created, so needs none.
     let adopt = bucket.spec.adopt_existing;
-    let (version, observed) = tokio::join!(
-        ensure_finalizer(ctx, bucket),
-        observe(ctx, &d, &owner, adopt)
-    );
+    let observing = classed.bucket.spec.management == Some(Management::Observe);
+    let (version, observed) = if observing {
+        (Ok(start.clone()), observe(ctx, &d, &owner, adopt).await)
+    } else {
+        tokio::join!(
+            ensure_finalizer(ctx, bucket),
+            observe(ctx, &d, &owner, adopt)
+        )
+    };
     let versions = vec![start, version?];
     let observed = match observed {
         Ok(o) => o,
@@ -102,6 +107,25 @@ pub(super) async fn apply(
         Plan::Blocked(why) => return blocked(bucket, ctx, named, Some(&at), &why).await,
         Plan::Apply(changes) => changes,
     };
+    if observing {
+        let ours =
+            matches!(&observed, Found::Present(c) if owner.judge(&c.tags) == Ownership::Ours);
+        if ours {
+            // Observing never keeps what the flags or the class no longer allow on a bucket
+            // the operator holds: switching to Observe is no way around a withdrawal.
+            let because = "which its Bucket observes (spec.management Observe)";
+            if let Err(e) = security_only(ctx, &refusing, &at, because).await {
+                return failed(bucket, ctx, named, &at, e).await;
+            }
+        }
+        let inputs = vec![versions, vec![links.fingerprint()], vec![class_version]];
+        let seen = Seen {
+            found: &observed,
+            changes: &changes,
+            class: named,
+        };
+        return report_observed(bucket, ctx, &d, seen, inputs).await;
+    }
     let pass = Pass {
         adopting: matches!(&observed, Found::Present(c) if owner.judge(&c.tags) != Ownership::Ours),
         deletion: accepted_deletion(&classed.bucket, settings),
@@ -168,8 +192,9 @@ async fn refused(
     let found = at
         .cloned()
         .or_else(|| address(r.bucket, settings, region, r.owner).ok());
+    let because = format!("whose Bucket is not Ready ({})", why.reason.as_str());
     let withdrawn = match &found {
-        Some(a) => security_only(ctx, r, a, why).await,
+        Some(a) => security_only(ctx, r, a, &because).await,
         None => Ok(()),
     };
     let name = r.class.map(ResourceExt::name_any);
@@ -193,7 +218,7 @@ async fn security_only(
     ctx: &InAccount<'_>,
     r: &Refusing<'_>,
     at: &Address,
-    why: &Blocked,
+    because: &str,
 ) -> Result<(), crate::aws::Error> {
     let (aws, region, name) = (&ctx.aws, at.region.as_str(), at.name.as_str());
     let within = tag_reads::for_bucket(ctx.settings.resync_period);
@@ -231,8 +256,7 @@ async fn security_only(
         aws.put_notifications(region, name, n).await?;
     }
     let note = format!(
-        "Removed from S3 bucket {name}, whose Bucket is not Ready ({}): {}",
-        why.reason.as_str(),
+        "Removed from S3 bucket {name}, {because}: {}",
         w.removed.join("; ")
     );
     ctx.event(r.bucket, true, "SecurityEnforced", note).await;
@@ -375,6 +399,7 @@ async fn converge(
     );
     // Written with the status the pass writes anyway, so it costs no write once recorded.
     status.deletion = Some(pass.deletion);
+    status.conditions.push(in_sync_now(bucket, &d.name));
     // The event and the status go out together: a new bucket's pass waits for one round trip
     // to the API server, not two.
     let (_, _, written) = tokio::join!(
@@ -386,6 +411,89 @@ async fn converge(
     let next = ctx.resync_after();
     ctx.settled.record(object_key(bucket), inputs, next);
     Ok(Requeue::Resync(next))
+}
+
+/// What an Observe pass saw.
+struct Seen<'a> {
+    found: &'a Found,
+    /// The writes a Manage pass would make.
+    changes: &'a [Change],
+    /// The name of the class the pass applied.
+    class: Option<&'a str>,
+}
+
+/// Reports an observed bucket (nothing written to AWS): Ready while it exists, `InSync` and
+/// `status.plan` saying what a Manage pass would change, and an event when that list changes.
+/// Deletion then releases the bucket, as `Retain` does, whatever the spec's policy.
+async fn report_observed(
+    bucket: &Bucket,
+    ctx: &InAccount<'_>,
+    d: &Desired,
+    seen: Seen<'_>,
+    mut inputs: Vec<Vec<String>>,
+) -> Result<Requeue, Error> {
+    let all = in_sync::differences(d, seen.found, seen.changes);
+    let exists = matches!(seen.found, Found::Present(_));
+    let msg = if exists {
+        format!(
+            "S3 bucket {} is observed: the operator reads it and writes nothing (spec.management Observe)",
+            d.name
+        )
+    } else {
+        format!(
+            "S3 bucket {} does not exist: in Observe the operator does not create it",
+            d.name
+        )
+    };
+    let at = d.address();
+    let mut status = status_for(
+        bucket,
+        ctx,
+        seen.class,
+        Some(&at),
+        exists,
+        Reason::Observed,
+        msg,
+    );
+    let previous = bucket.status.clone().unwrap_or_default();
+    let said = condition::Said {
+        status: all.is_empty(),
+        reason: if all.is_empty() { "InSync" } else { "Differs" },
+        message: in_sync::message(&d.name, &all),
+    };
+    let now = jiff::Timestamp::now();
+    let generation = bucket.metadata.generation;
+    let in_sync = condition::of_type(&previous.conditions, IN_SYNC, said, generation, now);
+    let note = in_sync.message.clone();
+    status.conditions.push(in_sync);
+    status.plan = all.iter().take(in_sync::LISTED).cloned().collect();
+    status.deletion = Some(AcceptedDeletion {
+        policy: DeletionPolicy::Retain,
+        force_delete: false,
+    });
+    if status.plan != previous.plan && !all.is_empty() {
+        ctx.event(bucket, true, "OutOfSync", note).await;
+    }
+    let written = update_status(ctx, bucket, bucket.status.as_ref(), &status).await?;
+    inputs[0].extend(written);
+    let next = ctx.resync_after();
+    ctx.settled.record(object_key(bucket), inputs, next);
+    Ok(Requeue::Resync(next))
+}
+
+/// `InSync=True`: what a Manage pass reports once S3 holds what the spec says.
+fn in_sync_now(
+    bucket: &Bucket,
+    name: &str,
+) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    let previous = bucket.status.as_ref().map(|s| s.conditions.as_slice());
+    let said = condition::Said {
+        status: true,
+        reason: "InSync",
+        message: in_sync::message(name, &[]),
+    };
+    let (generation, now) = (bucket.metadata.generation, jiff::Timestamp::now());
+    condition::of_type(previous.unwrap_or_default(), IN_SYNC, said, generation, now)
 }
 
 /// What the class's security constraints removed, said in an event when it reaches AWS (the
@@ -562,6 +670,8 @@ pub(super) fn status_for(
         deletion: previous.deletion,
         // Recorded once, before the bucket was created (`record_placement`).
         account: previous.account,
+        // Only an Observe pass lists what Manage would change (`report_observed`).
+        plan: vec![],
     }
 }
 

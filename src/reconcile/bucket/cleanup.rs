@@ -17,7 +17,7 @@ use std::time::Duration;
 use super::apply::blocked;
 use super::{Address, address, protection, refusal};
 use crate::api::condition::Reason;
-use crate::api::{AcceptedDeletion, Bucket, BucketConstraints, DeletionPolicy};
+use crate::api::{AcceptedDeletion, Bucket, BucketConstraints, DeletionPolicy, Management};
 use crate::aws::s3::Emptied;
 use crate::aws::tags::{Owner, Ownership, released};
 use crate::aws::{ErrorKind, naming, policy};
@@ -50,10 +50,19 @@ impl Asked {
             // What the spec asks now, which a pass would accept if the class allows it.
             Ok(class) => {
                 let policy = cleanup_deletion_policy(&bucket.spec, class.as_deref(), &ctx.settings);
-                let spec = AcceptedDeletion {
+                let mut spec = AcceptedDeletion {
                     policy,
                     force_delete: bucket.spec.force_delete,
                 };
+                // An observed bucket is released, never deleted, whatever its spec says.
+                let defaults = class.as_ref().map(|c| &c.spec.defaults);
+                let mode = bucket
+                    .spec
+                    .management
+                    .or(defaults.and_then(|d| d.management));
+                if mode == Some(Management::Observe) {
+                    spec = AcceptedDeletion::default();
+                }
                 (Some(spec), class)
             }
             // A class that cannot be resolved (a name edited to one that does not apply) accepts

@@ -11,6 +11,7 @@ mod cleanup;
 mod desired;
 #[cfg(test)]
 mod fixtures;
+mod in_sync;
 #[cfg(test)]
 mod io_tests;
 pub mod logging;

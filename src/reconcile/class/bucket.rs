@@ -38,6 +38,7 @@ pub fn with_defaults(spec: &BucketSpec, defaults: Option<&BucketDefaults>) -> Bu
         s.lifecycle_rules = s.lifecycle_rules.or_else(|| d.lifecycle_rules.clone());
         s.deletion_policy = s.deletion_policy.or(d.deletion_policy);
         s.public_access_block = s.public_access_block.or(d.public_access_block);
+        s.management = s.management.or(d.management);
         for (k, v) in &d.tags {
             s.tags.entry(k.clone()).or_insert_with(|| v.clone());
         }
@@ -92,6 +93,14 @@ fn violation(
             .map_or("(unset)".into(), |v| format!("{v:?}"));
         let rule = "requireVersioning is true".to_string();
         return Some((format!("spec.versioning {have}"), rule));
+    }
+    let mode = spec.management.unwrap_or_default();
+    if !c.allowed_management_modes.is_empty() && !c.allowed_management_modes.contains(&mode) {
+        let names: Vec<String> = (c.allowed_management_modes.iter())
+            .map(|m| format!("{m:?}"))
+            .collect();
+        let rule = format!("allowedManagementModes is {}", listed(&names));
+        return Some((format!("spec.management {mode:?}"), rule));
     }
     let policy = deletion_policy(spec.deletion_policy, settings);
     if !c.allowed_deletion_policies.is_empty() && !c.allowed_deletion_policies.contains(&policy) {
@@ -265,8 +274,8 @@ pub fn cleanup_deletion_policy(
 mod tests {
     use super::*;
     use crate::api::{
-        BucketClassSpec, DefaultRetention, NotificationTarget, Notifications, ObjectLock,
-        PolicyPrincipal, PolicyStatement,
+        BucketClassSpec, DefaultRetention, Management, NotificationTarget, Notifications,
+        ObjectLock, PolicyPrincipal, PolicyStatement,
     };
 
     fn class(constraints: BucketConstraints) -> BucketClass {
@@ -394,6 +403,14 @@ mod tests {
                 },
                 Box::new(|s| s.deletion_policy = Some(DeletionPolicy::Delete)),
                 "spec.deletionPolicy Delete breaks BucketClass prod: constraints.allowedDeletionPolicies is [Retain]",
+            ),
+            (
+                BucketConstraints {
+                    allowed_management_modes: vec![Management::Manage],
+                    ..c()
+                },
+                Box::new(|s| s.management = Some(Management::Observe)),
+                "spec.management Observe breaks BucketClass prod: constraints.allowedManagementModes is [Manage]",
             ),
             (
                 BucketConstraints {
