@@ -15,6 +15,7 @@
 pub mod api;
 pub mod aws;
 pub mod fence;
+pub mod import;
 pub mod metrics;
 pub mod probe;
 pub mod reconcile;

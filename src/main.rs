@@ -31,9 +31,70 @@ enum Command {
     /// Print the minimal IAM policy the operator needs, as JSON; with --target-account, what
     /// the role it assumes in another account needs.
     IamPolicy(Box<PolicyArgs>),
+    /// Print Bucket manifests (Observe, adoptExisting) reproducing the existing buckets under a
+    /// prefix, with what they cannot say flagged in comments. Reads with the caller's AWS
+    /// credentials; writes nothing.
+    Import(ImportArgs),
     /// GET an http:// URL (such as a replica's /readyz) and exit 0 on a 2xx answer, else 1.
     /// The image has no shell or curl: the chart's `helm test` Pod runs this.
     Probe(ProbeArgs),
+}
+
+#[derive(Args, Debug, Clone)]
+struct ImportArgs {
+    /// Buckets whose names start with this (the operator's --bucket-name-prefix, so that it may
+    /// read and later manage them).
+    #[arg(long)]
+    prefix: String,
+    /// Only buckets carrying this tag (key=value); repeatable, all must match.
+    #[arg(long = "tag", value_parser = tag_filter)]
+    tags: Vec<(String, String)>,
+    /// The namespace of the manifests (its class maps it to an AWS account).
+    #[arg(long)]
+    namespace: String,
+    /// The buckets' region.
+    #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
+    aws_region: String,
+    /// A custom S3-compatible endpoint, for example an emulator.
+    #[arg(long, env = "AWS_ENDPOINT_URL")]
+    aws_endpoint_url: Option<String>,
+}
+
+fn tag_filter(s: &str) -> Result<(String, String), String> {
+    match s.split_once('=') {
+        Some((k, v)) if !k.is_empty() => Ok((k.into(), v.into())),
+        _ => Err(format!("--tag {s:?} must be key=value")),
+    }
+}
+
+fn import(a: ImportArgs) -> ExitCode {
+    let _ = rustls::crypto::aws_lc_rs::default_provider().install_default();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let done = rt.block_on(async {
+        let settings = s3_operator::aws::Settings {
+            region: Some(a.aws_region.clone()),
+            endpoint_url: a.aws_endpoint_url,
+        };
+        let metrics = std::sync::Arc::new(s3_operator::metrics::Metrics::new());
+        let aws = s3_operator::aws::Aws::new(&settings, metrics).await;
+        let r = &a.aws_region;
+        let (found, skipped) =
+            s3_operator::import::import(&aws, r, &a.prefix, &a.tags, &a.namespace).await?;
+        s3_operator::import::yaml(&found, &skipped)
+    });
+    match done {
+        Ok(text) => {
+            print!("{text}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }
 
 #[derive(Args, Debug, Clone)]
@@ -433,6 +494,7 @@ fn main() -> ExitCode {
             ExitCode::SUCCESS
         }
         Some(Command::IamPolicy(p)) => iam_policy(*p),
+        Some(Command::Import(a)) => import(a),
         Some(Command::Probe(p)) => {
             match s3_operator::probe::get_within(&p.url, p.timeout, p.wait) {
                 Ok(code) if (200..300).contains(&code) => {

@@ -21,6 +21,7 @@ mod drift_bench;
 mod drift_events;
 mod fairness;
 mod faults;
+mod import;
 mod monitoring;
 mod node;
 mod observability;

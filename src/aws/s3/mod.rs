@@ -322,26 +322,33 @@ impl Aws {
     /// Whether this account has a bucket named `bucket` (ListBuckets lists only the caller's
     /// own): tells a bucket that is gone or another account's from one we may not read.
     pub async fn bucket_in_account(&self, region: &str, bucket: &str) -> Result<bool, Error> {
+        Ok(self
+            .list_buckets(region, bucket)
+            .await?
+            .iter()
+            .any(|b| b == bucket))
+    }
+
+    /// The names of this account's buckets starting with `prefix`, every page.
+    pub async fn list_buckets(&self, region: &str, prefix: &str) -> Result<Vec<String>, Error> {
         let client = self.s3(region);
-        let mut token = None;
+        let (mut token, mut names) = (None, Vec::new());
         loop {
             let req = client
                 .list_buckets()
-                .prefix(bucket)
+                .prefix(prefix)
                 .set_continuation_token(token)
                 .send();
             let out = Aws::call(S3, "ListBuckets", req).await?;
-            if out
-                .buckets
-                .unwrap_or_default()
-                .iter()
-                .any(|b| b.name.as_deref() == Some(bucket))
-            {
-                return Ok(true);
-            }
+            names.extend(
+                out.buckets
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|b| b.name),
+            );
             match out.continuation_token {
                 Some(t) if !t.is_empty() => token = Some(t),
-                _ => return Ok(false),
+                _ => return Ok(names),
             }
         }
     }

@@ -1,0 +1,420 @@
+//! `s3-operator import`: Bucket manifests that reproduce what existing buckets hold today, in
+//! `Observe` with `adoptExisting`, so applying them writes nothing to AWS and each Bucket's
+//! `InSync` says how far the bucket is from what the operator would make of it.
+//!
+//! An operator-side command: it runs with the caller's AWS credentials and writes nothing
+//! anywhere but stdout. What a Bucket cannot say is flagged in a comment above its manifest.
+
+use std::collections::BTreeMap;
+
+use serde_json::Value;
+
+use crate::api::{
+    Bucket, BucketSpec, Management, PolicyEffect, PolicyPrincipal, PolicyStatement,
+    PublicAccessBlock,
+};
+use crate::aws::{Aws, Error as AwsError};
+
+/// The settings import reads from one bucket.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Held {
+    pub tags: BTreeMap<String, String>,
+    pub public_access_block: Option<PublicAccessBlock>,
+    pub encryption: Option<crate::api::Encryption>,
+    pub versioning: Option<crate::api::Versioning>,
+    pub lifecycle_rules: Vec<crate::api::LifecycleRule>,
+    pub cors: Vec<crate::api::CorsRule>,
+    pub object_ownership: Option<crate::api::ObjectOwnership>,
+    pub policy: Option<Value>,
+}
+
+/// One bucket's manifest, and what it could not carry over.
+#[derive(Debug)]
+pub struct Imported {
+    pub bucket: Bucket,
+    pub flagged: Vec<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("reading S3 bucket {bucket}: {source}")]
+    Aws {
+        bucket: String,
+        #[source]
+        source: AwsError,
+    },
+    #[error("listing buckets: {0}")]
+    List(#[source] AwsError),
+    #[error("--tag {0:?} must be key=value")]
+    Tag(String),
+    #[error("writing the manifest of {0}: {1}")]
+    Yaml(String, #[source] serde_yaml::Error),
+}
+
+/// Prefix of the operator's own tags: a bucket carrying one is held by an installation.
+const OWN_TAGS: &str = "s3.operator.dev/";
+/// The operator's own statements, which every Bucket gets without asking.
+const OWN_SIDS: [&str; 2] = ["DenyInsecureTransport", "S3ServerAccessLogs"];
+
+const NO_TLS: &str = "no TLS-only statement: Manage would add DenyInsecureTransport";
+
+/// The Bucket that reproduces `held` (pure). `name` is the object's name, `bucket` the S3 name.
+pub fn manifest(name: &str, namespace: &str, bucket: &str, held: &Held) -> Imported {
+    let mut flagged = Vec::new();
+    let mut tags = BTreeMap::new();
+    for (k, v) in &held.tags {
+        if k.starts_with(OWN_TAGS) {
+            flagged.push(format!("tag {k} is the operator's own: left out"));
+        } else {
+            tags.insert(k.clone(), v.clone());
+        }
+    }
+    let public_access_block = held.public_access_block.or_else(|| {
+        flagged.push(
+            "no public access block: the spec says all four flags off (Manage would write that)"
+                .into(),
+        );
+        Some(PublicAccessBlock {
+            block_public_acls: false,
+            ignore_public_acls: false,
+            block_public_policy: false,
+            restrict_public_buckets: false,
+        })
+    });
+    if held.encryption.is_none() {
+        flagged.push("no default encryption: Manage would turn on SSE-S3".into());
+    }
+    if held.object_ownership.is_none() {
+        flagged.push("no object ownership controls: Manage would set BucketOwnerEnforced".into());
+    }
+    let policy = statements(held.policy.as_ref(), &mut flagged);
+    let spec = BucketSpec {
+        bucket_name: Some(bucket.into()),
+        adopt_existing: true,
+        management: Some(Management::Observe),
+        tags,
+        public_access_block,
+        encryption: held.encryption.clone(),
+        versioning: held.versioning,
+        lifecycle_rules: (!held.lifecycle_rules.is_empty()).then(|| held.lifecycle_rules.clone()),
+        cors: (!held.cors.is_empty()).then(|| held.cors.clone()),
+        object_ownership: held.object_ownership,
+        policy,
+        ..Default::default()
+    };
+    let mut b = Bucket::new(name, spec);
+    b.metadata.namespace = Some(namespace.into());
+    Imported { bucket: b, flagged }
+}
+
+/// The bucket policy's statements a Bucket can say; the rest flagged. The operator's own
+/// statements are left out: every Bucket gets them.
+fn statements(policy: Option<&Value>, flagged: &mut Vec<String>) -> Vec<PolicyStatement> {
+    let Some(all) = policy.and_then(|p| p.get("Statement")) else {
+        flagged.push(NO_TLS.into());
+        return vec![];
+    };
+    let all = match all {
+        Value::Array(a) => a.clone(),
+        one => vec![one.clone()],
+    };
+    let mut out = Vec::new();
+    for (i, s) in all.iter().enumerate() {
+        let sid = s.get("Sid").and_then(Value::as_str);
+        if sid.is_some_and(|sid| OWN_SIDS.contains(&sid)) {
+            continue;
+        }
+        let said = sid.map_or_else(|| format!("#{i}"), str::to_string);
+        match statement(s) {
+            Ok(st) => out.push(st),
+            Err(why) => flagged.push(format!("policy statement {said} left out: {why}")),
+        }
+    }
+    if !all
+        .iter()
+        .any(|s| s.get("Sid") == Some(&Value::from(OWN_SIDS[0])))
+    {
+        flagged.push(NO_TLS.into());
+    }
+    out
+}
+
+fn strings(v: Option<&Value>) -> Option<Vec<String>> {
+    match v? {
+        Value::String(s) => Some(vec![s.clone()]),
+        Value::Array(a) => a.iter().map(|x| x.as_str().map(String::from)).collect(),
+        _ => None,
+    }
+}
+
+fn statement(s: &Value) -> Result<PolicyStatement, String> {
+    let obj = s.as_object().ok_or("not an object")?;
+    for k in obj.keys() {
+        if ![
+            "Sid",
+            "Effect",
+            "Principal",
+            "Action",
+            "Resource",
+            "Condition",
+        ]
+        .contains(&k.as_str())
+        {
+            return Err(format!("{k} cannot be said in spec.policy"));
+        }
+    }
+    let effect = match obj.get("Effect").and_then(Value::as_str) {
+        Some("Allow") => PolicyEffect::Allow,
+        Some("Deny") => PolicyEffect::Deny,
+        other => return Err(format!("Effect {other:?}")),
+    };
+    let principal = match obj.get("Principal") {
+        Some(Value::String(s)) if s == "*" => PolicyPrincipal {
+            aws: vec!["*".into()],
+            service: vec![],
+        },
+        Some(Value::Object(p)) => {
+            if let Some(k) = p.keys().find(|k| !["AWS", "Service"].contains(&k.as_str())) {
+                return Err(format!("a {k} principal cannot be said in spec.policy"));
+            }
+            PolicyPrincipal {
+                aws: strings(p.get("AWS")).unwrap_or_default(),
+                service: strings(p.get("Service")).unwrap_or_default(),
+            }
+        }
+        _ => return Err("no Principal".into()),
+    };
+    let action = strings(obj.get("Action")).ok_or("Action is not a list of strings")?;
+    let resource = strings(obj.get("Resource")).ok_or("Resource is not a list of strings")?;
+    let mut condition = BTreeMap::new();
+    if let Some(c) = obj.get("Condition") {
+        let ops = c.as_object().ok_or("Condition is not an object")?;
+        for (op, keys) in ops {
+            let keys = keys
+                .as_object()
+                .ok_or("a Condition operator is not an object")?;
+            let mut m = BTreeMap::new();
+            for (k, v) in keys {
+                let vals = match v {
+                    Value::Bool(b) => vec![b.to_string()],
+                    v => strings(Some(v)).ok_or("a Condition value is not a string")?,
+                };
+                m.insert(k.clone(), vals);
+            }
+            condition.insert(op.clone(), m);
+        }
+    }
+    Ok(PolicyStatement {
+        sid: obj.get("Sid").and_then(Value::as_str).map(String::from),
+        effect,
+        principal,
+        action,
+        resource,
+        condition,
+    })
+}
+
+/// What `aws` holds under `prefix`, filtered by `tags` (every one must match), as manifests in
+/// `namespace`. Buckets an installation holds (the operator's tags) are skipped and named in
+/// `skipped`.
+pub async fn import(
+    aws: &Aws,
+    region: &str,
+    prefix: &str,
+    tags: &[(String, String)],
+    namespace: &str,
+) -> Result<(Vec<Imported>, Vec<String>), Error> {
+    let names = aws
+        .list_buckets(region, prefix)
+        .await
+        .map_err(Error::List)?;
+    let (mut out, mut skipped) = (Vec::new(), Vec::new());
+    for name in names {
+        let held = held(aws, region, &name)
+            .await
+            .map_err(|source| Error::Aws {
+                bucket: name.clone(),
+                source,
+            })?;
+        if held.tags.keys().any(|k| k.starts_with(OWN_TAGS)) {
+            skipped.push(format!(
+                "{name}: held by an installation (it carries the operator's tags)"
+            ));
+            continue;
+        }
+        if !tags.iter().all(|(k, v)| held.tags.get(k) == Some(v)) {
+            continue;
+        }
+        let object = object_name(&name, prefix);
+        out.push(manifest(&object, namespace, &name, &held));
+    }
+    Ok((out, skipped))
+}
+
+/// A Kubernetes name for the bucket: its name without the prefix (both are DNS labels).
+fn object_name(bucket: &str, prefix: &str) -> String {
+    let rest = bucket.strip_prefix(prefix).unwrap_or(bucket);
+    let rest = rest.trim_matches(|c: char| !c.is_ascii_alphanumeric());
+    let name: String = rest.replace('.', "-").chars().take(63).collect();
+    if name.is_empty() {
+        bucket.replace('.', "-")
+    } else {
+        name
+    }
+}
+
+async fn held(aws: &Aws, region: &str, name: &str) -> Result<Held, AwsError> {
+    let (tags, public_access_block, encryption, versioning) = tokio::try_join!(
+        aws.bucket_tags(region, name),
+        aws.public_access_block(region, name),
+        aws.encryption(region, name),
+        aws.versioning(region, name),
+    )?;
+    let (lifecycle_rules, cors, object_ownership, policy) = tokio::try_join!(
+        aws.lifecycle_rules(region, name),
+        aws.cors_rules(region, name),
+        aws.object_ownership(region, name),
+        aws.bucket_policy(region, name),
+    )?;
+    Ok(Held {
+        tags: tags.unwrap_or_default(),
+        public_access_block,
+        encryption,
+        versioning,
+        lifecycle_rules,
+        cors,
+        object_ownership,
+        policy,
+    })
+}
+
+/// The manifests as one YAML stream, each after the comments flagging what it left out.
+pub fn yaml(imported: &[Imported], skipped: &[String]) -> Result<String, Error> {
+    let mut out = String::new();
+    for s in skipped {
+        out.push_str(&format!("# skipped {s}\n"));
+    }
+    for i in imported {
+        let name = i.bucket.metadata.name.clone().unwrap_or_default();
+        let mut v = serde_json::to_value(&i.bucket)
+            .map_err(|e| Error::Yaml(name.clone(), serde::ser::Error::custom(e.to_string())))?;
+        // The API server fills these in; a manifest leaves them out.
+        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.retain(|k, _| k == "name" || k == "namespace");
+        }
+        if let Some(o) = v.as_object_mut() {
+            o.remove("status");
+        }
+        out.push_str("---\n");
+        for f in &i.flagged {
+            out.push_str(&format!("# {name}: {f}\n"));
+        }
+        out.push_str(&serde_yaml::to_string(&v).map_err(|e| Error::Yaml(name, e))?);
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Encryption, EncryptionAlgorithm, ObjectOwnership, Versioning};
+    use serde_json::json;
+
+    fn held() -> Held {
+        Held {
+            tags: [("team".into(), "a".into())].into(),
+            public_access_block: Some(PublicAccessBlock {
+                block_public_acls: true,
+                ignore_public_acls: true,
+                block_public_policy: false,
+                restrict_public_buckets: true,
+            }),
+            encryption: Some(Encryption {
+                algorithm: EncryptionAlgorithm::Aes256,
+                kms_key_id: None,
+                bucket_key_enabled: None,
+            }),
+            versioning: Some(Versioning::Suspended),
+            object_ownership: Some(ObjectOwnership::BucketOwnerEnforced),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn what_a_bucket_holds_becomes_an_observed_adopting_spec() {
+        let i = manifest("photos", "team-a", "s3op-photos", &held());
+        let s = &i.bucket.spec;
+        assert_eq!(s.bucket_name.as_deref(), Some("s3op-photos"));
+        assert!(s.adopt_existing);
+        assert_eq!(s.management, Some(Management::Observe));
+        assert_eq!(s.versioning, Some(Versioning::Suspended));
+        assert_eq!(s.public_access_block, held().public_access_block);
+        assert_eq!(s.tags.get("team").map(String::as_str), Some("a"));
+        assert_eq!(i.bucket.metadata.namespace.as_deref(), Some("team-a"));
+        // No policy at all: only the missing TLS statement is said.
+        assert!(s.policy.is_empty());
+        assert_eq!(i.flagged, vec![NO_TLS.to_string()]);
+    }
+
+    #[test]
+    fn what_a_bucket_cannot_say_is_flagged_not_dropped_silently() {
+        let mut h = held();
+        h.public_access_block = None;
+        h.encryption = None;
+        h.tags.insert("s3.operator.dev/uid".into(), "x".into());
+        h.policy = Some(json!({"Version": "2012-10-17", "Statement": [
+            {"Sid": "Readers", "Effect": "Allow", "Principal": {"AWS": "arn:aws:iam::123456789012:root"},
+             "Action": "s3:GetObject", "Resource": "arn:aws:s3:::s3op-photos/*",
+             "Condition": {"Bool": {"aws:SecureTransport": true}}},
+            {"Sid": "Odd", "Effect": "Deny", "NotPrincipal": {"AWS": "x"}, "Action": "s3:*",
+             "Resource": "*"},
+            {"Effect": "Allow", "Principal": {"Federated": "cognito"}, "Action": "s3:GetObject",
+             "Resource": "arn:aws:s3:::s3op-photos/*"}
+        ]}));
+        let i = manifest("photos", "team-a", "s3op-photos", &h);
+        let s = &i.bucket.spec;
+        assert_eq!(s.policy.len(), 1);
+        assert_eq!(s.policy[0].sid.as_deref(), Some("Readers"));
+        assert_eq!(
+            s.policy[0].principal.aws,
+            ["arn:aws:iam::123456789012:root"]
+        );
+        assert_eq!(
+            s.policy[0].condition["Bool"]["aws:SecureTransport"],
+            ["true"]
+        );
+        assert!(!s.tags.contains_key("s3.operator.dev/uid"));
+        let f = i.flagged.join("\n");
+        for said in [
+            "tag s3.operator.dev/uid",
+            "no public access block",
+            "no default encryption",
+            "policy statement Odd left out: NotPrincipal",
+            "policy statement #2 left out: a Federated principal",
+            "no TLS-only statement",
+        ] {
+            assert!(f.contains(said), "{said} not in:\n{f}");
+        }
+    }
+
+    #[test]
+    fn object_names_drop_the_prefix_and_stay_dns_labels() {
+        assert_eq!(object_name("s3op-c-photos", "s3op-c-"), "photos");
+        assert_eq!(object_name("s3op-c-a.b", "s3op-c-"), "a-b");
+        assert_eq!(object_name("s3op-c-", "s3op-c-"), "s3op-c-");
+    }
+
+    #[test]
+    fn the_yaml_stream_carries_the_flags_and_no_server_fields() {
+        let mut h = held();
+        h.encryption = None;
+        let i = manifest("photos", "team-a", "s3op-photos", &h);
+        let text = yaml(&[i], &["s3op-x: held".into()]).unwrap();
+        assert!(text.starts_with("# skipped s3op-x: held\n---\n# photos: no default encryption"));
+        assert!(text.contains("management: Observe"), "{text}");
+        assert!(!text.contains("status"), "{text}");
+        let doc = text.split("---\n").nth(1).unwrap();
+        let back: Bucket = serde_yaml::from_str(doc).unwrap();
+        assert_eq!(back.spec.bucket_name.as_deref(), Some("s3op-photos"));
+    }
+}
