@@ -14,15 +14,26 @@ source hack/lib.sh
 # bridge of its own): that needs root.
 [[ $(id -u) -eq 0 ]] || die "hack/test.sh needs root: its one-node cluster runs containerd, kubelet and kube-proxy (run it with sudo)"
 
-log "building or reusing the test tools"
-hack/tools.sh etcd kube moto faketime prometheus jaeger helm kustomize bundle_validate crds hadolint \
-  node_pkgs kube_node coredns olm opm grpc_health_probe prom_operator prometheus_server previous_operator
-# The upgrade test runs this build of the operator before the current one.
-S3OP_PREVIOUS_OPERATOR="$(previous_operator_path)"
-export S3OP_PREVIOUS_OPERATOR
+# The tools (Go builds, Debian and PyPI packages) build beside the Rust builds below: on a cold
+# run each side waits on downloads and single-threaded links the other fills. Their output goes
+# to a file, shown when they are done (or have failed).
+tools_log="$(mktemp "${TMPDIR:-/tmp}/s3op-tools.XXXXXX")"
+log "building or reusing the test tools in the background (log: $tools_log)"
+# In a process group of its own, so that stopping it stops its go builds too.
+setsid hack/tools.sh etcd kube moto faketime prometheus jaeger helm kustomize bundle_validate crds \
+  hadolint node_pkgs kube_node coredns olm opm grpc_health_probe prom_operator prometheus_server \
+  >"$tools_log" 2>&1 &
+tools_pid=$!
+trap 'kill -- -"$tools_pid" 2>/dev/null || true' EXIT
 
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
 log "Rust target dir: $CARGO_TARGET_DIR"
+
+# The upgrade test runs this build of the operator before the current one; it shares the target
+# dir, so it is built before the current tree's builds, never beside them.
+hack/tools.sh previous_operator
+S3OP_PREVIOUS_OPERATOR="$(previous_operator_path)"
+export S3OP_PREVIOUS_OPERATOR
 
 log "cargo fmt --check"
 cargo fmt --all -- --check
@@ -37,6 +48,14 @@ cargo build --locked --workspace --all-targets
 # and the cluster tests put its binary into the operator image.
 log "$RELEASE_BUILD"
 $RELEASE_BUILD
+
+log "waiting for the test tools"
+tools_rc=0
+wait "$tools_pid" || tools_rc=$?
+sed 's/^/  tools| /' "$tools_log"
+rm -f "$tools_log"
+[[ $tools_rc -eq 0 ]] || die "building the test tools failed (exit $tools_rc, above)"
+trap - EXIT
 
 state="$(mktemp -d "${TMPDIR:-/tmp}/s3op-test.XXXXXX")"
 # shellcheck disable=SC2317  # called by the EXIT trap
