@@ -312,6 +312,61 @@ async fn tightening_a_class_removes_principals_at_once_and_reports_the_rest() {
     delete_class(&client, &name).await;
 }
 
+/// Observe never keeps what a tightened class forbids on a bucket the operator holds: the
+/// statement goes (SecurityEnforced), and that is the only write while observed.
+#[tokio::test]
+async fn an_observed_bucket_still_loses_what_a_tightened_class_forbids() {
+    let client = admin().await;
+    let value = random(6);
+    let ns = labelled_namespace(&client, "cobs", &value).await;
+    let allowed = vec!["--allowed-policy-principals".into(), format!("{P1},{P2}")];
+    let op = without_resync(&ns, allowed).await;
+    let both = json!({"constraints": {"allowedPolicyPrincipals": [P1, P2]}});
+    let name = class(&client, &value, true, both).await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let s3_name = format!("{}co-{}", prefix(&op.cluster), random(6));
+    let arn = format!("arn:aws:s3:::{s3_name}/*");
+    let grant = |sid: &str, p: &str| {
+        json!({"sid": sid, "effect": "Allow", "principal": {"aws": [p]},
+        "action": ["s3:GetObject"], "resource": [arn]})
+    };
+    let spec = json!({"bucketName": s3_name, "policy": [grant("One", P1), grant("Two", P2)]});
+    api.create(&PostParams::default(), &bucket("b", spec))
+        .await
+        .unwrap();
+    wait_ready(&api, "b").await;
+    let observe = json!({"spec": {"management": "Observe"}});
+    api.patch("b", &PatchParams::default(), &Patch::Merge(&observe))
+        .await
+        .unwrap();
+    wait_reason(&api, "b", "Observed", T).await;
+    op.wait_settled(Duration::from_secs(2)).await;
+    let sent = op.sent().await;
+    patch_class(
+        &client,
+        &name,
+        json!({"constraints": {"allowedPolicyPrincipals": [P1]}}),
+    )
+    .await;
+    wait_for("the second partner's statement removed", T, || async {
+        let p = statements(&s3_name).await;
+        (!p.contains("888888888888") && p.contains("999999999999")).then_some(())
+    })
+    .await;
+    wait_event(&ns, "SecurityEnforced", &["888888888888", "Observe"]).await;
+    op.wait_settled(Duration::from_secs(2)).await;
+    let aws: Vec<String> = (sent.writes().await.into_iter())
+        .filter(|w| w.starts_with("AWS "))
+        .collect();
+    assert_eq!(
+        aws,
+        ["AWS PUT bucket?policy x1"],
+        "Observe wrote more than the withdrawal"
+    );
+    op.terminate().await;
+    delete_class(&client, &name).await;
+}
+
 async fn statements(s3_name: &str) -> String {
     let doc = bucket_policy(s3_name).await.unwrap_or_default();
     doc["Statement"].to_string()
