@@ -353,7 +353,7 @@ async fn foreign_and_unowned_buckets_are_never_touched_unless_adopted() {
     two_buckets_cannot_share_a_name(&api, &op).await;
 }
 
-fn tagging(pairs: &[(&str, &str)]) -> aws_sdk_s3::types::Tagging {
+pub(crate) fn tagging(pairs: &[(&str, &str)]) -> aws_sdk_s3::types::Tagging {
     let tags = pairs
         .iter()
         .map(|(k, v)| {

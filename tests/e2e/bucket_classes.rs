@@ -285,26 +285,14 @@ const P2: &str = "arn:aws:iam::888888888888:role/two";
 /// versioning and adds a tag: the Bucket reports the violation and nothing in AWS is written.
 #[tokio::test]
 async fn tightening_a_class_removes_principals_at_once_and_reports_the_rest() {
-    let client = admin().await;
-    let value = random(6);
-    let ns = labelled_namespace(&client, "ctight", &value).await;
-    let allowed = vec!["--allowed-policy-principals".into(), format!("{P1},{P2}")];
-    let op = without_resync(&ns, allowed).await;
-    let both = json!({"constraints": {"allowedPolicyPrincipals": [P1, P2]}});
-    let name = class(&client, &value, true, both).await;
-    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let s3_name = format!("{}ct-{}", prefix(&op.cluster), random(6));
-    let arn = format!("arn:aws:s3:::{s3_name}/*");
-    let grant = |sid: &str, p: &str| {
-        json!({"sid": sid, "effect": "Allow", "principal": {"aws": [p]},
-        "action": ["s3:GetObject"], "resource": [arn]})
-    };
-    let spec = json!({"bucketName": s3_name, "policy": [grant("One", P1), grant("Two", P2)]});
-    api.create(&PostParams::default(), &bucket("b", spec))
-        .await
-        .unwrap();
-    wait_ready(&api, "b").await;
-    assert!(statements(&s3_name).await.contains("888888888888"));
+    let Partners {
+        client,
+        ns,
+        op,
+        class: name,
+        api,
+        s3_name,
+    } = partners("ctight").await;
     a_narrower_principal_list_removes_the_statement(&client, &ns, &name, &s3_name).await;
     wait_ready(&api, "b").await;
     a_violation_writes_nothing(&op, &client, &api, &name, &s3_name).await;
@@ -316,25 +304,14 @@ async fn tightening_a_class_removes_principals_at_once_and_reports_the_rest() {
 /// statement goes (SecurityEnforced), and that is the only write while observed.
 #[tokio::test]
 async fn an_observed_bucket_still_loses_what_a_tightened_class_forbids() {
-    let client = admin().await;
-    let value = random(6);
-    let ns = labelled_namespace(&client, "cobs", &value).await;
-    let allowed = vec!["--allowed-policy-principals".into(), format!("{P1},{P2}")];
-    let op = without_resync(&ns, allowed).await;
-    let both = json!({"constraints": {"allowedPolicyPrincipals": [P1, P2]}});
-    let name = class(&client, &value, true, both).await;
-    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
-    let s3_name = format!("{}co-{}", prefix(&op.cluster), random(6));
-    let arn = format!("arn:aws:s3:::{s3_name}/*");
-    let grant = |sid: &str, p: &str| {
-        json!({"sid": sid, "effect": "Allow", "principal": {"aws": [p]},
-        "action": ["s3:GetObject"], "resource": [arn]})
-    };
-    let spec = json!({"bucketName": s3_name, "policy": [grant("One", P1), grant("Two", P2)]});
-    api.create(&PostParams::default(), &bucket("b", spec))
-        .await
-        .unwrap();
-    wait_ready(&api, "b").await;
+    let Partners {
+        client,
+        ns,
+        op,
+        class: name,
+        api,
+        s3_name,
+    } = partners("cobs").await;
     let observe = json!({"spec": {"management": "Observe"}});
     api.patch("b", &PatchParams::default(), &Patch::Merge(&observe))
         .await
@@ -365,6 +342,48 @@ async fn an_observed_bucket_still_loses_what_a_tightened_class_forbids() {
     );
     op.terminate().await;
     delete_class(&client, &name).await;
+}
+
+/// A namespace under a default class allowing both partners, its operator (whose flags allow
+/// both too) and Bucket `b` Ready with one statement for each partner.
+struct Partners {
+    client: kube::Client,
+    ns: String,
+    op: Operator,
+    class: String,
+    api: Api<Bucket>,
+    s3_name: String,
+}
+
+async fn partners(tag: &str) -> Partners {
+    let client = admin().await;
+    let value = random(6);
+    let ns = labelled_namespace(&client, tag, &value).await;
+    let allowed = vec!["--allowed-policy-principals".into(), format!("{P1},{P2}")];
+    let op = without_resync(&ns, allowed).await;
+    let both = json!({"constraints": {"allowedPolicyPrincipals": [P1, P2]}});
+    let class = class(&client, &value, true, both).await;
+    let api = Api::<Bucket>::namespaced(client.clone(), &ns);
+    let s3_name = format!("{}{tag}-{}", prefix(&op.cluster), random(6));
+    let arn = format!("arn:aws:s3:::{s3_name}/*");
+    let grant = |sid: &str, p: &str| {
+        json!({"sid": sid, "effect": "Allow", "principal": {"aws": [p]},
+        "action": ["s3:GetObject"], "resource": [arn]})
+    };
+    let spec = json!({"bucketName": s3_name, "policy": [grant("One", P1), grant("Two", P2)]});
+    api.create(&PostParams::default(), &bucket("b", spec))
+        .await
+        .unwrap();
+    wait_ready(&api, "b").await;
+    assert!(statements(&s3_name).await.contains("888888888888"));
+    Partners {
+        client,
+        ns,
+        op,
+        class,
+        api,
+        s3_name,
+    }
 }
 
 async fn statements(s3_name: &str) -> String {

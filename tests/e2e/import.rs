@@ -17,6 +17,7 @@ use s3_operator::api::{Bucket, Management, Versioning};
 use s3_operator::aws::policy;
 use serde_json::json;
 
+use crate::bucket::tagging;
 use crate::support::*;
 
 const BUCKETS: usize = 50;
@@ -29,23 +30,9 @@ async fn make(name: &str, i: usize) {
     let s3 = admin_s3();
     s3.create_bucket().bucket(name).send().await.unwrap();
     let tags = [("team", ["a", "b", "c"][i % 3]), ("fleet", "imported")];
-    let tagging = aws_sdk_s3::types::Tagging::builder()
-        .set_tag_set(Some(
-            tags.iter()
-                .map(|(k, v)| {
-                    aws_sdk_s3::types::Tag::builder()
-                        .key(*k)
-                        .value(*v)
-                        .build()
-                        .unwrap()
-                })
-                .collect(),
-        ))
-        .build()
-        .unwrap();
     s3.put_bucket_tagging()
         .bucket(name)
-        .tagging(tagging)
+        .tagging(tagging(&tags))
         .send()
         .await
         .unwrap();

@@ -81,13 +81,6 @@ async fn reconcile_now(api: &Api<Bucket>, name: &str) {
         .unwrap();
 }
 
-/// The AWS writes the operator sent since `sent`, by operation.
-async fn aws_writes(sent: &Sent) -> Vec<String> {
-    (sent.writes().await.into_iter())
-        .filter(|w| w.starts_with("AWS "))
-        .collect()
-}
-
 /// A bucket the operator made, switched to Observe: in sync, then changed out of band (the
 /// plan names exactly those fields, nothing is written), then switched to Manage (exactly
 /// those are written), then deleted while observed (the bucket and its data stay).
@@ -156,7 +149,7 @@ async fn an_observed_bucket_reports_its_plan_and_manage_applies_exactly_it() {
     wait_event(&ns, "OutOfSync", &["versioning"]).await;
     op.wait_settled(Duration::from_secs(3)).await;
     assert_eq!(
-        aws_writes(&sent).await,
+        sent.aws_writes().await,
         Vec::<String>::new(),
         "Observe wrote to AWS"
     );
@@ -178,8 +171,7 @@ async fn an_observed_bucket_reports_its_plan_and_manage_applies_exactly_it() {
     );
     wait_reason(&api, "m", "Available", T).await;
     op.wait_settled(Duration::from_secs(2)).await;
-    let mut writes = aws_writes(&sent).await;
-    writes.sort();
+    let writes = sent.aws_writes().await;
     assert_eq!(
         writes,
         vec![
@@ -241,7 +233,7 @@ async fn a_hand_made_bucket_is_observed_without_a_write() {
     );
     op.wait_settled(Duration::from_secs(3)).await;
     assert_eq!(
-        aws_writes(&sent).await,
+        sent.aws_writes().await,
         Vec::<String>::new(),
         "Observe wrote to AWS"
     );

@@ -577,6 +577,12 @@ impl Sent {
         writes.extend(audited_writes(By::User(&self.user), self.since));
         writes
     }
+
+    /// The AWS writes alone (`AWS <operation> x<n>`), sorted.
+    pub async fn aws_writes(&self) -> Vec<String> {
+        let aws = aws_writes_between(&self.aws, &emulator_requests(&self.key).await);
+        aws.iter().map(|(op, n)| format!("AWS {op} x{n}")).collect()
+    }
 }
 
 impl Drop for Operator {
