@@ -45,10 +45,8 @@ pub enum Error {
     },
     #[error("listing buckets: {0}")]
     List(#[source] AwsError),
-    #[error("--tag {0:?} must be key=value")]
-    Tag(String),
     #[error("writing the manifest of {0}: {1}")]
-    Yaml(String, #[source] serde_yaml::Error),
+    Manifest(String, String),
 }
 
 /// Prefix of the operator's own tags: a bucket carrying one is held by an installation.
@@ -296,12 +294,9 @@ pub fn yaml(imported: &[Imported], skipped: &[String]) -> Result<String, Error> 
     }
     for i in imported {
         let name = i.bucket.metadata.name.clone().unwrap_or_default();
-        let mut v = serde_json::to_value(&i.bucket)
-            .map_err(|e| Error::Yaml(name.clone(), serde::ser::Error::custom(e.to_string())))?;
-        // The API server fills these in; a manifest leaves them out.
-        if let Some(m) = v.get_mut("metadata").and_then(Value::as_object_mut) {
-            m.retain(|k, _| k == "name" || k == "namespace");
-        }
+        let failed = |e: &dyn std::fmt::Display| Error::Manifest(name.clone(), e.to_string());
+        // A manifest carries no status (the derive writes `status: null`).
+        let mut v = serde_json::to_value(&i.bucket).map_err(|e| failed(&e))?;
         if let Some(o) = v.as_object_mut() {
             o.remove("status");
         }
@@ -309,7 +304,7 @@ pub fn yaml(imported: &[Imported], skipped: &[String]) -> Result<String, Error> 
         for f in &i.flagged {
             out.push_str(&format!("# {name}: {f}\n"));
         }
-        out.push_str(&serde_yaml::to_string(&v).map_err(|e| Error::Yaml(name, e))?);
+        out.push_str(&serde_yaml::to_string(&v).map_err(|e| failed(&e))?);
     }
     Ok(out)
 }

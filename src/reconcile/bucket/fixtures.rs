@@ -1,7 +1,7 @@
 //! What the Bucket tests share: settings, an owner, a resolved spec and the configuration S3
 //! holds once it is served.
 
-use crate::api::{Bucket, BucketSpec};
+use crate::api::{Bucket, BucketSpec, LifecycleRule};
 use crate::aws::s3::protection::LockState;
 use crate::aws::tags::Owner;
 use crate::reconcile::Settings;
@@ -18,6 +18,19 @@ pub fn owner() -> Owner {
         namespace: "ns".into(),
         name: "b".into(),
         uid: "uid-1".into(),
+    }
+}
+
+/// A lifecycle rule expiring objects after 30 days.
+pub fn rule(id: &str) -> LifecycleRule {
+    LifecycleRule {
+        id: id.into(),
+        prefix: None,
+        enabled: true,
+        expiration_days: Some(30),
+        noncurrent_version_expiration_days: None,
+        abort_incomplete_multipart_upload_days: None,
+        transitions: vec![],
     }
 }
 

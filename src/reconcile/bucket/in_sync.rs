@@ -234,10 +234,9 @@ pub fn message(name: &str, all: &[PlannedChange]) -> String {
 mod tests {
     use super::*;
     use crate::api::{
-        BucketSpec, LifecycleRule, PolicyEffect, PolicyPrincipal, PolicyStatement,
-        PublicAccessBlock,
+        BucketSpec, PolicyEffect, PolicyPrincipal, PolicyStatement, PublicAccessBlock,
     };
-    use crate::reconcile::bucket::fixtures::{converged, desired_for};
+    use crate::reconcile::bucket::fixtures::{converged, desired_for, rule};
     use crate::reconcile::bucket::{Plan, plan};
 
     fn listed(d: &Desired, found: &Found) -> Vec<(String, String, String)> {
@@ -274,15 +273,7 @@ mod tests {
     fn each_field_is_said_with_what_s3_holds_and_what_the_spec_asks() {
         let d = desired_for(BucketSpec {
             versioning: Some(Versioning::Enabled),
-            lifecycle_rules: Some(vec![LifecycleRule {
-                id: "expire".into(),
-                prefix: None,
-                enabled: true,
-                expiration_days: Some(30),
-                noncurrent_version_expiration_days: None,
-                abort_incomplete_multipart_upload_days: None,
-                transitions: vec![],
-            }]),
+            lifecycle_rules: Some(vec![rule("expire")]),
             tags: [("team".to_string(), "a".to_string())].into(),
             ..Default::default()
         });

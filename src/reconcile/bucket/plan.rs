@@ -278,19 +278,7 @@ mod tests {
         Bucket, BucketSpec, CorsMethod, PolicyEffect, PolicyPrincipal, PolicyStatement,
     };
     use crate::reconcile::bucket::desired;
-    use crate::reconcile::bucket::fixtures::{converged, desired_for, owner, settings};
-
-    fn rule(id: &str) -> LifecycleRule {
-        LifecycleRule {
-            id: id.into(),
-            prefix: None,
-            enabled: true,
-            expiration_days: Some(30),
-            noncurrent_version_expiration_days: None,
-            abort_incomplete_multipart_upload_days: None,
-            transitions: vec![],
-        }
-    }
+    use crate::reconcile::bucket::fixtures::{converged, desired_for, owner, rule, settings};
 
     #[test]
     fn absent_bucket_is_created_with_defaults() {
