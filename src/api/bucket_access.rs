@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Account","type":"string","jsonPath":".status.account.name"}"#,
     printcolumn = r#"{"name":"Ready","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].status"}"#,
     printcolumn = r#"{"name":"Reason","type":"string","jsonPath":".status.conditions[?(@.type==\"Ready\")].reason"}"#,
+    printcolumn = r#"{"name":"In Sync","type":"string","jsonPath":".status.conditions[?(@.type==\"InSync\")].status"}"#,
     printcolumn = r#"{"name":"Paused","type":"string","jsonPath":".status.conditions[?(@.type==\"Paused\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -54,6 +55,16 @@ pub struct BucketAccessSpec {
     /// How the application authenticates.
     #[serde(default)]
     pub credentials: Credentials,
+
+    /// `Manage` (the default, else the BucketAccessClass's `defaultManagement`): the identity,
+    /// its grant and its Secret are kept as the spec says. `Observe`: the operator only reads
+    /// them and reports in status what a `Manage` pass would change (`status.plan`, condition
+    /// `InSync`); it creates, rotates and changes nothing and writes no Secret. A grant whose
+    /// Bucket is gone or another's is still taken back. Deleting an observed BucketAccess
+    /// deletes the identity the operator made for it, as `Manage` does: a credential is never
+    /// left behind without its object (see the README).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub management: Option<super::Management>,
 }
 
 /// A reference to a Bucket in the same namespace.
@@ -173,4 +184,9 @@ pub struct BucketAccessStatus {
     /// created; absent: the operator's own account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub account: Option<super::AccountRecord>,
+    /// What a `Manage` pass would change, field by field: written by an `Observe` pass (empty
+    /// when IAM and the Secret are as the spec says), at most 20 entries. Always serialized, as
+    /// on a Bucket: only `[]` clears a list in a merge patch.
+    #[serde(default)]
+    pub plan: Vec<super::PlannedChange>,
 }

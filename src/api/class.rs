@@ -226,6 +226,12 @@ pub struct BucketAccessClassSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 253))]
     pub account: Option<String>,
+    /// Management mode of BucketAccesses that set none (before the operator's: `Manage`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default_management: Option<Management>,
+    /// Management modes an access may use (`Manage`, `Observe`). Empty: any.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allowed_management_modes: Vec<Management>,
 }
 
 /// Rotation a class gives and allows (access keys only).

@@ -735,73 +735,45 @@ fn record_managed_objects(
     accesses: &[Store<BucketAccess>],
     metrics: &Metrics,
 ) {
-    // One snapshot of the Bucket caches for every figure below.
+    // One snapshot of each kind's caches for every figure below.
     let all_buckets: Vec<_> = buckets.iter().flat_map(|s| s.state()).collect();
-    record_out_of_sync(&all_buckets, metrics);
-    let b: Vec<_> = all_buckets
-        .iter()
-        .map(|b| {
-            state_of(
-                b.status
-                    .as_ref()
-                    .map(|s| (&s.conditions, &s.class_name, &s.account)),
-            )
-        })
-        .collect();
-    // One snapshot of the BucketAccess caches for every figure below.
     let all_accesses: Vec<_> = accesses.iter().flat_map(|s| s.state()).collect();
-    let a: Vec<_> = all_accesses
-        .iter()
-        .map(|a| {
-            state_of(
-                a.status
-                    .as_ref()
-                    .map(|s| (&s.conditions, &s.class_name, &s.account)),
-            )
-        })
+    let b: Vec<Option<StatusView>> = (all_buckets.iter())
+        .map(|b| (b.status.as_ref()).map(|s| (&s.conditions, &s.class_name, &s.account)))
+        .collect();
+    let a: Vec<Option<StatusView>> = (all_accesses.iter())
+        .map(|a| (a.status.as_ref()).map(|s| (&s.conditions, &s.class_name, &s.account)))
         .collect();
     record_key_ages(&all_accesses, metrics);
     // A class deleted since the last round must lose its series: start from none.
     metrics.managed_objects.reset();
-    for (kind, states) in [("Bucket", b), ("BucketAccess", a)] {
+    metrics.out_of_sync_objects.reset();
+    for (kind, views) in [("Bucket", b), ("BucketAccess", a)] {
         for ready in ["true", "false"] {
             metrics
                 .managed_objects
                 .with_label_values(&[kind, ready, "", ""])
                 .set(0);
         }
-        for (ready, class, account) in states {
+        // Labelled like managed_objects: a `namespace` label would clash with the scrape
+        // target's, and grow with the tenants.
+        (metrics.out_of_sync_objects)
+            .with_label_values(&[kind, "", ""])
+            .set(0);
+        for view in views {
+            let differs = view.is_some_and(|(conditions, _, _)| {
+                (conditions.iter()).any(|c| c.type_ == IN_SYNC && c.status == "False")
+            });
+            let (ready, class, account) = state_of(view);
             metrics
                 .managed_objects
                 .with_label_values(&[kind, ready, class.as_str(), account.as_str()])
                 .inc();
-        }
-    }
-}
-
-/// The observed Buckets whose bucket differs from the spec, by namespace; a namespace with none
-/// left loses its series.
-fn record_out_of_sync(buckets: &[Arc<Bucket>], metrics: &Metrics) {
-    // Labelled like managed_objects: a `namespace` label would clash with the scrape target's.
-    metrics.out_of_sync_objects.reset();
-    metrics
-        .out_of_sync_objects
-        .with_label_values(&["Bucket", "", ""])
-        .set(0);
-    for b in buckets {
-        let Some(status) = b.status.as_ref() else {
-            continue;
-        };
-        if (status.conditions.iter()).any(|c| c.type_ == IN_SYNC && c.status == "False") {
-            let (_, class, account) = state_of(Some((
-                &status.conditions,
-                &status.class_name,
-                &status.account,
-            )));
-            metrics
-                .out_of_sync_objects
-                .with_label_values(&["Bucket", class.as_str(), account.as_str()])
-                .inc();
+            if differs {
+                (metrics.out_of_sync_objects)
+                    .with_label_values(&[kind, class.as_str(), account.as_str()])
+                    .inc();
+            }
         }
     }
 }

@@ -5,9 +5,10 @@
 
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use s3_operator::api::condition::IN_SYNC;
-use s3_operator::api::{Bucket, RECONCILE_REQUESTED_AT};
+use s3_operator::api::{Bucket, BucketAccess, RECONCILE_REQUESTED_AT};
 use serde_json::json;
 
 use crate::bucket::gone;
@@ -18,7 +19,19 @@ const T: Duration = Duration::from_secs(60);
 /// The InSync condition's (status, reason) and `status.plan` as (field, from, to).
 type InSync = (String, String, Vec<(String, String, String)>);
 
-async fn in_sync(api: &Api<Bucket>, name: &str) -> Option<InSync> {
+/// A kind the tests read and patch as JSON: Bucket and BucketAccess.
+trait Object:
+    kube::Resource<DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + serde::Serialize
+    + std::fmt::Debug
+{
+}
+impl Object for Bucket {}
+impl Object for BucketAccess {}
+
+async fn in_sync<K: Object>(api: &Api<K>, name: &str) -> Option<InSync> {
     let b = serde_json::to_value(api.get(name).await.ok()?).ok()?;
     let status = b.get("status")?;
     let c = (status["conditions"].as_array()?.iter()).find(|c| c["type"] == IN_SYNC)?;
@@ -40,8 +53,8 @@ async fn in_sync(api: &Api<Bucket>, name: &str) -> Option<InSync> {
 }
 
 /// Waits until InSync has `status`; returns its plan.
-async fn wait_in_sync(
-    api: &Api<Bucket>,
+async fn wait_in_sync<K: Object>(
+    api: &Api<K>,
     name: &str,
     status: &str,
 ) -> Vec<(String, String, String)> {
@@ -53,7 +66,7 @@ async fn wait_in_sync(
     .await
 }
 
-async fn set_management(api: &Api<Bucket>, name: &str, mode: &str) {
+async fn set_management<K: Object>(api: &Api<K>, name: &str, mode: &str) {
     let patch = json!({"spec": {"management": mode}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -74,7 +87,7 @@ async fn quiet_operator(tag: &str) -> (Operator, Api<Bucket>, String) {
     (op, Api::namespaced(client, &ns), ns)
 }
 
-async fn reconcile_now(api: &Api<Bucket>, name: &str) {
+async fn reconcile_now<K: Object>(api: &Api<K>, name: &str) {
     let patch = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_AT: random(8)}}});
     api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
@@ -268,4 +281,146 @@ async fn a_hand_made_bucket_is_observed_without_a_write() {
     }
     // h's deletion policy is the default, Retain.
     assert!(bucket_exists(&name).await);
+}
+
+/// A BucketAccess in Observe: a new one makes nothing (Ready=False `Observed`, no finalizer, no
+/// Secret) and its plan lists the identity, its grant, its key and its Secret; made under
+/// Manage and observed again, a grant widened out of band is listed and left as it is; Manage
+/// puts back exactly that; deleting the observed access still deletes the identity it made.
+#[tokio::test]
+async fn an_observed_access_reports_its_plan_and_manage_applies_exactly_it() {
+    let (op, buckets, ns) = quiet_operator("observea").await;
+    let client = admin().await;
+    let api = Api::<BucketAccess>::namespaced(client.clone(), &ns);
+    let secrets = Api::<Secret>::namespaced(client, &ns);
+    let bucket_spec = json!({"deletionPolicy": "Delete", "forceDelete": true});
+    (buckets.create(&PostParams::default(), &bucket("b", bucket_spec)))
+        .await
+        .unwrap();
+    let bucket_name = wait_ready(&buckets, "b").await;
+    op.wait_settled(Duration::from_secs(2)).await;
+    let sent = op.sent().await;
+
+    let spec =
+        json!({"bucketRef": {"name": "b"}, "permission": "ReadOnly", "management": "Observe"});
+    (api.create(&PostParams::default(), &crate::access::access("a", spec)))
+        .await
+        .unwrap();
+    let msg = wait_reason(&api, "a", "Observed", T).await;
+    assert!(msg.contains("does not exist"), "{msg}");
+    let plan = wait_in_sync(&api, "a", "False").await;
+    let fields: Vec<&str> = plan.iter().map(|(f, _, _)| f.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "identity",
+            "policy.statement[Bucket]",
+            "policy.statement[Objects]",
+            "accessKeys[new]",
+            "secret[a]"
+        ]
+    );
+    assert!(plan[1].2.contains(&bucket_name), "{plan:?}");
+    let a = api.get("a").await.unwrap();
+    assert!(
+        a.metadata.finalizers.unwrap_or_default().is_empty(),
+        "an access that made nothing needs no finalizer"
+    );
+    assert!(secrets.get_opt("a").await.unwrap().is_none(), "no Secret");
+    op.wait_settled(Duration::from_secs(3)).await;
+    assert_eq!(
+        sent.aws_writes().await,
+        Vec::<String>::new(),
+        "Observe wrote to AWS"
+    );
+
+    // Managed: made, in sync; then observed again.
+    set_management(&api, "a", "Manage").await;
+    wait_reason(&api, "a", "Available", T).await;
+    assert!(
+        wait_in_sync(&api, "a", "True").await.is_empty(),
+        "plan cleared"
+    );
+    let a = api.get("a").await.unwrap();
+    let user = (a.status.as_ref().and_then(|s| s.user_arn.clone()))
+        .and_then(|arn| arn.rsplit('/').next().map(String::from))
+        .expect("the user's ARN in status");
+    set_management(&api, "a", "Observe").await;
+    let msg = wait_reason(&api, "a", "Observed", T).await;
+    assert!(msg.contains("is observed"), "{msg}");
+    op.wait_settled(Duration::from_secs(2)).await;
+    let sent = op.sent().await;
+
+    // Out of band: the grant widened to every bucket's objects.
+    let iam = admin_iam();
+    let policy = iam
+        .get_user_policy()
+        .user_name(&user)
+        .policy_name("s3-operator-access")
+        .send()
+        .await
+        .unwrap();
+    // IAM returns the document URL-encoded.
+    let text = percent_encoding::percent_decode_str(policy.policy_document()).decode_utf8_lossy();
+    let mut doc: serde_json::Value = serde_json::from_str(&text).unwrap();
+    for st in doc["Statement"].as_array_mut().unwrap() {
+        if st["Sid"] == "Objects" {
+            st["Resource"] = json!("arn:aws:s3:::*/*");
+        }
+    }
+    iam.put_user_policy()
+        .user_name(&user)
+        .policy_name("s3-operator-access")
+        .policy_document(doc.to_string())
+        .send()
+        .await
+        .unwrap();
+    reconcile_now(&api, "a").await;
+    let plan = wait_in_sync(&api, "a", "False").await;
+    assert_eq!(plan.len(), 1, "exactly the statement changed: {plan:?}");
+    assert_eq!(plan[0].0, "policy.statement[Objects]");
+    assert!(plan[0].1.contains("arn:aws:s3:::*/*"), "{plan:?}");
+    assert!(plan[0].2.contains(&bucket_name), "{plan:?}");
+    wait_event(&ns, "OutOfSync", &["policy.statement[Objects]"]).await;
+    op.wait_settled(Duration::from_secs(3)).await;
+    assert_eq!(
+        sent.aws_writes().await,
+        Vec::<String>::new(),
+        "Observe wrote to AWS"
+    );
+    assert!(
+        op.metric(
+            "s3_operator_out_of_sync_objects",
+            &[("kind", "BucketAccess")]
+        )
+        .await
+            >= 1.0
+    );
+
+    // Manage puts back exactly that.
+    let sent = op.sent().await;
+    set_management(&api, "a", "Manage").await;
+    assert!(wait_in_sync(&api, "a", "True").await.is_empty());
+    wait_reason(&api, "a", "Available", T).await;
+    op.wait_settled(Duration::from_secs(2)).await;
+    assert_eq!(
+        sent.aws_writes().await,
+        vec!["AWS PutUserPolicy x1".to_string()],
+        "Manage wrote more than the plan"
+    );
+
+    // Deleting the observed access deletes the user it made: no credential outlives its object.
+    set_management(&api, "a", "Observe").await;
+    wait_reason(&api, "a", "Observed", T).await;
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    wait_for("the access to go", T, || async {
+        api.get_opt("a").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    let left = iam.get_user().user_name(&user).send().await;
+    assert!(left.is_err(), "the observed access's user was left behind");
+    assert!(
+        bucket_exists(&bucket_name).await,
+        "the bucket is not the access's to delete"
+    );
 }

@@ -459,7 +459,7 @@ async fn report_observed(
     let said = condition::Said {
         status: all.is_empty(),
         reason: if all.is_empty() { "InSync" } else { "Differs" },
-        message: in_sync::message(&d.name, &all),
+        message: in_sync::message(&format!("S3 bucket {}", d.name), &all),
     };
     let now = jiff::Timestamp::now();
     let generation = bucket.metadata.generation;
@@ -490,7 +490,7 @@ fn in_sync_now(
     let said = condition::Said {
         status: true,
         reason: "InSync",
-        message: in_sync::message(name, &[]),
+        message: in_sync::message(&format!("S3 bucket {name}"), &[]),
     };
     let (generation, now) = (bucket.metadata.generation, jiff::Timestamp::now());
     condition::of_type(previous.unwrap_or_default(), IN_SYNC, said, generation, now)

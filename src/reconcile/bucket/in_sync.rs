@@ -20,8 +20,8 @@ use crate::aws::{naming, policy};
 pub const LISTED: usize = 20;
 /// How long a value in the list may be, in characters (policies can be long).
 const VALUE_CHARS: usize = 160;
-/// What S3 holds where it holds nothing.
-const ABSENT: &str = "absent";
+/// What AWS holds where it holds nothing.
+pub(crate) const ABSENT: &str = "absent";
 
 /// The fields `changes` (the plan of `desired` against `found`) would change.
 pub fn differences(desired: &Desired, found: &Found, changes: &[Change]) -> Vec<PlannedChange> {
@@ -129,25 +129,26 @@ fn tags(had: &BTreeMap<String, String>, want: &BTreeMap<String, String>) -> Vec<
 /// The bucket policy's statements that differ, by Sid (a statement without one by its place).
 fn statements(d: &Desired, s: &BucketState) -> Vec<PlannedChange> {
     let partition = naming::partition(&d.region);
-    let of = |p: Option<&Value>| -> BTreeMap<String, Value> {
-        let normal = p.map(|p| policy::normalize_policy(p, partition));
-        let list = normal
-            .as_ref()
-            .and_then(|p| p["Statement"].as_array().cloned())
-            .unwrap_or_default();
-        (list.into_iter().enumerate())
-            .map(|(i, st)| {
-                let sid = st["Sid"].as_str().map_or(format!("#{i}"), str::to_string);
-                (sid, st)
-            })
-            .collect()
-    };
+    let of = |p: Option<&Value>| by_sid(p.map(|p| policy::normalize_policy(p, partition)).as_ref());
     let want = d.policy.as_ref().ok();
     keyed("policy.statement", &of(s.policy.as_ref()), &of(want))
 }
 
+/// A policy document's statements by Sid (a statement without one by its place, `#0`).
+pub(crate) fn by_sid(doc: Option<&Value>) -> BTreeMap<String, Value> {
+    let list = doc
+        .and_then(|p| p["Statement"].as_array().cloned())
+        .unwrap_or_default();
+    (list.into_iter().enumerate())
+        .map(|(i, st)| {
+            let sid = st["Sid"].as_str().map_or(format!("#{i}"), str::to_string);
+            (sid, st)
+        })
+        .collect()
+}
+
 /// The entries of two maps by key that differ: `field[key]`.
-fn keyed(
+pub(crate) fn keyed(
     field: &str,
     had: &BTreeMap<String, Value>,
     want: &BTreeMap<String, Value>,
@@ -192,7 +193,7 @@ fn shown<T: serde::Serialize + Debug>(v: Option<&T>) -> String {
     }
 }
 
-fn short(v: &Value) -> String {
+pub(crate) fn short(v: &Value) -> String {
     let text = match v {
         Value::String(s) => s.clone(),
         other => other.to_string(),
@@ -203,7 +204,7 @@ fn short(v: &Value) -> String {
     }
 }
 
-fn entry(field: &str, from: &str, to: &str) -> PlannedChange {
+pub(crate) fn entry(field: &str, from: &str, to: &str) -> PlannedChange {
     PlannedChange {
         field: field.into(),
         from: from.into(),
@@ -211,10 +212,11 @@ fn entry(field: &str, from: &str, to: &str) -> PlannedChange {
     }
 }
 
-/// The `InSync` message for `all` differences (status lists the first [`LISTED`]).
-pub fn message(name: &str, all: &[PlannedChange]) -> String {
+/// The `InSync` message for `all` differences of `subject` (`S3 bucket x`, `IAM user y`);
+/// status lists the first [`LISTED`].
+pub fn message(subject: &str, all: &[PlannedChange]) -> String {
     if all.is_empty() {
-        return format!("S3 bucket {name} is as the spec says");
+        return format!("{subject} is as the spec says");
     }
     let fields: Vec<&str> = all.iter().take(5).map(|c| c.field.as_str()).collect();
     let more = all.len().saturating_sub(fields.len());
@@ -224,7 +226,7 @@ pub fn message(name: &str, all: &[PlannedChange]) -> String {
         String::new()
     };
     format!(
-        "S3 bucket {name} differs from the spec in {} field(s): {}{tail} (status.plan lists them)",
+        "{subject} differs from the spec in {} field(s): {}{tail} (status.plan lists them)",
         all.len(),
         fields.join(", ")
     )
@@ -259,7 +261,10 @@ mod tests {
     fn a_bucket_as_the_spec_says_lists_nothing() {
         let d = desired_for(BucketSpec::default());
         assert_eq!(listed(&d, &owned(&d, |_| {})), vec![]);
-        assert_eq!(message("b", &[]), "S3 bucket b is as the spec says");
+        assert_eq!(
+            message("S3 bucket b", &[]),
+            "S3 bucket b is as the spec says"
+        );
     }
 
     #[test]
@@ -357,7 +362,7 @@ mod tests {
         let long = Value::String("x".repeat(500));
         assert_eq!(short(&long).chars().count(), VALUE_CHARS + 3);
         let all: Vec<PlannedChange> = (0..7).map(|i| entry(&format!("f{i}"), "a", "b")).collect();
-        let m = message("b", &all);
+        let m = message("S3 bucket b", &all);
         assert!(
             m.contains("in 7 field(s): f0, f1, f2, f3, f4 and 2 more"),
             "{m}"

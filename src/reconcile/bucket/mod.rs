@@ -11,7 +11,7 @@ mod cleanup;
 mod desired;
 #[cfg(test)]
 mod fixtures;
-mod in_sync;
+pub(crate) mod in_sync;
 #[cfg(test)]
 mod io_tests;
 pub mod logging;

@@ -7,6 +7,7 @@
 //! keys in [`keys`]; a grant that may not stand, [`plan::withdrawal`]) and applies only the
 //! difference.
 
+mod in_sync;
 #[cfg(test)]
 mod io_tests;
 pub mod keys;
@@ -31,12 +32,13 @@ use super::{
     has_finalizer, object_key, owner, refusal, remove_finalizer, report_blocked, served,
     update_status,
 };
-use crate::api::condition::{self, Reason};
-use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType};
+use crate::api::condition::{self, IN_SYNC, Reason};
+use crate::api::{BucketAccess, BucketAccessStatus, CredentialsType, Management};
 use crate::aws::budget::Key;
 use crate::aws::iam::Identity;
 use crate::aws::naming;
 use crate::aws::tags::{Owner, Ownership};
+use crate::reconcile::bucket::in_sync as bucket_in_sync;
 use crate::reconcile::class::access as class;
 use observe::{Observation, observe};
 use plan::{ActiveKey, Change, Found, Kind, Learned, Plan, Revoke, Withdrawal};
@@ -212,6 +214,9 @@ async fn pass(
     };
     let access = &*class::admit(access, class, ctx.settings.min_rotation_interval)?;
     let plan = plan::plan(access, &ctx.settings, &observed)?;
+    if access.spec.management == Some(Management::Observe) {
+        return report_observed(access, ctx, class, (&plan, &observed), versions).await;
+    }
     let learned = apply(access, ctx, &plan, events).await?;
     versions.access.extend(learned.version.clone());
     let endpoint = ctx.aws.endpoint_url.as_deref();
@@ -308,12 +313,7 @@ async fn apply(
     plan: &Plan,
     events: &mut PassEvents,
 ) -> Result<Learned, Error> {
-    let mut learned = Learned {
-        arn: plan.arn.clone().unwrap_or_default(),
-        key: plan.key.clone(),
-        version: None,
-        association: plan.association.as_ref().and_then(|a| a.id.clone()),
-    };
+    let mut learned = plan.known();
     for step in &plan.changes {
         apply_change(access, ctx, plan, step, &mut learned, events).await?;
     }
@@ -436,6 +436,106 @@ async fn create_key(
         created: k.key.created,
         secret: k.secret,
     })
+}
+
+/// Reports an observed access (nothing written to AWS, no Secret written): Ready while its
+/// identity exists, `InSync` and `status.plan` saying what a Manage pass would change, and an
+/// event when that list changes.
+async fn report_observed(
+    access: &BucketAccess,
+    ctx: &InAccount<'_>,
+    class: &class::InForce,
+    (plan, observed): (&Plan, &plan::Snapshot),
+    mut versions: observe::Versions,
+) -> Result<Requeue, Error> {
+    let endpoint = ctx.aws.endpoint_url.as_deref();
+    let secret = secret_view(access, plan, observed, endpoint);
+    let all = in_sync::differences(plan, observed, secret);
+    let (subject, exists) = match &plan.kind {
+        Kind::Shared { service_account } => (
+            format!("The EKS Pod Identity association of ServiceAccount {service_account}"),
+            matches!(observed.association, Found::Ours(_)),
+        ),
+        _ => (
+            plan.identity().to_string(),
+            matches!(observed.identity, Found::Ours(_)),
+        ),
+    };
+    let msg = if exists {
+        format!(
+            "{subject} is observed: the operator reads it and writes nothing (spec.management Observe)"
+        )
+    } else {
+        format!("{subject} does not exist: in Observe the operator does not create it")
+    };
+    let previous = access.status.clone().unwrap_or_default();
+    let (generation, now) = (access.metadata.generation, observed.now);
+    let ready = condition::ready(
+        &previous.conditions,
+        exists,
+        Reason::Observed,
+        msg,
+        generation,
+        now,
+    );
+    let said = condition::Said {
+        status: all.is_empty(),
+        reason: if all.is_empty() { "InSync" } else { "Differs" },
+        message: bucket_in_sync::message(&subject, &all),
+    };
+    let in_sync = condition::of_type(&previous.conditions, IN_SYNC, said, generation, now);
+    let note = in_sync.message.clone();
+    let status = BucketAccessStatus {
+        conditions: vec![ready, in_sync],
+        observed_generation: generation,
+        class_name: class::name(class),
+        plan: all.iter().take(bucket_in_sync::LISTED).cloned().collect(),
+        ..previous.clone()
+    };
+    if status.plan != previous.plan && !all.is_empty() {
+        ctx.event(access, true, "OutOfSync", note).await;
+    }
+    let written = update_status(ctx, access, access.status.as_ref(), &status).await?;
+    versions.access.extend(written);
+    let next = next_pass(ctx, plan.wake_at, now);
+    let wait = match next {
+        Requeue::Resync(d) | Requeue::After(d) => d,
+        Requeue::OnChange => ctx.resync_after(),
+    };
+    ctx.settled
+        .record(object_key(access), versions.into_inputs(), wait);
+    Ok(next)
+}
+
+/// How the access's Secret compares with what a Manage pass would write. A pass that creates
+/// an identity or a key rewrites it whatever it holds.
+fn secret_view(
+    access: &BucketAccess,
+    plan: &Plan,
+    observed: &plan::Snapshot,
+    endpoint: Option<&str>,
+) -> in_sync::SecretView {
+    let Some(current) = observed.secret.as_ref() else {
+        return in_sync::SecretView::Absent;
+    };
+    let creates = (plan.changes.iter()).any(|c| {
+        matches!(
+            c,
+            Change::CreateUser | Change::CreateRole(_) | Change::CreateKey
+        )
+    });
+    if creates {
+        return in_sync::SecretView::Differs;
+    }
+    let outcome = plan.outcome(access, &plan.known(), endpoint, observed.now);
+    if secret_in_shape(
+        current,
+        &desired_secret(access, &plan.secret_name, &outcome),
+    ) {
+        in_sync::SecretView::InShape
+    } else {
+        in_sync::SecretView::Differs
+    }
 }
 
 /// Creates the user or role of `step`; returns its ARN. One with this name outside the
@@ -691,6 +791,8 @@ fn blocked_status(
             now,
         )],
         observed_generation: access.metadata.generation,
+        // What an earlier Observe pass listed is not what this refused pass would do.
+        plan: vec![],
         ..previous
     }
 }

@@ -76,14 +76,18 @@ impl Plan {
             (Kind::User, None) => unreachable!("plan_keys either keeps a key or creates one"),
             (Kind::Shared { .. }, _) => unreachable!("a shared role comes with an association"),
         };
-        status.conditions = vec![condition::ready(
-            &access.status.clone().unwrap_or_default().conditions,
-            true,
-            Reason::Available,
-            message,
-            access.metadata.generation,
-            now,
-        )];
+        let previous = access.status.clone().unwrap_or_default().conditions;
+        let generation = access.metadata.generation;
+        // Once applied, IAM and the Secret hold what the spec says.
+        let in_sync = condition::Said {
+            status: true,
+            reason: "InSync",
+            message: crate::reconcile::bucket::in_sync::message(&self.identity().to_string(), &[]),
+        };
+        status.conditions = vec![
+            condition::ready(&previous, true, Reason::Available, message, generation, now),
+            condition::of_type(&previous, condition::IN_SYNC, in_sync, generation, now),
+        ];
         Outcome {
             data,
             annotations,

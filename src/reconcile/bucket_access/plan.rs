@@ -424,6 +424,17 @@ impl Withdrawal {
 }
 
 impl Plan {
+    /// What the pass knows before any write: the identity's ARN, the Secret's key and the
+    /// association's id as found (the apply fills in what it creates).
+    pub fn known(&self) -> Learned {
+        Learned {
+            arn: self.arn.clone().unwrap_or_default(),
+            key: self.key.clone(),
+            version: None,
+            association: self.association.as_ref().and_then(|a| a.id.clone()),
+        }
+    }
+
     /// The user or role this plan writes.
     pub fn identity(&self) -> Identity {
         match self.kind {
@@ -985,5 +996,82 @@ mod tests {
         let w = withdrawal(role, &ours(&a, vec![]), &Found::Absent, gone());
         assert_eq!(w.changes, [Revoke::DeletePolicy]);
         assert!(w.note().unwrap().contains("access policy of IAM role r"));
+    }
+    /// What an Observe pass lists is each write of the plan as a field, keys by id and the
+    /// Secret as present or not (never a secret), and nothing for the finalizer.
+    #[test]
+    fn an_observed_access_lists_each_planned_write_as_a_field() {
+        use super::super::in_sync::{SecretView, differences};
+        let fields = |d: Vec<crate::api::PlannedChange>| -> Vec<(String, String, String)> {
+            d.into_iter().map(|c| (c.field, c.from, c.to)).collect()
+        };
+        let mut a = access(json!({}));
+        a.metadata.finalizers = None;
+        let o = observed(Found::Absent, None, 0);
+        let p = plan(&a, &settings(), &o).unwrap();
+        assert_eq!(p.changes[0], Change::AddFinalizer);
+        let listed = fields(differences(&p, &o, SecretView::Absent));
+        let names: Vec<&str> = listed.iter().map(|(f, _, _)| f.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "identity",
+                "policy.statement[Bucket]",
+                "policy.statement[Objects]",
+                "accessKeys[new]",
+                "secret[a]"
+            ]
+        );
+        assert_eq!(listed[0].1, "absent");
+        assert!(listed[0].2.starts_with("IAM user "), "{:?}", listed[0]);
+        assert_eq!(
+            listed[3],
+            ("accessKeys[new]".into(), "absent".into(), "Active".into())
+        );
+        assert_eq!(
+            listed[4],
+            ("secret[a]".into(), "absent".into(), "present".into())
+        );
+
+        // In sync: nothing listed.
+        let learned = Learned {
+            arn: USER_ARN.into(),
+            key: Some(new_key("A", 0, "s3cr3t")),
+            version: None,
+            association: None,
+        };
+        let handed = secret_of(&p.outcome(&a, &learned, None, t(0)));
+        let a = served(access(json!({})), "A");
+        let o = observed(ours(&a, vec![key("A", 0)]), Some(handed.clone()), 5);
+        let p = plan(&a, &settings(), &o).unwrap();
+        assert_eq!(differences(&p, &o, SecretView::InShape), vec![]);
+
+        // The policy widened out of band, a second key made and the first deactivated: those
+        // fields only, each from what IAM holds to what the spec asks.
+        let mut state = user(&a, vec![key("A", 0), key("B", 1)]);
+        state.keys[0].active = false;
+        let mut wide = doc(&a);
+        wide["Statement"][0]["Resource"] = json!("*");
+        state.policy = Some(wide);
+        let o = observed(Found::Ours(state), Some(handed), 5);
+        let p = plan(&a, &settings(), &o).unwrap();
+        let listed = fields(differences(&p, &o, SecretView::InShape));
+        assert!(
+            !format!("{listed:?}").contains("s3cr3t"),
+            "secrets never listed"
+        );
+        let names: Vec<&str> = listed.iter().map(|(f, _, _)| f.as_str()).collect();
+        assert!(names.contains(&"accessKeys[B]"), "{listed:?}");
+        assert!(
+            listed.contains(&("accessKeys[A]".into(), "Inactive".into(), "Active".into())),
+            "{listed:?}"
+        );
+        let policy: Vec<_> = listed
+            .iter()
+            .filter(|(f, _, _)| f.starts_with("policy."))
+            .collect();
+        assert_eq!(policy.len(), 1, "{listed:?}");
+        assert!(policy[0].1.contains("\"*\""), "{listed:?}");
+        assert!(!policy[0].2.contains("\"*\""), "{listed:?}");
     }
 }

@@ -56,9 +56,11 @@ pub fn admit<'a>(
     }))
 }
 
-/// `spec` with what `class` fills in: the rotation of an `AccessKey` access that sets none.
+/// `spec` with what `class` fills in: the rotation of an `AccessKey` access that sets none,
+/// and the management mode.
 pub fn with_defaults(spec: &BucketAccessSpec, class: &BucketAccessClass) -> BucketAccessSpec {
     let mut spec = spec.clone();
+    spec.management = spec.management.or(class.spec.default_management);
     let credentials = &mut spec.credentials;
     if credentials.type_ == CredentialsType::AccessKey && credentials.rotation.is_none() {
         credentials.rotation = class.spec.rotation.as_ref().and_then(|r| r.default.clone());
@@ -80,6 +82,16 @@ pub fn check(spec: &BucketAccessSpec, class: &BucketAccessClass) -> Result<(), B
         let rule = format!("allowedPermissions is {:?}", c.allowed_permissions);
         let value = format_args!("{permission:?}");
         return Err(breaks("spec.permission", value, class, rule));
+    }
+    let mode = spec.management.unwrap_or_default();
+    if !c.allowed_management_modes.is_empty() && !c.allowed_management_modes.contains(&mode) {
+        let rule = format!("allowedManagementModes is {:?}", c.allowed_management_modes);
+        return Err(breaks(
+            "spec.management",
+            format_args!("{mode:?}"),
+            class,
+            rule,
+        ));
     }
     if c.require_prefix && spec.prefix.is_none() {
         return Err(breaks(
@@ -224,6 +236,34 @@ mod tests {
             refused(json!({"permission": "ReadOnly"}), prefix),
             "spec.prefix unset breaks BucketAccessClass sandbox: requirePrefix is true"
         );
+        let modes = json!({"allowedManagementModes": ["Manage"]});
+        assert_eq!(
+            refused(
+                json!({"permission": "ReadOnly", "management": "Observe"}),
+                modes
+            ),
+            "spec.management Observe breaks BucketAccessClass sandbox: allowedManagementModes is [Manage]"
+        );
+        // The class's own default is held to its own list too.
+        let modes = json!({"allowedManagementModes": ["Observe"], "defaultManagement": "Manage"});
+        assert_eq!(
+            refused(json!({"permission": "ReadOnly"}), modes),
+            "spec.management Manage breaks BucketAccessClass sandbox: allowedManagementModes is [Observe]"
+        );
+    }
+
+    #[test]
+    fn the_class_default_management_fills_only_an_access_that_sets_none() {
+        use crate::api::Management;
+        let c: InForce = Ok(Some(Arc::new(class(
+            json!({"defaultManagement": "Observe"}),
+        ))));
+        let unset = access(json!({"permission": "ReadOnly"}));
+        let got = admit(&unset, &c, FLOOR).unwrap();
+        assert_eq!(got.spec.management, Some(Management::Observe));
+        let own = access(json!({"permission": "ReadOnly", "management": "Manage"}));
+        let got = admit(&own, &c, FLOOR).unwrap();
+        assert_eq!(got.spec.management, Some(Management::Manage));
     }
 
     #[test]
