@@ -226,7 +226,7 @@ async fn dashboard_queries_return_data(prom: &Prometheus) {
         // Every controller's series start at zero (account "": the operator's own).
         "Passes deferred by AWS budget, by account",
         // Its zero series exists from the first round (no Bucket is observed here).
-        "Observed buckets out of sync, by class and account",
+        "Observed objects out of sync, by kind, class and account",
         "CPU usage",
         "Memory (resident)",
         "Uptime",
