@@ -5,7 +5,10 @@ use std::time::Duration;
 
 use kube::runtime::controller::Action;
 
-use crate::api::condition::Reason;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+
+use crate::api::PlannedChange;
+use crate::api::condition::{self, Reason};
 use crate::aws::{self, ErrorKind};
 
 /// When a successful pass wants to run again if nothing changes before (its `Action`, typed so
@@ -86,6 +89,9 @@ impl Error {
 pub struct Blocked {
     pub reason: Reason,
     pub message: String,
+    /// What a Manage pass still had to write when AWS refused one of its writes (`None`: the
+    /// pass was stopped before it planned).
+    pub pending: Option<Box<Pending>>,
 }
 
 impl Blocked {
@@ -93,7 +99,45 @@ impl Blocked {
         Blocked {
             reason,
             message: message.into(),
+            pending: None,
         }
+    }
+
+    /// This refusal, with what the pass had left to write to `subject` (`S3 bucket x`,
+    /// `IAM user y`), field by field as `status.plan` lists it.
+    pub fn with_pending(mut self, subject: String, changes: Vec<PlannedChange>) -> Self {
+        self.pending = Some(Box::new(Pending { subject, changes }));
+        self
+    }
+
+    /// The `InSync=False` condition a refused pass reports with its pending writes; `None`
+    /// when it was stopped before it planned.
+    pub fn in_sync(
+        &self,
+        previous: &[Condition],
+        generation: Option<i64>,
+        now: jiff::Timestamp,
+    ) -> Option<Condition> {
+        let p = self.pending.as_ref().filter(|p| !p.changes.is_empty())?;
+        let listed = super::bucket::in_sync::message(&p.subject, &p.changes);
+        let said = condition::Said {
+            status: false,
+            reason: "Blocked",
+            message: format!("{listed}; AWS refused the pass before it wrote them"),
+        };
+        Some(condition::of_type(
+            previous,
+            condition::IN_SYNC,
+            said,
+            generation,
+            now,
+        ))
+    }
+
+    /// What `status.plan` lists for this refusal (at most the first 20).
+    pub fn plan(&self) -> Vec<PlannedChange> {
+        let all = self.pending.iter().flat_map(|p| &p.changes);
+        all.take(super::bucket::in_sync::LISTED).cloned().collect()
     }
 
     /// A person must fix it (counted as a terminal error); waiting on a Bucket is not that.
@@ -103,6 +147,13 @@ impl Blocked {
             Reason::BucketNotReady | Reason::BucketNotFound | Reason::BucketNotOwned
         )
     }
+}
+
+/// What a refused Manage pass had left to write.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Pending {
+    pub subject: String,
+    pub changes: Vec<PlannedChange>,
 }
 
 /// The Blocked an AWS refusal that a person must fix amounts to; `None` for transient errors

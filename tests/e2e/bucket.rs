@@ -512,6 +512,21 @@ async fn access_denied_lands_in_the_condition_without_a_hot_loop() {
     let msg = wait_reason(&api, "denied", "AccessDenied", T).await;
     assert!(msg.contains("PutBucketEncryption"), "{msg}");
     wait_event(&ns, "AccessDenied", &["PutBucketEncryption"]).await;
+    // The refused pass says what it had left to write, from the refused write on: the bucket
+    // it already created is not listed, its encryption is first.
+    let status = serde_json::to_value(api.get("denied").await.unwrap().status).unwrap();
+    let in_sync = (status["conditions"].as_array().unwrap().iter())
+        .find(|c| c["type"] == "InSync")
+        .unwrap_or_else(|| panic!("no InSync condition: {status}"));
+    assert_eq!(
+        (&in_sync["status"], &in_sync["reason"]),
+        (&json!("False"), &json!("Blocked"))
+    );
+    let fields: Vec<&str> = (status["plan"].as_array().unwrap().iter())
+        .filter_map(|p| p["field"].as_str())
+        .collect();
+    assert_eq!(fields.first(), Some(&"encryption"), "{status}");
+    assert!(!fields.contains(&"bucket"), "{fields:?}");
     let before = op.aws_calls("GetBucketTagging").await;
     tokio::time::sleep(Duration::from_secs(5)).await;
     let after = op.aws_calls("GetBucketTagging").await;

@@ -127,6 +127,7 @@ pub(super) async fn apply(
         return report_observed(bucket, ctx, &d, seen, inputs).await;
     }
     let pass = Pass {
+        found: &observed,
         adopting: matches!(&observed, Found::Present(c) if owner.judge(&c.tags) != Ownership::Ours),
         deletion: accepted_deletion(&classed.bucket, settings),
         enforced: classed.enforced,
@@ -148,7 +149,9 @@ struct Classed {
 }
 
 /// What a pass's report needs to know besides its writes.
-struct Pass {
+struct Pass<'a> {
+    /// The bucket as the pass found it.
+    found: &'a Found,
     /// The bucket is being taken over.
     adopting: bool,
     /// What the class removed (said in an event once that reaches AWS).
@@ -358,7 +361,7 @@ async fn converge(
     ctx: &InAccount<'_>,
     d: &Desired,
     changes: &[Change],
-    pass: Pass,
+    pass: Pass<'_>,
     mut inputs: Vec<Vec<String>>,
 ) -> Result<Requeue, Error> {
     let adopting = pass.adopting;
@@ -379,7 +382,19 @@ async fn converge(
                 // Created meanwhile by someone in this account: the next pass judges its tags.
                 return Ok(Requeue::After(Duration::from_secs(1)));
             }
-            return failed(bucket, ctx, pass.class.as_deref(), &d.address(), e).await;
+            let Some(why) = refusal(&e) else {
+                return Err(e.into());
+            };
+            // What is left, against the bucket as found (or as just created, bare).
+            let created = Found::Present(Box::default());
+            let from = if applied.contains(&Change::Create) {
+                &created
+            } else {
+                pass.found
+            };
+            let left = in_sync::differences(d, from, &changes[applied.len()..]);
+            let why = why.with_pending(format!("S3 bucket {}", d.name), left);
+            return blocked(bucket, ctx, pass.class.as_deref(), Some(&d.address()), &why).await;
         }
         applied.push(change.clone());
     }
@@ -686,7 +701,13 @@ pub(super) async fn blocked(
 ) -> Result<Requeue, Error> {
     let why = &ctx.said(why);
     let msg = why.message.clone();
-    let status = status_for(bucket, ctx, class, d, false, why.reason, msg);
+    let mut status = status_for(bucket, ctx, class, d, false, why.reason, msg);
+    // A refused Manage pass says what it had left to write.
+    let previous = bucket.status.as_ref().map(|s| s.conditions.as_slice());
+    let (generation, now) = (bucket.metadata.generation, jiff::Timestamp::now());
+    let in_sync = why.in_sync(previous.unwrap_or_default(), generation, now);
+    status.conditions.extend(in_sync);
+    status.plan = why.plan();
     report_blocked(ctx, bucket, bucket.status.as_ref(), &status, why).await
 }
 

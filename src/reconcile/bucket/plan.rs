@@ -577,6 +577,7 @@ mod tests {
                 Plan::Blocked(Blocked {
                     reason: Reason::InvalidSpec,
                     message,
+                    ..
                 }) => assert!(message.contains("spec.policy[0].principal"), "{message}"),
                 other => panic!("not refused: {other:?}"),
             }
@@ -625,10 +626,10 @@ mod tests {
     fn foreign_and_unowned_buckets_are_never_touched() {
         let d = desired_for(BucketSpec::default());
         assert!(
-            matches!(plan(&d, &Found::Foreign("held by another installation".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("held by another installation"))
+            matches!(plan(&d, &Found::Foreign("held by another installation".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m, .. }) if m.contains("held by another installation"))
         );
         assert!(
-            matches!(plan(&d, &Found::NotAdoptable("set spec.adoptExisting".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m }) if m.contains("adoptExisting"))
+            matches!(plan(&d, &Found::NotAdoptable("set spec.adoptExisting".into())), Plan::Blocked(Blocked { reason: Reason::NameConflict, message: m, .. }) if m.contains("adoptExisting"))
         );
     }
 
@@ -760,6 +761,7 @@ mod tests {
                 Plan::Blocked(Blocked {
                     reason: Reason::InvalidSpec,
                     message,
+                    ..
                 }) => assert!(
                     message.contains("spec.notifications.queues[0].arn"),
                     "{message}"

@@ -217,7 +217,7 @@ async fn pass(
     if access.spec.management == Some(Management::Observe) {
         return report_observed(access, ctx, class, (&plan, &observed), versions).await;
     }
-    let learned = apply(access, ctx, &plan, events).await?;
+    let learned = apply(access, ctx, (&plan, &observed), events).await?;
     versions.access.extend(learned.version.clone());
     let endpoint = ctx.aws.endpoint_url.as_deref();
     let mut outcome = plan.outcome(access, &learned, endpoint, observed.now);
@@ -310,14 +310,33 @@ fn identity_named(access: &BucketAccess, name: String) -> Identity {
 async fn apply(
     access: &BucketAccess,
     ctx: &InAccount<'_>,
-    plan: &Plan,
+    (plan, observed): (&Plan, &plan::Snapshot),
     events: &mut PassEvents,
 ) -> Result<Learned, Error> {
     let mut learned = plan.known();
-    for step in &plan.changes {
-        apply_change(access, ctx, plan, step, &mut learned, events).await?;
+    for (done, step) in plan.changes.iter().enumerate() {
+        if let Err(e) = apply_change(access, ctx, plan, step, &mut learned, events).await {
+            return Err(left_undone(plan, observed, done, e));
+        }
     }
     Ok(learned)
+}
+
+/// A write AWS refused (`e`, at step `done` of the plan) blocks the pass with what it had left
+/// to write, for status to list; any other error is retried as it is.
+fn left_undone(plan: &Plan, observed: &plan::Snapshot, done: usize, e: Error) -> Error {
+    let Some(why) = (match &e {
+        Error::Aws(aws) => refusal(aws, None, ""),
+        _ => None,
+    }) else {
+        return e;
+    };
+    let rest = Plan {
+        changes: plan.changes[done..].to_vec(),
+        ..plan.clone()
+    };
+    let pending = in_sync::differences(&rest, observed, in_sync::SecretView::InShape);
+    Error::Blocked(why.with_pending(plan.identity().to_string(), pending))
 }
 
 async fn apply_change(
@@ -780,19 +799,22 @@ fn blocked_status(
     now: jiff::Timestamp,
 ) -> BucketAccessStatus {
     let previous = access.status.clone().unwrap_or_default();
+    let generation = access.metadata.generation;
+    let ready = condition::ready(
+        &previous.conditions,
+        false,
+        why.reason,
+        why.message.clone(),
+        generation,
+        now,
+    );
+    // A refused Manage pass says what it had left to write.
+    let in_sync = why.in_sync(&previous.conditions, generation, now);
     BucketAccessStatus {
         class_name,
-        conditions: vec![condition::ready(
-            &previous.conditions,
-            false,
-            why.reason,
-            why.message.clone(),
-            access.metadata.generation,
-            now,
-        )],
-        observed_generation: access.metadata.generation,
-        // What an earlier Observe pass listed is not what this refused pass would do.
-        plan: vec![],
+        conditions: std::iter::once(ready).chain(in_sync).collect(),
+        observed_generation: generation,
+        plan: why.plan(),
         ..previous
     }
 }

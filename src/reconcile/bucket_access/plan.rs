@@ -1074,4 +1074,50 @@ mod tests {
         assert!(policy[0].1.contains("\"*\""), "{listed:?}");
         assert!(!policy[0].2.contains("\"*\""), "{listed:?}");
     }
+    /// A write AWS refuses blocks the pass with what it had left to write, from that write on;
+    /// a transient error is retried as it is, listing nothing.
+    #[test]
+    fn a_refused_write_blocks_the_pass_with_what_it_had_left() {
+        use crate::aws::{Error as AwsError, ErrorKind};
+        use crate::reconcile::Error;
+        let a = access(json!({}));
+        let o = observed(Found::Absent, None, 0);
+        let p = plan(&a, &settings(), &o).unwrap();
+        let error = |code: &str, kind| {
+            Error::Aws(AwsError {
+                service: "iam",
+                operation: "PutUserPolicy",
+                code: code.into(),
+                message: "m".into(),
+                kind,
+            })
+        };
+        let denied =
+            super::super::left_undone(&p, &o, 1, error("AccessDenied", ErrorKind::AccessDenied));
+        let Error::Blocked(why) = denied else {
+            panic!("not blocked: {denied:?}");
+        };
+        assert_eq!(why.reason, Reason::AccessDenied);
+        let fields: Vec<String> = why.plan().into_iter().map(|c| c.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "policy.statement[Bucket]",
+                "policy.statement[Objects]",
+                "accessKeys[new]"
+            ],
+            "the user was made before the refusal: not listed"
+        );
+        let c = why.in_sync(&[], Some(1), t(0)).unwrap();
+        assert_eq!((c.status.as_str(), c.reason.as_str()), ("False", "Blocked"));
+        assert!(
+            c.message.starts_with(&format!("{} differs", p.identity())),
+            "{}",
+            c.message
+        );
+
+        let throttled =
+            super::super::left_undone(&p, &o, 1, error("Throttling", ErrorKind::Transient));
+        assert!(matches!(throttled, Error::Aws(_)), "{throttled:?}");
+    }
 }
