@@ -6,12 +6,15 @@
 //! anywhere but stdout. What a Bucket cannot say is flagged in a comment above its manifest.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{Api, ResourceExt};
 use serde_json::Value;
 
 use crate::api::{
-    Bucket, BucketSpec, Management, PolicyEffect, PolicyPrincipal, PolicyStatement,
-    PublicAccessBlock,
+    AWSAccount, Bucket, BucketClass, BucketSpec, Management, PolicyEffect, PolicyPrincipal,
+    PolicyStatement, PublicAccessBlock,
 };
 use crate::aws::{Aws, Error as AwsError};
 
@@ -47,6 +50,104 @@ pub enum Error {
     List(#[source] AwsError),
     #[error("writing the manifest of {0}: {1}")]
     Manifest(String, String),
+    #[error("reading the cluster (--account and --class need it): {0}")]
+    Cluster(#[source] kube::Error),
+    #[error("asking STS which account the AWS credentials act in: {0}")]
+    Caller(#[source] AwsError),
+    /// The buckets read would not be where the manifests' Buckets will live.
+    #[error("{0}")]
+    Destination(String),
+}
+
+/// Where the manifests' Buckets will live, as the cluster has it: the BucketClass they will be
+/// under in their namespace, and the AWSAccount `--account` names (`None`: none by that name).
+pub struct Destination {
+    pub class: Option<Arc<BucketClass>>,
+    pub account: Option<AWSAccount>,
+}
+
+/// Reads the [`Destination`] of Buckets in `namespace` naming `class` (else its default class),
+/// and the AWSAccount `account`.
+pub async fn destination(
+    client: &kube::Client,
+    namespace: &str,
+    class: Option<&str>,
+    account: Option<&str>,
+) -> Result<Destination, Error> {
+    let ns = Api::<Namespace>::all(client.clone())
+        .get(namespace)
+        .await
+        .map_err(Error::Cluster)?;
+    let classes = Api::<BucketClass>::all(client.clone())
+        .list(&Default::default())
+        .await
+        .map_err(Error::Cluster)?;
+    let classes: Vec<Arc<BucketClass>> = classes.items.into_iter().map(Arc::new).collect();
+    let class = crate::reconcile::class::resolve(class, namespace, ns.labels(), &classes, &[])
+        .map_err(|why| Error::Destination(format!("namespace {namespace}: {}", why.message)))?;
+    let account = match account {
+        Some(name) => Api::<AWSAccount>::all(client.clone())
+            .get_opt(name)
+            .await
+            .map_err(Error::Cluster)?,
+        None => None,
+    };
+    Ok(Destination { class, account })
+}
+
+/// Checks (pure) that buckets read with credentials of AWS account `caller` are where Buckets
+/// of `namespace` will live: the account its class puts them in is `wanted` (`--account`;
+/// `None`: the operator's own), and that AWSAccount is the credentials' account. Manifests for
+/// the wrong account would observe buckets the operator cannot find there. Returns the comment
+/// that heads the manifests.
+pub fn check(
+    namespace: &str,
+    wanted: Option<&str>,
+    d: &Destination,
+    caller: &str,
+) -> Result<String, Error> {
+    let class = d.class.as_ref().map(|c| c.name_any());
+    let class_account = d.class.as_ref().and_then(|c| c.spec.account.as_deref());
+    let says = match (&class, class_account) {
+        (Some(c), Some(a)) => format!("BucketClass {c} puts its Buckets in AWSAccount {a}"),
+        (Some(c), None) => {
+            format!("BucketClass {c} puts its Buckets in the operator's own account")
+        }
+        (None, _) => {
+            "no BucketClass applies, so its Buckets live in the operator's own account".into()
+        }
+    };
+    if class_account != wanted {
+        let asked = wanted.map_or("the operator's own account".into(), |w| {
+            format!("AWSAccount {w} (--account)")
+        });
+        let fix = match class_account {
+            Some(a) => format!("import with --account {a} and credentials of that account"),
+            None => {
+                "import without --account, with credentials of the operator's own account".into()
+            }
+        };
+        return Err(Error::Destination(format!(
+            "namespace {namespace}: {says}, not {asked}: {fix}"
+        )));
+    }
+    let Some(name) = wanted else {
+        return Ok(format!("namespace {namespace}: {says}"));
+    };
+    let Some(account) = &d.account else {
+        return Err(Error::Destination(format!(
+            "AWSAccount {name} does not exist"
+        )));
+    };
+    let id = crate::reconcile::accounts::account_of(&account.spec.role_arn).unwrap_or_default();
+    if id != caller {
+        return Err(Error::Destination(format!(
+            "AWSAccount {name} is AWS account {id}, but the AWS credentials act in account {caller}: import with credentials of account {id}"
+        )));
+    }
+    Ok(format!(
+        "namespace {namespace}: {says} (AWS account {id}, read with its credentials)"
+    ))
 }
 
 /// Prefix of the operator's own tags: a bucket carrying one is held by an installation.
@@ -286,9 +387,13 @@ async fn held(aws: &Aws, region: &str, name: &str) -> Result<Held, AwsError> {
     })
 }
 
-/// The manifests as one YAML stream, each after the comments flagging what it left out.
-pub fn yaml(imported: &[Imported], skipped: &[String]) -> Result<String, Error> {
+/// The manifests as one YAML stream, each after the comments flagging what it left out;
+/// `header`: comment lines first.
+pub fn yaml(imported: &[Imported], skipped: &[String], header: &[String]) -> Result<String, Error> {
     let mut out = String::new();
+    for h in header {
+        out.push_str(&format!("# {h}\n"));
+    }
     for s in skipped {
         out.push_str(&format!("# skipped {s}\n"));
     }
@@ -404,12 +509,76 @@ mod tests {
         let mut h = held();
         h.encryption = None;
         let i = manifest("photos", "team-a", "s3op-photos", &h);
-        let text = yaml(&[i], &["s3op-x: held".into()]).unwrap();
+        let text = yaml(&[i], &["s3op-x: held".into()], &[]).unwrap();
         assert!(text.starts_with("# skipped s3op-x: held\n---\n# photos: no default encryption"));
         assert!(text.contains("management: Observe"), "{text}");
         assert!(!text.contains("status"), "{text}");
         let doc = text.split("---\n").nth(1).unwrap();
         let back: Bucket = serde_yaml::from_str(doc).unwrap();
         assert_eq!(back.spec.bucket_name.as_deref(), Some("s3op-photos"));
+    }
+    /// Manifests go where their namespace's class puts them: the credentials' account must be
+    /// the AWSAccount `--account` names, and that must be the class's account.
+    #[test]
+    fn import_refuses_buckets_of_another_account_than_the_class_gives() {
+        let class = |account: Option<&str>| -> Arc<BucketClass> {
+            let spec = json!({"account": account});
+            Arc::new(BucketClass::new(
+                "team",
+                serde_json::from_value(spec).unwrap(),
+            ))
+        };
+        let account: AWSAccount = serde_json::from_value(json!({
+            "apiVersion": "s3.operator.dev/v1alpha1", "kind": "AWSAccount",
+            "metadata": {"name": "b"},
+            "spec": {"roleArn": "arn:aws:iam::111111111111:role/r",
+                     "externalIdSecretRef": {"name": "x", "key": "k"}}}))
+        .unwrap();
+        let dest = |c: Option<&str>, a: bool| Destination {
+            class: Some(class(c)),
+            account: a.then(|| account.clone()),
+        };
+        let refused = |r: Result<String, Error>| r.unwrap_err().to_string();
+        // The right account, with its credentials.
+        let ok = check("ns", Some("b"), &dest(Some("b"), true), "111111111111").unwrap();
+        assert!(
+            ok.contains("AWSAccount b (AWS account 111111111111"),
+            "{ok}"
+        );
+        // Credentials of another account.
+        let e = refused(check(
+            "ns",
+            Some("b"),
+            &dest(Some("b"), true),
+            "123456789012",
+        ));
+        assert_eq!(
+            e,
+            "AWSAccount b is AWS account 111111111111, but the AWS credentials act in account 123456789012: import with credentials of account 111111111111"
+        );
+        // The class puts the namespace's Buckets elsewhere, either way round.
+        let e = refused(check("ns", None, &dest(Some("b"), false), "111111111111"));
+        assert_eq!(
+            e,
+            "namespace ns: BucketClass team puts its Buckets in AWSAccount b, not the operator's own account: import with --account b and credentials of that account"
+        );
+        let e = refused(check("ns", Some("b"), &dest(None, true), "111111111111"));
+        assert!(
+            e.contains("in the operator's own account, not AWSAccount b (--account)"),
+            "{e}"
+        );
+        let e = refused(check(
+            "ns",
+            Some("c"),
+            &dest(Some("c"), false),
+            "111111111111",
+        ));
+        assert_eq!(e, "AWSAccount c does not exist");
+        // No class and no --account: the operator's own account.
+        let none = Destination {
+            class: None,
+            account: None,
+        };
+        assert!(check("ns", None, &none, "123456789012").is_ok());
     }
 }

@@ -52,6 +52,14 @@ struct ImportArgs {
     /// The namespace of the manifests (its class maps it to an AWS account).
     #[arg(long)]
     namespace: String,
+    /// The AWSAccount the buckets are in (the AWS credentials must be of that account). With
+    /// it or `--class`, import reads the cluster (kubeconfig) and refuses unless the class the
+    /// Buckets will be under puts them in that account (omitted: the operator's own).
+    #[arg(long)]
+    account: Option<String>,
+    /// The BucketClass the manifests name (`spec.className`); omitted: the namespace's default.
+    #[arg(long)]
+    class: Option<String>,
     /// The buckets' region.
     #[arg(long, env = "AWS_REGION", default_value = "us-east-1")]
     aws_region: String,
@@ -80,10 +88,22 @@ fn import(a: ImportArgs) -> ExitCode {
         };
         let metrics = std::sync::Arc::new(s3_operator::metrics::Metrics::new());
         let aws = s3_operator::aws::Aws::new(&settings, metrics).await;
+        let mut header = vec![];
+        if a.account.is_some() || a.class.is_some() {
+            use s3_operator::import::{Error, check, destination};
+            let client = kube::Client::try_default().await.map_err(Error::Cluster)?;
+            let (ns, class) = (&a.namespace, a.class.as_deref());
+            let dest = destination(&client, ns, class, a.account.as_deref()).await?;
+            let (caller, _) = aws.caller().await.map_err(Error::Caller)?;
+            header.push(check(ns, a.account.as_deref(), &dest, &caller)?);
+        }
         let r = &a.aws_region;
-        let (found, skipped) =
+        let (mut found, skipped) =
             s3_operator::import::import(&aws, r, &a.prefix, &a.tags, &a.namespace).await?;
-        s3_operator::import::yaml(&found, &skipped)
+        for i in &mut found {
+            i.bucket.spec.class_name = a.class.clone();
+        }
+        s3_operator::import::yaml(&found, &skipped, &header)
     });
     match done {
         Ok(text) => {

@@ -143,27 +143,31 @@ async fn make(name: &str, i: usize) {
         .unwrap();
 }
 
-/// Runs `s3-operator import` with the operator's own AWS key; returns its stdout.
+/// Runs `s3-operator import` with the AWS key `key`; returns its stdout.
 fn import(key: &(String, String), prefix: &str, ns: &str) -> String {
-    let out = Command::new(env!("CARGO_BIN_EXE_s3-operator"))
-        .args([
-            "import",
-            "--prefix",
-            prefix,
-            "--namespace",
-            ns,
-            "--tag",
-            "fleet=imported",
-        ])
+    let out = run_import(key, prefix, ns, &["--tag", "fleet=imported"]);
+    assert!(out.status.success(), "import failed: {out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Runs `s3-operator import` with `key`, the admin's kubeconfig and `more` arguments.
+fn run_import(
+    key: &(String, String),
+    prefix: &str,
+    ns: &str,
+    more: &[&str],
+) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_s3-operator"))
+        .args(["import", "--prefix", prefix, "--namespace", ns])
+        .args(more)
         .env("AWS_ACCESS_KEY_ID", &key.0)
         .env("AWS_SECRET_ACCESS_KEY", &key.1)
         .env("AWS_REGION", &env().region)
         .env("AWS_ENDPOINT_URL", &env().aws_endpoint)
+        .env("KUBECONFIG", &env().kubeconfig)
         .env_remove("AWS_PROFILE")
         .output()
-        .expect("s3-operator import runs");
-    assert!(out.status.success(), "import failed: {out:?}");
-    String::from_utf8(out.stdout).unwrap()
+        .expect("s3-operator import runs")
 }
 
 /// Observed, Ready and InSync=True.
@@ -319,4 +323,106 @@ async fn imported_buckets_are_observed_in_sync_without_a_write() {
         ["AWS PUT bucket?tagging x1"],
         "Manage wrote more than adoption"
     );
+}
+
+/// `--account`: buckets of the emulator's second account import into a namespace whose class
+/// puts Buckets in the AWSAccount for it, read with that account's credentials. The operator's
+/// own credentials, or a class of the operator's own account, are refused before any bucket is
+/// read, naming both sides; nothing is printed.
+#[tokio::test]
+async fn import_from_another_account_needs_its_credentials_and_a_class_there() {
+    let client = admin().await;
+    let ns = namespace(&client, "importacct").await;
+    let target = Target::other();
+    let tag = random(6);
+    let account = format!("imp-{tag}");
+    aws_account(&client, &account, &target.role_arn(&tag), "unused").await;
+    let there = format!("imp-{tag}");
+    account_class(&client, &there, &ns, &account, false).await;
+    let home_class = format!("imp-home-{tag}");
+    let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "BucketClass",
+        "metadata": {"name": home_class}, "spec": {}});
+    Api::<s3_operator::api::BucketClass>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(obj).unwrap(),
+        )
+        .await
+        .unwrap();
+    let prefix = format!("s3op-imp{tag}-");
+    let name = format!("{prefix}photos");
+    target
+        .s3
+        .create_bucket()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    let theirs = env()
+        .other_admin_key
+        .clone()
+        .expect("the second account's admin key");
+
+    let args = ["--account", account.as_str(), "--class", there.as_str()];
+    let out = run_import(&theirs, &prefix, &ns, &args);
+    assert!(out.status.success(), "import failed: {out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let head = format!(
+        "# namespace {ns}: BucketClass {there} puts its Buckets in AWSAccount {account} (AWS account {}",
+        target.id
+    );
+    assert!(text.starts_with(&head), "{text}");
+    assert!(text.contains(&format!("bucketName: {name}")), "{text}");
+    assert!(text.contains(&format!("className: {there}")), "{text}");
+
+    // The operator's own credentials: not that account.
+    let out = run_import(&env().admin_key, &prefix, &ns, &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert!(
+        err.contains(&format!(
+            "AWSAccount {account} is AWS account {}, but the AWS credentials act in account",
+            target.id
+        )),
+        "{err}"
+    );
+    // A class of the operator's own account, asked to import another account's buckets.
+    let args = [
+        "--account",
+        account.as_str(),
+        "--class",
+        home_class.as_str(),
+    ];
+    let out = run_import(&theirs, &prefix, &ns, &args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && out.stdout.is_empty(), "{out:?}");
+    assert!(
+        err.contains(&format!("BucketClass {home_class} puts its Buckets in the operator's own account, not AWSAccount {account} (--account)")),
+        "{err}"
+    );
+    // And the class of that account without --account.
+    let out = run_import(&theirs, &prefix, &ns, &["--class", there.as_str()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(
+        err.contains(&format!("import with --account {account}")),
+        "{err}"
+    );
+
+    target
+        .s3
+        .delete_bucket()
+        .bucket(&name)
+        .send()
+        .await
+        .unwrap();
+    let classes = Api::<s3_operator::api::BucketClass>::all(client.clone());
+    for c in [&there, &home_class] {
+        classes.delete(c, &Default::default()).await.unwrap();
+    }
+    let accounts = Api::<s3_operator::api::AWSAccount>::all(client);
+    accounts
+        .delete(&account, &Default::default())
+        .await
+        .unwrap();
 }
