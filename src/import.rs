@@ -29,6 +29,13 @@ pub struct Held {
     pub cors: Vec<crate::api::CorsRule>,
     pub object_ownership: Option<crate::api::ObjectOwnership>,
     pub policy: Option<Value>,
+    /// The default retention, when object lock is enabled (`None`: not enabled).
+    pub object_lock: Option<crate::api::ObjectLock>,
+    pub intelligent_tiering: Vec<crate::api::IntelligentTiering>,
+    pub transfer_acceleration: Option<crate::api::TransferAcceleration>,
+    pub notifications: Option<crate::aws::s3::notifications::ObservedNotifications>,
+    /// Where it delivers its server access logs (`None`: off).
+    pub logging: Option<crate::aws::s3::logging::LogTarget>,
 }
 
 /// One bucket's manifest, and what it could not carry over.
@@ -157,8 +164,15 @@ const OWN_SIDS: [&str; 2] = ["DenyInsecureTransport", "S3ServerAccessLogs"];
 
 const NO_TLS: &str = "no TLS-only statement: Manage would add DenyInsecureTransport";
 
-/// The Bucket that reproduces `held` (pure). `name` is the object's name, `bucket` the S3 name.
-pub fn manifest(name: &str, namespace: &str, bucket: &str, held: &Held) -> Imported {
+/// The Bucket that reproduces `held` (pure). `name` is the object's name, `bucket` the S3 name;
+/// `objects`: the object name of each bucket imported with it (a log target must be one).
+pub fn manifest(
+    name: &str,
+    namespace: &str,
+    bucket: &str,
+    held: &Held,
+    objects: &BTreeMap<String, String>,
+) -> Imported {
     let mut flagged = Vec::new();
     let mut tags = BTreeMap::new();
     for (k, v) in &held.tags {
@@ -187,6 +201,23 @@ pub fn manifest(name: &str, namespace: &str, bucket: &str, held: &Held) -> Impor
         flagged.push("no object ownership controls: Manage would set BucketOwnerEnforced".into());
     }
     let policy = statements(held.policy.as_ref(), &mut flagged);
+    let notifications = notifications(held.notifications.as_ref(), &mut flagged);
+    let logging = held.logging.as_ref().and_then(|t| match objects.get(&t.bucket) {
+        Some(object) => Some(crate::api::Logging {
+            target_bucket_ref: Some(crate::api::LoggingTargetRef {
+                name: object.clone(),
+            }),
+            target_prefix: (!t.prefix.is_empty()).then(|| t.prefix.clone()),
+        }),
+        None => {
+            flagged.push(format!(
+                "logs to bucket {}, which is not imported with it (a Bucket logs only into a Bucket of its namespace): logging left unset, so the operator leaves it alone",
+                t.bucket
+            ));
+            None
+        }
+    });
+    let tiering = &held.intelligent_tiering;
     let spec = BucketSpec {
         bucket_name: Some(bucket.into()),
         adopt_existing: true,
@@ -199,11 +230,34 @@ pub fn manifest(name: &str, namespace: &str, bucket: &str, held: &Held) -> Impor
         cors: (!held.cors.is_empty()).then(|| held.cors.clone()),
         object_ownership: held.object_ownership,
         policy,
+        object_lock: held.object_lock.clone(),
+        intelligent_tiering: (!tiering.is_empty()).then(|| tiering.clone()),
+        transfer_acceleration: held.transfer_acceleration,
+        notifications,
+        logging,
         ..Default::default()
     };
     let mut b = Bucket::new(name, spec);
     b.metadata.namespace = Some(namespace.into());
     Imported { bucket: b, flagged }
+}
+
+/// The notifications a Bucket can say: none for a bucket with Lambda targets, which a Bucket
+/// cannot name and would remove (flagged, so the operator leaves them alone).
+fn notifications(
+    held: Option<&crate::aws::s3::notifications::ObservedNotifications>,
+    flagged: &mut Vec<String>,
+) -> Option<crate::api::Notifications> {
+    let held = held.filter(|n| n.lambda_functions > 0 || n.config != Default::default())?;
+    if held.lambda_functions > 0 {
+        flagged.push(format!(
+            "{} Lambda notification(s): a Bucket cannot say them and would remove them, so notifications are left unset",
+            held.lambda_functions
+        ));
+        return None;
+    }
+    flagged.push("notifications: each queue and topic must be on the operator's --allowed-notification-targets (and the class's list), else the Bucket is InvalidSpec".into());
+    Some(held.config.clone())
 }
 
 /// The bucket policy's statements a Bucket can say; the rest flagged. The operator's own
@@ -327,7 +381,7 @@ pub async fn import(
         .list_buckets(region, prefix)
         .await
         .map_err(Error::List)?;
-    let (mut out, mut skipped) = (Vec::new(), Vec::new());
+    let (mut chosen, mut skipped) = (Vec::new(), Vec::new());
     for name in names {
         let held = held(aws, region, &name)
             .await
@@ -341,12 +395,16 @@ pub async fn import(
             ));
             continue;
         }
-        if !tags.iter().all(|(k, v)| held.tags.get(k) == Some(v)) {
-            continue;
+        if tags.iter().all(|(k, v)| held.tags.get(k) == Some(v)) {
+            chosen.push((name, held));
         }
-        let object = object_name(&name, prefix);
-        out.push(manifest(&object, namespace, &name, &held));
     }
+    let objects: BTreeMap<String, String> = (chosen.iter())
+        .map(|(name, _)| (name.clone(), object_name(name, prefix)))
+        .collect();
+    let out = (chosen.iter())
+        .map(|(name, held)| manifest(&objects[name], namespace, name, held, &objects))
+        .collect();
     Ok((out, skipped))
 }
 
@@ -363,17 +421,24 @@ fn object_name(bucket: &str, prefix: &str) -> String {
 }
 
 async fn held(aws: &Aws, region: &str, name: &str) -> Result<Held, AwsError> {
-    let (tags, public_access_block, encryption, versioning) = tokio::try_join!(
+    let (tags, public_access_block, encryption, versioning, lifecycle_rules, cors) = tokio::try_join!(
         aws.bucket_tags(region, name),
         aws.public_access_block(region, name),
         aws.encryption(region, name),
         aws.versioning(region, name),
-    )?;
-    let (lifecycle_rules, cors, object_ownership, policy) = tokio::try_join!(
         aws.lifecycle_rules(region, name),
         aws.cors_rules(region, name),
+    )?;
+    let (object_ownership, policy, lock, intelligent_tiering, transfer_acceleration) = tokio::try_join!(
         aws.object_ownership(region, name),
         aws.bucket_policy(region, name),
+        aws.object_lock(region, name),
+        aws.intelligent_tiering(region, name),
+        aws.transfer_acceleration(region, name),
+    )?;
+    let (notifications, logging) = tokio::try_join!(
+        aws.notifications(region, name),
+        aws.bucket_logging(region, name),
     )?;
     Ok(Held {
         tags: tags.unwrap_or_default(),
@@ -384,6 +449,13 @@ async fn held(aws: &Aws, region: &str, name: &str) -> Result<Held, AwsError> {
         cors,
         object_ownership,
         policy,
+        object_lock: lock.enabled.then_some(crate::api::ObjectLock {
+            default_retention: lock.default_retention,
+        }),
+        intelligent_tiering,
+        transfer_acceleration,
+        notifications: Some(notifications),
+        logging,
     })
 }
 
@@ -442,7 +514,7 @@ mod tests {
 
     #[test]
     fn what_a_bucket_holds_becomes_an_observed_adopting_spec() {
-        let i = manifest("photos", "team-a", "s3op-photos", &held());
+        let i = manifest("photos", "team-a", "s3op-photos", &held(), &BTreeMap::new());
         let s = &i.bucket.spec;
         assert_eq!(s.bucket_name.as_deref(), Some("s3op-photos"));
         assert!(s.adopt_existing);
@@ -471,7 +543,7 @@ mod tests {
             {"Effect": "Allow", "Principal": {"Federated": "cognito"}, "Action": "s3:GetObject",
              "Resource": "arn:aws:s3:::s3op-photos/*"}
         ]}));
-        let i = manifest("photos", "team-a", "s3op-photos", &h);
+        let i = manifest("photos", "team-a", "s3op-photos", &h, &BTreeMap::new());
         let s = &i.bucket.spec;
         assert_eq!(s.policy.len(), 1);
         assert_eq!(s.policy[0].sid.as_deref(), Some("Readers"));
@@ -508,7 +580,7 @@ mod tests {
     fn the_yaml_stream_carries_the_flags_and_no_server_fields() {
         let mut h = held();
         h.encryption = None;
-        let i = manifest("photos", "team-a", "s3op-photos", &h);
+        let i = manifest("photos", "team-a", "s3op-photos", &h, &BTreeMap::new());
         let text = yaml(&[i], &["s3op-x: held".into()], &[]).unwrap();
         assert!(text.starts_with("# skipped s3op-x: held\n---\n# photos: no default encryption"));
         assert!(text.contains("management: Observe"), "{text}");
@@ -580,5 +652,80 @@ mod tests {
             account: None,
         };
         assert!(check("ns", None, &none, "123456789012").is_ok());
+    }
+    /// Object lock, tiering, acceleration, notifications and logging come over as they are;
+    /// Lambda targets and a log target outside the import are flagged and left unset, so the
+    /// operator leaves them alone rather than removing them.
+    #[test]
+    fn the_other_aspects_come_over_or_are_flagged() {
+        use crate::api::{
+            DefaultRetention, IntelligentTiering, Notifications, TransferAcceleration,
+        };
+        use crate::aws::s3::logging::LogTarget;
+        use crate::aws::s3::notifications::ObservedNotifications;
+        let mut h = held();
+        let retention: DefaultRetention =
+            serde_json::from_value(json!({"mode": "GOVERNANCE", "days": 1})).unwrap();
+        h.object_lock = Some(crate::api::ObjectLock {
+            default_retention: Some(retention),
+        });
+        let tiering: IntelligentTiering = serde_json::from_value(
+            json!({"id": "archive", "tierings": [{"days": 90, "accessTier": "ARCHIVE_ACCESS"}]}),
+        )
+        .unwrap();
+        h.intelligent_tiering = vec![tiering.clone()];
+        h.transfer_acceleration = Some(TransferAcceleration::Enabled);
+        let bridge = Notifications {
+            event_bridge: true,
+            ..Default::default()
+        };
+        h.notifications = Some(ObservedNotifications {
+            config: bridge.clone(),
+            lambda_functions: 0,
+        });
+        h.logging = Some(LogTarget {
+            bucket: "s3op-logs".into(),
+            prefix: "photos/".into(),
+        });
+        let objects = BTreeMap::from([("s3op-logs".to_string(), "logs".to_string())]);
+        let i = manifest("photos", "team-a", "s3op-photos", &h, &objects);
+        let s = &i.bucket.spec;
+        assert_eq!(s.object_lock, h.object_lock);
+        assert_eq!(s.intelligent_tiering, Some(vec![tiering]));
+        assert_eq!(s.transfer_acceleration, Some(TransferAcceleration::Enabled));
+        assert_eq!(s.notifications, Some(bridge));
+        let logging = s.logging.as_ref().unwrap();
+        assert_eq!(logging.target_bucket_ref.as_ref().unwrap().name, "logs");
+        assert_eq!(logging.target_prefix.as_deref(), Some("photos/"));
+
+        // A Lambda target, and a log target not imported here: flagged, left unset.
+        h.notifications = Some(ObservedNotifications {
+            config: Notifications::default(),
+            lambda_functions: 2,
+        });
+        let i = manifest("photos", "team-a", "s3op-photos", &h, &BTreeMap::new());
+        assert_eq!(
+            (&i.bucket.spec.notifications, &i.bucket.spec.logging),
+            (&None, &None)
+        );
+        let f = i.flagged.join("\n");
+        assert!(f.contains("2 Lambda notification(s)"), "{f}");
+        assert!(
+            f.contains("logs to bucket s3op-logs, which is not imported with it"),
+            "{f}"
+        );
+        // Nothing set: nothing said.
+        h.notifications = Some(ObservedNotifications {
+            config: Notifications::default(),
+            lambda_functions: 0,
+        });
+        h.logging = None;
+        let i = manifest("photos", "team-a", "s3op-photos", &h, &BTreeMap::new());
+        assert_eq!(i.bucket.spec.notifications, None);
+        assert!(
+            !i.flagged.join(" ").contains("notification"),
+            "{:?}",
+            i.flagged
+        );
     }
 }

@@ -49,7 +49,7 @@ async fn lock_of(bucket: &str) -> Option<(bool, Option<String>, Option<i32>, Opt
     ))
 }
 
-fn lock_config(mode: ObjectLockRetentionMode, days: i32) -> ObjectLockConfiguration {
+pub(crate) fn lock_config(mode: ObjectLockRetentionMode, days: i32) -> ObjectLockConfiguration {
     ObjectLockConfiguration::builder()
         .object_lock_enabled(ObjectLockEnabled::Enabled)
         .rule(

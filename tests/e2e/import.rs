@@ -28,7 +28,12 @@ const BUCKETS: usize = 50;
 /// a lifecycle rule, CORS, tags, a reader statement.
 async fn make(name: &str, i: usize) {
     let s3 = admin_s3();
-    s3.create_bucket().bucket(name).send().await.unwrap();
+    let locked = i == LOCKED;
+    (s3.create_bucket().bucket(name))
+        .object_lock_enabled_for_bucket(locked)
+        .send()
+        .await
+        .unwrap();
     let tags = [("team", ["a", "b", "c"][i % 3]), ("fleet", "imported")];
     s3.put_bucket_tagging()
         .bucket(name)
@@ -125,6 +130,7 @@ async fn make(name: &str, i: usize) {
             .await
             .unwrap();
     }
+    more_aspects(&s3, name, i).await;
     let arn = format!("arn:aws:s3:::{name}");
     let readers = json!({"Sid": "Readers", "Effect": "Allow",
         "Principal": {"AWS": format!("arn:aws:iam::{ACCOUNT}:root")},
@@ -141,6 +147,57 @@ async fn make(name: &str, i: usize) {
         .send()
         .await
         .unwrap();
+}
+
+/// The bucket made with object lock (and versioning on, as object lock needs).
+const LOCKED: usize = 12;
+
+/// What the operator reads only when a spec sets it: a default retention on the locked bucket,
+/// transfer acceleration on every ninth, an intelligent-tiering configuration on every
+/// eleventh.
+async fn more_aspects(s3: &aws_sdk_s3::Client, name: &str, i: usize) {
+    use aws_sdk_s3::types::{
+        BucketAccelerateStatus, IntelligentTieringAccessTier, IntelligentTieringConfiguration,
+        IntelligentTieringStatus, ObjectLockRetentionMode, Tiering,
+    };
+    if i == LOCKED {
+        let lock = crate::bucket_protection::lock_config(ObjectLockRetentionMode::Governance, 1);
+        (s3.put_object_lock_configuration().bucket(name))
+            .object_lock_configuration(lock)
+            .send()
+            .await
+            .unwrap();
+    }
+    if i.is_multiple_of(9) {
+        let on = aws_sdk_s3::types::AccelerateConfiguration::builder()
+            .status(BucketAccelerateStatus::Enabled)
+            .build();
+        (s3.put_bucket_accelerate_configuration().bucket(name))
+            .accelerate_configuration(on)
+            .send()
+            .await
+            .unwrap();
+    }
+    if i.is_multiple_of(11) {
+        let tier = Tiering::builder()
+            .days(90)
+            .access_tier(IntelligentTieringAccessTier::ArchiveAccess)
+            .build()
+            .unwrap();
+        let conf = IntelligentTieringConfiguration::builder()
+            .id("archive")
+            .status(IntelligentTieringStatus::Enabled)
+            .tierings(tier)
+            .build()
+            .unwrap();
+        (s3.put_bucket_intelligent_tiering_configuration()
+            .bucket(name))
+        .id("archive")
+        .intelligent_tiering_configuration(conf)
+        .send()
+        .await
+        .unwrap();
+    }
 }
 
 /// Runs `s3-operator import` with the AWS key `key`; returns its stdout.
@@ -261,6 +318,19 @@ async fn imported_buckets_are_observed_in_sync_without_a_write() {
             s.encryption.is_some() && s.object_ownership.is_some(),
             "{name}"
         );
+        let retention = (s.object_lock.as_ref()).and_then(|l| l.default_retention.as_ref());
+        assert_eq!(retention.is_some(), i == LOCKED, "{name}");
+        assert_eq!(
+            s.transfer_acceleration.is_some(),
+            i.is_multiple_of(9),
+            "{name}"
+        );
+        assert_eq!(
+            s.intelligent_tiering.is_some(),
+            i.is_multiple_of(11),
+            "{name}"
+        );
+        assert_eq!((&s.notifications, &s.logging), (&None, &None), "{name}");
     }
 
     let api: Api<Bucket> = Api::namespaced(client, &ns);
