@@ -33,7 +33,8 @@ enum Command {
     IamPolicy(Box<PolicyArgs>),
     /// Print Bucket manifests (Observe, adoptExisting) reproducing the existing buckets under a
     /// prefix, with what they cannot say flagged in comments. Reads with the caller's AWS
-    /// credentials; writes nothing.
+    /// credentials; writes nothing. IAM users are not imported: a BucketAccess cannot adopt a
+    /// hand-made user (grant access with a new BucketAccess).
     Import(ImportArgs),
     /// GET an http:// URL (such as a replica's /readyz) and exit 0 on a 2xx answer, else 1.
     /// The image has no shell or curl: the chart's `helm test` Pod runs this.
