@@ -762,3 +762,38 @@ async fn a_class_violation_does_not_stop_a_withdrawal() {
     assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
     assert_withdrawn(&fakes, "BucketNotOwned");
 }
+
+/// The SDK resends a CreateUser whose answer was lost, and IAM says the user exists: a user
+/// tagged as this access's is the one the lost answer created, and the pass goes on with it;
+/// one tagged for anyone else is an ownership conflict, and nothing more is written to it.
+#[tokio::test]
+async fn a_resent_create_finds_its_own_user_and_goes_on() {
+    for (tags, ok) in [(user_tags(), true), (tags("c", "other", "uid-x"), false)] {
+        let fakes = Fakes::start().await;
+        let found = iam_user(&user(), Some(BOUNDARY), &tags);
+        fakes
+            .aws
+            .once(&iam("GetUser"), Reply::query_error(404, "NoSuchEntity"))
+            .on(&iam("GetUser"), Reply::iam("GetUser", &found))
+            .once(
+                &iam("CreateUser"),
+                Reply::query_error(409, "EntityAlreadyExists"),
+            );
+        first_pass(&fakes);
+        let out = pass(&fakes, &access("1", false)).await;
+        let status = fakes.kube.bodies(&format!("PATCH {ACCESS}/status"));
+        let said = ready(status.last().expect("a status write"));
+        if ok {
+            assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
+            assert_eq!(said.0, pair("True", "Available"));
+            let writes = ["CreateUser", "GetUser", "PutUserPolicy", "CreateAccessKey"];
+            assert_eq!(aws_requests(&fakes), first_requests(&writes));
+        } else {
+            assert_eq!(said.0, pair("False", "OwnershipConflict"), "{out:?}");
+            assert_eq!(
+                aws_requests(&fakes),
+                first_requests(&["CreateUser", "GetUser"])
+            );
+        }
+    }
+}

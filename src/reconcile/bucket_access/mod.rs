@@ -579,17 +579,23 @@ async fn create(
             format!("Created {identity}"),
         ),
     };
-    let entity = match created {
-        Err(e) if e.is("EntityAlreadyExists") => {
-            let msg = format!(
-                "{identity} already exists outside the operator's path {path}; it will not be modified"
-            );
-            return Err(Blocked::new(Reason::OwnershipConflict, msg).into());
-        }
-        other => other?,
+    let arn = match created {
+        Ok(entity) => entity.arn,
+        // The SDK resends a create whose answer was lost (a dropped connection, an attempt
+        // timeout): one that already landed is this pass's own, by its tags.
+        Err(e) if e.is("EntityAlreadyExists") => match ctx.aws.get_identity(&identity).await? {
+            Some(found) if plan.tags.iter().all(|(k, v)| found.tags.get(k) == Some(v)) => found.arn,
+            _ => {
+                let msg = format!(
+                    "{identity} already exists outside the operator's path {path}; it will not be modified"
+                );
+                return Err(Blocked::new(Reason::OwnershipConflict, msg).into());
+            }
+        },
+        Err(e) => return Err(e.into()),
     };
     events.add(false, "Created", note);
-    Ok(entity.arn)
+    Ok(arn)
 }
 
 /// Writes a withdrawal's changes; returns what the access reports, for the Ready condition.
