@@ -283,17 +283,19 @@ tool_previous_operator() {
   local dir="$S3OP_CACHE/src/previous-operator-$PREVIOUS_OPERATOR_COMMIT"
   rm -rf "$dir" && mkdir -p "$dir"
   git -C "$here/.." archive "$PREVIOUS_OPERATOR_COMMIT" | tar -x -C "$dir"
-  # The tests' own target dir: its Cargo.lock has the same dependencies, so they are compiled once
-  # for both builds (a cold run saved a whole dependency build). Cargo re-links a fresh crate's
-  # binary on every build, so the next build of this tree puts its own s3-operator back.
+  # The tests' own target dir, in release: its dependencies are the release build's (no
+  # dev-dependencies unify features into them, as they do in the debug --all-targets build), so
+  # they are compiled once for both (a cold run spent 32 minutes on a debug build of its own).
+  # Cargo re-links a fresh crate's binary on every build, so this tree's release build, which
+  # runs after it, puts its own s3-operator back.
   # S3OP_GIT_COMMIT is set so that build.rs's run differs from this tree's: cargo hashes a path
   # package relative to its workspace, so both trees share one build-script output, and an archive
   # (no .git) would leave "unknown" there, fresh for this tree's build too (its build.rs is older).
   # A cold run's --version test saw exactly that.
   local target="${CARGO_TARGET_DIR:-$S3OP_CACHE/target}"
   (cd "$dir" && CARGO_TARGET_DIR="$target" S3OP_GIT_COMMIT="${PREVIOUS_OPERATOR_COMMIT:0:7}" \
-    cargo build --locked --bin s3-operator)
-  install -D -m 0755 "$target/debug/s3-operator" "$bin"
+    cargo build --release --locked --bin s3-operator)
+  install -D -m 0755 "$target/release/s3-operator" "$bin"
   log "built the previous operator: $bin"
 }
 
