@@ -352,7 +352,10 @@ pub(crate) async fn floor(id: &Identity, ns: &str, n: usize, workload: Workload)
             assert!(aws.get_identity(&id).await.unwrap().is_none());
             // As the operator does: a create the SDK resent after a lost answer finds the user
             // the first attempt made (one more read, as the operator makes).
-            match aws.create_user(&user, &path, &boundary, &owner.tags()).await {
+            match aws
+                .create_user(&user, &path, &boundary, &owner.tags())
+                .await
+            {
                 Err(e) if e.is("EntityAlreadyExists") => {
                     let found = aws.get_identity(&id).await.unwrap().expect("the user");
                     assert_eq!(found.tags, owner.tags(), "{user} is not the floor's");
