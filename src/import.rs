@@ -157,6 +157,22 @@ pub fn check(
     ))
 }
 
+/// Checks (pure) that `--prefix` lies within the bucket-name prefix the AWSAccount sets, if it
+/// sets one: the operator's role there reaches no other bucket, and a Bucket naming one is
+/// refused (InvalidSpec).
+pub fn check_prefix(prefix: &str, d: &Destination) -> Result<(), Error> {
+    let Some(account) = &d.account else {
+        return Ok(());
+    };
+    match &account.spec.bucket_name_prefix {
+        Some(own) if !prefix.starts_with(own.as_str()) => Err(Error::Destination(format!(
+            "--prefix {prefix:?} is outside AWSAccount {}'s spec.bucketNamePrefix {own:?}: the operator manages only buckets named under it there",
+            account.name_any()
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Prefix of the operator's own tags: a bucket carrying one is held by an installation.
 const OWN_TAGS: &str = "s3.operator.dev/";
 /// The operator's own statements, which every Bucket gets without asking.
@@ -652,6 +668,16 @@ mod tests {
             account: None,
         };
         assert!(check("ns", None, &none, "123456789012").is_ok());
+        // An AWSAccount with a prefix of its own takes only buckets under it.
+        assert!(check_prefix("anything-", &none).is_ok());
+        assert!(check_prefix("s3op-", &dest(Some("b"), true)).is_ok());
+        let mut own = dest(Some("b"), true);
+        own.account.as_mut().unwrap().spec.bucket_name_prefix = Some("team-b-".into());
+        assert!(check_prefix("team-b-photos", &own).is_ok());
+        assert_eq!(
+            refused(check_prefix("s3op-", &own).map(|()| String::new())),
+            "--prefix \"s3op-\" is outside AWSAccount b's spec.bucketNamePrefix \"team-b-\": the operator manages only buckets named under it there"
+        );
     }
     /// Object lock, tiering, acceleration, notifications and logging come over as they are;
     /// Lambda targets and a log target outside the import are flagged and left unset, so the

@@ -91,12 +91,13 @@ fn import(a: ImportArgs) -> ExitCode {
         let aws = s3_operator::aws::Aws::new(&settings, metrics).await;
         let mut header = vec![];
         if a.account.is_some() || a.class.is_some() {
-            use s3_operator::import::{Error, check, destination};
+            use s3_operator::import::{Error, check, check_prefix, destination};
             let client = kube::Client::try_default().await.map_err(Error::Cluster)?;
             let (ns, class) = (&a.namespace, a.class.as_deref());
             let dest = destination(&client, ns, class, a.account.as_deref()).await?;
             let (caller, _) = aws.caller().await.map_err(Error::Caller)?;
             header.push(check(ns, a.account.as_deref(), &dest, &caller)?);
+            check_prefix(&a.prefix, &dest)?;
         }
         let r = &a.aws_region;
         let (mut found, skipped) =
@@ -141,9 +142,14 @@ struct PolicyArgs {
     /// Must match the operator's --cluster-name (it scopes the IAM path and default prefix).
     #[arg(long, env = "CLUSTER_NAME", default_value = "default", value_parser = cluster_name)]
     cluster_name: String,
-    /// Must match the operator's --bucket-name-prefix (default: s3op-<cluster>-).
+    /// Must match the operator's --bucket-name-prefix (default: s3op-<cluster>-); with
+    /// --target-account, the AWSAccount's spec.bucketNamePrefix if it sets one.
     #[arg(long, env = "BUCKET_NAME_PREFIX")]
     bucket_name_prefix: Option<String>,
+    /// With --target-account: the AWSAccount's spec.iamPath, if it sets one (default:
+    /// /s3-operator/<cluster>/).
+    #[arg(long, requires = "target_account", value_parser = iam_path)]
+    iam_path: Option<String>,
     /// AWS partition: aws, aws-cn or aws-us-gov.
     #[arg(long, default_value = "aws")]
     partition: String,
@@ -388,6 +394,10 @@ fn cluster_name(s: &str) -> Result<String, String> {
     naming::check_cluster_name(s).map(|()| s.to_string())
 }
 
+fn iam_path(s: &str) -> Result<String, String> {
+    naming::check_iam_path(s).map(|()| s.to_string())
+}
+
 fn account_id(s: &str) -> Result<String, String> {
     policy::check_account_id(s).map(|()| s.to_string())
 }
@@ -464,7 +474,7 @@ fn iam_policy(p: PolicyArgs) -> ExitCode {
     let scope = policy::Scope {
         partition: p.partition,
         bucket_prefix,
-        iam_path: naming::iam_path(&p.cluster_name),
+        iam_path: (p.iam_path.clone()).unwrap_or_else(|| naming::iam_path(&p.cluster_name)),
         account: account.unwrap_or_default(),
     };
     let queue = p.drift_events_queue_arn.as_deref();
@@ -607,6 +617,7 @@ fn reconcile_settings(args: &RunArgs) -> Result<s3_operator::reconcile::Settings
         naming::bucket_prefix(&args.cluster_name, args.bucket_name_prefix.as_deref())?;
     Ok(s3_operator::reconcile::Settings {
         bucket_name_prefix,
+        iam_path: naming::iam_path(&args.cluster_name),
         cluster_name: args.cluster_name.clone(),
         boundary_arn: args.permissions_boundary_arn.clone().unwrap_or_default(),
         allow_cross_namespace_adoption: args.allow_cross_namespace_adoption,

@@ -169,7 +169,7 @@ impl Metrics {
             ),
             aws_requests_total: r.counter(
                 "s3_operator_aws_requests_total",
-                "AWS API requests (every attempt, SDK retries included) by service, operation and outcome",
+                "AWS API requests (every attempt, SDK retries included) by service, operation and outcome (success, not_found, throttled, error, no_response)",
                 &["service", "operation", "outcome"],
             ),
             aws_request_duration_seconds: r.histogram(

@@ -23,6 +23,12 @@ use serde::{Deserialize, Serialize};
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+#[x_kube(validation = Rule::new(
+    "has(self.bucketNamePrefix) == has(oldSelf.bucketNamePrefix) && (!has(self.bucketNamePrefix) || self.bucketNamePrefix == oldSelf.bucketNamePrefix)"
+).message("spec.bucketNamePrefix is immutable: the buckets made in this account are named under it").field_path(".bucketNamePrefix"))]
+#[x_kube(validation = Rule::new(
+    "has(self.iamPath) == has(oldSelf.iamPath) && (!has(self.iamPath) || self.iamPath == oldSelf.iamPath)"
+).message("spec.iamPath is immutable: the users and roles made in this account live under it").field_path(".iamPath"))]
 pub struct AWSAccountSpec {
     /// The role the operator assumes in that account (`arn:<partition>:iam::<account>:role/...`);
     /// the account is the one this ARN names. `s3-operator iam-policy --target-account` renders
@@ -39,6 +45,20 @@ pub struct AWSAccountSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^[a-z]{2}(-[a-z]+)+-[0-9]+$"))]
     pub region: Option<String>,
+    /// Prefix of the bucket names the operator makes and accepts in this account (as
+    /// `--bucket-name-prefix` in its own); omitted: the operator's. The role's policy there is
+    /// scoped to it (`s3-operator iam-policy --target-account --bucket-name-prefix`). Immutable:
+    /// every bucket made here is named under it, and is recorded with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9][a-z0-9-]{0,39}$"))]
+    pub bucket_name_prefix: Option<String>,
+    /// IAM path of the users and roles the operator makes in this account, and of the
+    /// permissions boundary there (`<iamPath>s3-operator-boundary`); omitted: the operator's
+    /// (`/s3-operator/<cluster>/`). Not `/`: the role's policy is scoped to it, and at the
+    /// root it would reach every identity of the account. Immutable, as the prefix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^/([A-Za-z0-9_+=,.@-]+/)+$"), length(max = 512))]
+    pub iam_path: Option<String>,
 }
 
 /// Whether the operator can use the account, as it last found when it assumed the role (on
@@ -79,6 +99,12 @@ pub struct AccountRecord {
     pub name: String,
     /// That account's id, as its role ARN named it when recorded.
     pub id: String,
+    /// The AWSAccount's bucket-name prefix when recorded; absent: the operator's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bucket_name_prefix: Option<String>,
+    /// The AWSAccount's IAM path when recorded; absent: the operator's own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iam_path: Option<String>,
 }
 
 #[cfg(test)]
@@ -126,5 +152,50 @@ mod tests {
                 ("Age", ".metadata.creationTimestamp"),
             ]
         );
+    }
+
+    /// The CLI's check (`iam-policy --iam-path`) and the schema's pattern agree, and neither
+    /// takes the root path or a prefix the operator's own rule refuses; both names are
+    /// immutable in the schema, added or removed included.
+    #[test]
+    fn an_accounts_prefix_and_iam_path_are_checked_alike_and_immutable() {
+        let crd = AWSAccount::crd();
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        let spec = &schema["openAPIV3Schema"]["properties"]["spec"];
+        let pattern = |f: &str| {
+            let p = spec["properties"][f]["pattern"].as_str().unwrap();
+            regex::Regex::new(p).unwrap()
+        };
+        let path = pattern("iamPath");
+        for p in ["/", "//", "/a", "a/", "/a//b/", "/a b/", "/a/*/", ""] {
+            assert!(!path.is_match(p), "{p:?}");
+            assert!(crate::aws::naming::check_iam_path(p).is_err(), "{p:?}");
+        }
+        for p in ["/a/", "/platform/team-b/", "/x_1/y.z@w=+,/"] {
+            assert!(path.is_match(p), "{p:?}");
+            assert!(crate::aws::naming::check_iam_path(p).is_ok(), "{p:?}");
+        }
+        assert_eq!(spec["properties"]["iamPath"]["maxLength"], 512);
+        let prefix = pattern("bucketNamePrefix");
+        for p in ["team-b-", "a", "x9"] {
+            assert!(prefix.is_match(p), "{p:?}");
+            assert!(crate::aws::naming::bucket_prefix("c", Some(p)).is_ok());
+        }
+        for p in ["-a", "A-", "a_b", "a.b", &"a".repeat(41)] {
+            assert!(!prefix.is_match(p), "{p:?}");
+            assert!(crate::aws::naming::bucket_prefix("c", Some(p)).is_err());
+        }
+        let rules = spec["x-kubernetes-validations"].as_array().unwrap();
+        for field in ["bucketNamePrefix", "iamPath"] {
+            let rule = rules
+                .iter()
+                .find(|r| r["fieldPath"] == format!(".{field}"))
+                .unwrap_or_else(|| panic!("a rule for {field}"));
+            let text = rule["rule"].as_str().unwrap();
+            assert!(
+                text.contains(&format!("has(self.{field}) == has(oldSelf.{field})")),
+                "{text}"
+            );
+        }
     }
 }

@@ -686,9 +686,12 @@ impl Intercept for Recorder {
     }
 }
 
-/// The outcome label of one attempt from its HTTP status and error code.
+/// The outcome label of one attempt from its HTTP status and error code. An attempt with no
+/// answer (a dropped connection, a timeout) is `no_response`: the SDK resends it, and what the
+/// resend meets (a create answered "already exists") is that attempt's doing, not AWS's refusal.
 fn attempt_outcome(status: Option<u16>, code: &str) -> &'static str {
     match status {
+        None => "no_response",
         Some(s) if (200..300).contains(&s) => "success",
         _ if THROTTLED.contains(&code) || status == Some(429) => "throttled",
         _ if classify(code, status) == ErrorKind::NotFound => "not_found",
@@ -821,7 +824,7 @@ mod tests {
         assert_eq!(attempt_outcome(Some(404), ""), "not_found");
         assert_eq!(attempt_outcome(Some(404), "NoSuchEntity"), "not_found");
         assert_eq!(attempt_outcome(Some(500), "InternalError"), "error");
-        assert_eq!(attempt_outcome(None, ""), "error");
+        assert_eq!(attempt_outcome(None, ""), "no_response");
     }
 
     #[test]

@@ -74,6 +74,25 @@ pub fn iam_path(cluster: &str) -> String {
     format!("/s3-operator/{cluster}/")
 }
 
+/// Why `path` cannot be an AWSAccount's IAM path (`spec.iamPath`'s schema says the same): IAM's
+/// path characters between slashes, at most 512, and not the root `/`, which would scope the
+/// operator's policy to every identity of the account.
+pub fn check_iam_path(path: &str) -> Result<(), String> {
+    let segment_ok = |seg: &str| {
+        !seg.is_empty()
+            && seg
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"_+=,.@-".contains(&b))
+    };
+    let inner = path.strip_prefix('/').and_then(|p| p.strip_suffix('/'));
+    let ok = path.len() <= 512 && inner.is_some_and(|i| i.split('/').all(segment_ok));
+    ok.then_some(()).ok_or_else(|| {
+        format!(
+            "IAM path {path:?} must be /segment/.../ (letters, digits and _+=,.@- between slashes, at most 512 characters), not the root /: the operator's policy is scoped to it"
+        )
+    })
+}
+
 /// Why `cluster` cannot name an installation, if it cannot. It goes unchanged into ownership
 /// tags, the IAM path and the default bucket prefix, so it must already be in the one form all
 /// three accept: two names that differ only where a sanitizer would fold them (`Prod`/`prod`,

@@ -32,9 +32,19 @@ pub struct Account {
     pub id: String,
     /// Clients with this account's credentials.
     pub aws: Aws,
-    /// The operator's settings as they apply in this account: its id, permissions boundary
-    /// and the operator's principals there.
+    /// The operator's settings as they apply in this account: its id, permissions boundary,
+    /// bucket-name prefix, IAM path and the operator's principals there.
     pub settings: Arc<Settings>,
+    /// The bucket-name prefix and IAM path the AWSAccount sets (`None`: the operator's own),
+    /// recorded with every object made here.
+    pub naming: Naming,
+}
+
+/// What an AWSAccount sets of the names the operator gives in its account.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Naming {
+    pub bucket_name_prefix: Option<String>,
+    pub iam_path: Option<String>,
 }
 
 impl Account {
@@ -45,6 +55,7 @@ impl Account {
             id: settings.account_id.clone(),
             aws,
             settings: Arc::new(settings),
+            naming: Naming::default(),
         }
     }
 
@@ -54,14 +65,21 @@ impl Account {
         self.name.as_ref().map(|name| AccountRecord {
             name: name.clone(),
             id: self.id.clone(),
+            bucket_name_prefix: self.naming.bucket_name_prefix.clone(),
+            iam_path: self.naming.iam_path.clone(),
         })
     }
 
-    /// Is this the account `record` names (`None`: the operator's own)?
+    /// Is this the account `record` names (`None`: the operator's own), giving the names it
+    /// was recorded with?
     pub fn is(&self, record: Option<&AccountRecord>) -> bool {
         match record {
             None => self.name.is_none(),
-            Some(r) => self.name.as_deref() == Some(&r.name) && self.id == r.id,
+            Some(r) => {
+                self.name.as_deref() == Some(&r.name)
+                    && self.id == r.id
+                    && self.naming == naming_of(r)
+            }
         }
     }
 }
@@ -141,8 +159,13 @@ impl Accounts {
         let resolved = match found {
             Ok(Some(object)) => {
                 // The spec's generation, not the resource version: a status write is no reason
-                // to assume the role again.
-                let version = object.metadata.generation.unwrap_or_default().to_string();
+                // to assume the role again. With the UID: an AWSAccount deleted and made again
+                // starts again at generation 1, and is another spec.
+                let version = format!(
+                    "{}/{}",
+                    object.metadata.uid.as_deref().unwrap_or_default(),
+                    object.metadata.generation.unwrap_or_default()
+                );
                 match entries.get_mut(name) {
                     // Unchanged: the kept clients stay (their credentials renew themselves).
                     Some(Entry::Ready {
@@ -189,9 +212,15 @@ impl Accounts {
     ) -> Result<Arc<Account>, Unavailable> {
         let account = self.get(recorded.map(|r| r.name.as_str())).await?;
         match recorded {
-            Some(r) if !account.is(Some(r)) => Err(Unavailable(format!(
+            Some(r) if account.id != r.id => Err(Unavailable(format!(
                 "AWSAccount {} now names account {}, but this object lives in account {}",
                 r.name, account.id, r.id
+            ))),
+            Some(r) if !account.is(Some(r)) => Err(Unavailable(format!(
+                "AWSAccount {} now gives {}, but this object was made under {}: re-create the AWSAccount as it was",
+                r.name,
+                shown(&account.naming),
+                shown(&naming_of(r))
             ))),
             _ => Ok(account),
         }
@@ -277,8 +306,17 @@ impl Accounts {
                 "AWSAccount {name}: STS answered for account {id}, not {account} that spec.roleArn names"
             )));
         }
-        let iam_path = crate::aws::naming::iam_path(&home.cluster_name);
-        let boundary = boundary_in(&home.boundary_arn, &id);
+        let naming = Naming {
+            bucket_name_prefix: spec.bucket_name_prefix.clone(),
+            iam_path: spec.iam_path.clone(),
+        };
+        let iam_path = naming.iam_path.clone().unwrap_or(home.iam_path.clone());
+        // Under the account's own IAM path, the boundary is the one made there; else the
+        // operator's boundary's name, in that account.
+        let boundary = match naming.iam_path {
+            Some(_) => String::new(),
+            None => boundary_in(&home.boundary_arn, &id),
+        };
         let boundary = aws
             .boundary(&boundary, &iam_path, &id)
             .await
@@ -286,6 +324,9 @@ impl Accounts {
         let settings = Settings {
             account_id: id.clone(),
             boundary_arn: boundary,
+            bucket_name_prefix: (naming.bucket_name_prefix.clone())
+                .unwrap_or(home.bucket_name_prefix.clone()),
+            iam_path,
             operator_principals: crate::aws::policy::operator_principals(&caller),
             // Workload identity is the operator's own cluster's, in its own account.
             oidc_provider_arn: None,
@@ -300,8 +341,30 @@ impl Accounts {
             id,
             aws,
             settings: Arc::new(settings),
+            naming,
         }))
     }
+}
+
+/// The names `r` was recorded with.
+fn naming_of(r: &AccountRecord) -> Naming {
+    Naming {
+        bucket_name_prefix: r.bucket_name_prefix.clone(),
+        iam_path: r.iam_path.clone(),
+    }
+}
+
+/// "bucket-name prefix p and IAM path /x/", the operator's own where unset.
+fn shown(n: &Naming) -> String {
+    let or_own = |v: &Option<String>| {
+        v.as_deref()
+            .map_or("the operator's own".into(), |v| format!("{v:?}"))
+    };
+    format!(
+        "bucket-name prefix {} and IAM path {}",
+        or_own(&n.bucket_name_prefix),
+        or_own(&n.iam_path)
+    )
 }
 
 /// The status of `object` after resolving it: its account id (the ARN's, or STS's once
@@ -658,6 +721,7 @@ mod tests {
         let other = AccountRecord {
             name: "a".into(),
             id: "111111111111".into(),
+            ..Default::default()
         };
         assert!(!home.is(Some(&other)));
         let a = Account {
@@ -669,19 +733,47 @@ mod tests {
         assert_eq!(a.record(), Some(other.clone()));
         let moved = AccountRecord {
             id: "222222222222".into(),
-            ..other
+            ..other.clone()
         };
         assert!(
             !a.is(Some(&moved)),
             "an AWSAccount re-pointed at another account"
         );
         assert!(!a.is(None));
+        // Made again with names of its own: not where objects recorded without them live,
+        // and what it records now carries them.
+        let named = Account {
+            naming: Naming {
+                bucket_name_prefix: Some("team-b-".into()),
+                iam_path: Some("/platform/".into()),
+            },
+            ..a
+        };
+        assert!(!named.is(Some(&other)));
+        let record = named.record().unwrap();
+        assert_eq!(record.bucket_name_prefix.as_deref(), Some("team-b-"));
+        assert_eq!(record.iam_path.as_deref(), Some("/platform/"));
+        assert!(named.is(Some(&record)));
+        let renamed = AccountRecord {
+            iam_path: Some("/other/".into()),
+            ..record
+        };
+        assert!(!named.is(Some(&renamed)));
+        assert_eq!(
+            shown(&naming_of(&renamed)),
+            r#"bucket-name prefix "team-b-" and IAM path "/other/""#
+        );
+        assert_eq!(
+            shown(&Naming::default()),
+            "bucket-name prefix the operator's own and IAM path the operator's own"
+        );
     }
 
     fn record(name: &str) -> AccountRecord {
         AccountRecord {
             name: name.into(),
             id: "111111111111".into(),
+            ..Default::default()
         }
     }
 
@@ -736,6 +828,7 @@ mod tests {
         let b = AccountRecord {
             name: "b".into(),
             id: "222222222222".into(),
+            ..Default::default()
         };
         let p = access_placement(Some(&a), true, Some(Some(&b)), None);
         assert_eq!(p.account.as_deref(), Some("a"));

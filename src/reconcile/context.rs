@@ -24,6 +24,9 @@ pub struct Settings {
     pub cluster_name: String,
     /// Prefix of generated bucket names; the operator's IAM policy is scoped to it.
     pub bucket_name_prefix: String,
+    /// IAM path of the users and roles the operator makes (`/s3-operator/<cluster>/` in its own
+    /// account; an AWSAccount may set another); its IAM policy is scoped to it.
+    pub iam_path: String,
     /// Deletion policy of Buckets that name none.
     pub default_deletion_policy: DeletionPolicy,
     /// ARN of the cluster's IAM OIDC provider, for `ServiceAccountRole` credentials.
@@ -78,6 +81,7 @@ impl Settings {
         Settings {
             cluster_name: "c".into(),
             bucket_name_prefix: "s3op-".into(),
+            iam_path: "/s3-operator/c/".into(),
             default_deletion_policy: DeletionPolicy::Retain,
             oidc_provider_arn: Some(
                 "arn:aws:iam::123456789012:oidc-provider/oidc.example.com".into(),

@@ -1017,6 +1017,7 @@ mod tests {
                 account: (name == "c").then(|| crate::api::AccountRecord {
                     name: "team-a".into(),
                     id: "111111111111".into(),
+                    ..Default::default()
                 }),
                 conditions: vec![crate::api::condition::ready(
                     &[],

@@ -139,9 +139,8 @@ async fn connect(
 /// the permissions boundary there, and its principals, exempt from tenants' Deny statements.
 async fn discover(aws: &Aws, settings: &mut reconcile::Settings) -> Result<(), Error> {
     let (account, caller) = aws.caller().await?;
-    let iam_path = crate::aws::naming::iam_path(&settings.cluster_name);
     settings.boundary_arn = aws
-        .boundary(&settings.boundary_arn, &iam_path, &account)
+        .boundary(&settings.boundary_arn, &settings.iam_path, &account)
         .await?;
     tracing::info!(boundary = %settings.boundary_arn, "permissions boundary");
     settings.eks_cluster_arn = settings

@@ -200,9 +200,12 @@ async fn swept_accounts(ctx: &Context) -> Vec<Arc<crate::reconcile::accounts::Ac
 async fn sweep(ctx: &InAccount<'_>, live: &Live) -> Result<(), crate::aws::Error> {
     sweep_buckets(ctx, live).await?;
     let known = identity_names(ctx, live);
-    let path = crate::aws::naming::iam_path(&ctx.settings.cluster_name);
     for role in [false, true] {
-        for id in ctx.aws.identities_under(&path, role).await? {
+        for id in ctx
+            .aws
+            .identities_under(&ctx.settings.iam_path, role)
+            .await?
+        {
             if known.contains(id.name()) {
                 continue;
             }

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
-use s3_operator::api::{AWSAccount, Bucket, BucketClass};
+use s3_operator::api::{AWSAccount, Bucket, BucketClass, RECONCILE_REQUESTED_AT};
 use s3_operator::aws::{drift_queue, naming, policy};
 use serde_json::json;
 
@@ -153,7 +153,7 @@ async fn a_class_puts_buckets_and_identities_in_its_account_and_nowhere_else() {
     assert!(c.message.contains(&target.id), "{}", c.message);
     let written = put(&app_of(&pair).await, &pair.s3_name).await;
     written.expect("the access's keys write into the bucket in the target account");
-    a_wrong_external_id_writes_nothing(&pair, &bad, &target).await;
+    a_wrong_external_id_writes_nothing(&pair, (&cluster, &bad), &target).await;
     // The refusal is said on the AWSAccount too, in STS's words but never with the ExternalId.
     let refused = account_ready(&client, &bad, "False").await;
     assert_eq!(refused.account_id.as_deref(), Some(target.id.as_str()));
@@ -206,8 +206,21 @@ async fn a_class_puts_buckets_and_identities_in_its_account_and_nowhere_else() {
 
 /// A Bucket of the class whose AWSAccount has the wrong ExternalId: AccountUnavailable with
 /// STS's refusal, nothing recorded or made in either account.
-async fn a_wrong_external_id_writes_nothing(pair: &AccessPair, class: &str, target: &Target) {
-    let before = (target.buckets().await, buckets_of(&admin_s3()).await);
+async fn a_wrong_external_id_writes_nothing(
+    pair: &AccessPair,
+    (cluster, class): (&str, &str),
+    target: &Target,
+) {
+    // Other tests make buckets in both accounts meanwhile: only this installation's count.
+    let ours = |mut all: Vec<String>| {
+        all.retain(|b| b.starts_with(&prefix(cluster)));
+        all
+    };
+    let seen = || async {
+        let (there, here) = (target.buckets().await, buckets_of(&admin_s3()).await);
+        (ours(there), ours(here))
+    };
+    let before = seen().await;
     let b2 = bucket("b2", json!({"className": class}));
     pair.buckets
         .create(&PostParams::default(), &b2)
@@ -226,10 +239,8 @@ async fn a_wrong_external_id_writes_nothing(pair: &AccessPair, class: &str, targ
         "not recorded"
     );
     assert!(b2.metadata.finalizers.is_none_or(|f| f.is_empty()));
-    assert_eq!(
-        before,
-        (target.buckets().await, buckets_of(&admin_s3()).await)
-    );
+    assert_eq!(before, seen().await);
+    assert_eq!(before.0, [pair.s3_name.clone()]);
     pair.buckets
         .delete("b2", &DeleteParams::default())
         .await
@@ -342,6 +353,204 @@ async fn two_accounts_keep_their_tenants_apart_and_are_each_swept() {
         one.user_exists(&p1.user()).await,
         "the live tenant's user stays"
     );
+}
+
+/// An AWSAccount that sets its own bucket-name prefix and IAM path: what is made there is named
+/// under them and recorded with them; a Bucket naming a bucket outside that prefix is refused
+/// with nothing made; both are immutable; the AWSAccount made again with other names strands
+/// nothing (its objects wait, AccountUnavailable, until it is as it was); the sweep finds a
+/// stripped access's user under that path.
+#[tokio::test]
+async fn an_accounts_own_prefix_and_iam_path_name_what_is_made_there() {
+    let client = admin().await;
+    install_crds().await;
+    let ns = namespace(&client, "acctn").await;
+    let cluster = format!("nm{}", random(5));
+    let (prefix, path) = (format!("t{}-", random(5)), format!("/platform/{cluster}/"));
+    let target = Target::other();
+    let role = target.role_arn(&cluster);
+    let opts = OperatorOpts {
+        namespaces: vec![ns.clone()],
+        cluster: Some(cluster.clone()),
+        resync: "10m",
+        policy: Some(policy::with_assume_roles(
+            operator_policy(&cluster),
+            std::slice::from_ref(&role),
+        )),
+        ..Default::default()
+    };
+    let id =
+        Identity::with_policy(&opts.namespaces, opts.cluster.clone(), opts.policy.clone()).await;
+    target
+        .set_up_named(&cluster, Some(&prefix), Some(&path))
+        .await;
+    let op = Operator::start_as(&id, &opts, "0").await;
+    external_id_secret(&client, &op.operator_ns, "ext", EXTERNAL_ID).await;
+    let accounts = Api::<AWSAccount>::all(client.clone());
+    let named = |prefix: &str| {
+        let obj = json!({"apiVersion": "s3.operator.dev/v1alpha1", "kind": "AWSAccount",
+            "metadata": {"name": cluster},
+            "spec": {"roleArn": role, "externalIdSecretRef": {"name": "ext", "key": "externalId"},
+                     "bucketNamePrefix": prefix, "iamPath": path}});
+        serde_json::from_value::<AWSAccount>(obj).expect("an AWSAccount")
+    };
+    accounts
+        .create(&PostParams::default(), &named(&prefix))
+        .await
+        .unwrap();
+    class_in(&client, &cluster, &ns, &cluster).await;
+
+    let pair = pair_in(&client, &ns, &cluster).await;
+    lives_in(&pair, &cluster, &target).await;
+    assert!(pair.s3_name.starts_with(&prefix), "{}", pair.s3_name);
+    let user_arn = pair.user_arn();
+    assert!(
+        user_arn.starts_with(&format!("arn:aws:iam::{}:user{path}", target.id)),
+        "{user_arn}"
+    );
+    let recorded = pair.access.status.clone().unwrap().account.unwrap();
+    assert_eq!(
+        (
+            recorded.bucket_name_prefix.as_deref(),
+            recorded.iam_path.as_deref()
+        ),
+        (Some(prefix.as_str()), Some(path.as_str()))
+    );
+    put(&app_of(&pair).await, &pair.s3_name)
+        .await
+        .expect("the access's keys write into its bucket");
+    outside_the_prefix_is_refused(&pair, &cluster, &target).await;
+    names_are_immutable(&accounts, &cluster).await;
+    made_again_with_other_names_strands_nothing(&accounts, &pair, named).await;
+
+    // Stripped while no operator runs: the sweep finds the user under the account's path.
+    let user = pair.user();
+    op.terminate().await;
+    strip_and_delete(&pair.accesses, "a").await;
+    let sweeping = OperatorOpts {
+        extra_args: vec!["--orphan-sweep-period".into(), "2s".into()],
+        ..opts
+    };
+    let _op = Operator::start_as(&id, &sweeping, "1").await;
+    wait_for(
+        "the sweep to delete the user under the account's path",
+        T,
+        || async { (!target.user_exists(&user).await).then_some(()) },
+    )
+    .await;
+    pair.buckets
+        .delete("b", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&pair.buckets, "b").await;
+    assert!(!target.buckets().await.contains(&pair.s3_name));
+    let _ = Api::<BucketClass>::all(client.clone())
+        .delete(&cluster, &DeleteParams::default())
+        .await;
+    let _ = accounts.delete(&cluster, &DeleteParams::default()).await;
+}
+
+/// A Bucket in that account (its class is named as the cluster) naming a bucket under the
+/// operator's own prefix: InvalidSpec naming the field and the account's prefix, nothing made.
+async fn outside_the_prefix_is_refused(pair: &AccessPair, cluster: &str, target: &Target) {
+    // Other tests make buckets in that account meanwhile: only this installation's count.
+    let ours = || async {
+        let mut all = target.buckets().await;
+        all.retain(|b| b.starts_with(&prefix(cluster)) || b.starts_with(&pair.s3_name));
+        all
+    };
+    let (class, before) = (cluster, ours().await);
+    let own = format!("{}x", prefix(cluster));
+    let b2 = bucket("b2", json!({"className": class, "bucketName": own}));
+    pair.buckets
+        .create(&PostParams::default(), &b2)
+        .await
+        .unwrap();
+    let msg = wait_reason(&pair.buckets, "b2", "InvalidSpec", T).await;
+    assert!(msg.contains("spec.bucketName"), "{msg}");
+    assert!(msg.contains("spec.bucketNamePrefix"), "{msg}");
+    assert_eq!(before, ours().await);
+    assert_eq!(before, [pair.s3_name.clone()]);
+    pair.buckets
+        .delete("b2", &DeleteParams::default())
+        .await
+        .unwrap();
+    wait_gone(&pair.buckets, "b2").await;
+}
+
+/// The API server refuses a changed, added or removed prefix or path, naming the field.
+async fn names_are_immutable(accounts: &Api<AWSAccount>, name: &str) {
+    for (patch, field) in [
+        (
+            json!({"spec": {"bucketNamePrefix": "other-"}}),
+            "spec.bucketNamePrefix",
+        ),
+        (json!({"spec": {"iamPath": null}}), "spec.iamPath"),
+    ] {
+        let err = accounts
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .expect_err("an immutable field changed");
+        assert!(
+            err.to_string().contains(&format!("{field} is immutable")),
+            "{err}"
+        );
+    }
+}
+
+/// The AWSAccount deleted and made again under another prefix: the Bucket made under the first
+/// is AccountUnavailable saying both, and stays; made again as it was, Available.
+async fn made_again_with_other_names_strands_nothing(
+    accounts: &Api<AWSAccount>,
+    pair: &AccessPair,
+    named: impl Fn(&str) -> AWSAccount,
+) {
+    let name = named("x").metadata.name.unwrap();
+    let name = &name;
+    let remake = |prefix: String| {
+        let obj = named(&prefix);
+        async move {
+            accounts
+                .delete(name, &DeleteParams::default())
+                .await
+                .unwrap();
+            wait_gone(accounts, name).await;
+            accounts.create(&PostParams::default(), &obj).await.unwrap();
+        }
+    };
+    let first = pair.access.status.clone().unwrap().account.unwrap();
+    let first = first.bucket_name_prefix.unwrap();
+    remake(format!("{first}z")).await;
+    // The operator reads an AWSAccount again a minute after its last read at most (half a
+    // minute after a failed one, as while it was gone): passes asked for until one sees it.
+    let msg = passes_until(pair, "AccountUnavailable", "was made under").await;
+    assert!(msg.contains(&format!("{first:?}")), "{msg}");
+    assert!(target_kept(pair).await, "the bucket stays");
+    remake(first).await;
+    passes_until(pair, "Available", "").await;
+}
+
+/// Asks for passes of the pair's Bucket until its Ready reason is `reason` with a message
+/// containing `says`; returns the message.
+async fn passes_until(pair: &AccessPair, reason: &str, says: &str) -> String {
+    wait_for(&format!("Bucket b {reason}: {says}"), T * 2, || async {
+        let patch = json!({"metadata": {"annotations": {RECONCILE_REQUESTED_AT: random(8)}}});
+        let params = PatchParams::default();
+        pair.buckets
+            .patch("b", &params, &Patch::Merge(patch))
+            .await
+            .ok()?;
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        let status = pair.buckets.get("b").await.ok()?.status?;
+        let c = status.conditions.into_iter().find(|c| c.type_ == "Ready")?;
+        (c.reason == reason && c.message.contains(says)).then_some(c.message)
+    })
+    .await
+}
+
+/// The pair's bucket is still in the target account.
+async fn target_kept(pair: &AccessPair) -> bool {
+    Target::other().buckets().await.contains(&pair.s3_name)
 }
 
 /// Deletes `name` and removes its finalizers, as a tenant may; waits until it is gone.
@@ -544,8 +753,17 @@ async fn a_member_accounts_drift_events_reach_the_operator_through_its_bus() {
     for took in [took_pab, took_user] {
         assert!(took < WITHIN, "corrected in {took:?}, more than {WITHIN:?}");
     }
-    let drift = op.metric("s3_operator_drift_corrections_total", &[]).await;
-    assert!(drift >= 2.0, "{drift} drift corrections counted");
+    // Counted when the pass that corrected publishes, after its last write: a moment after
+    // AWS shows the correction.
+    wait_for(
+        "2 drift corrections counted",
+        Duration::from_secs(10),
+        || async {
+            let drift = op.metric("s3_operator_drift_corrections_total", &[]).await;
+            (drift >= 2.0).then_some(())
+        },
+    )
+    .await;
 
     // A user of the same name in the operator's own account, its policy edited: the event
     // arrives and wakes nothing, so no S3 or IAM call follows.

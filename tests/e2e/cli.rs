@@ -156,6 +156,34 @@ fn target_account_renders_what_the_other_account_needs() {
         json(&[&target[..], &["--boundary"]].concat()),
         policy::boundary_policy(&scope)
     );
+    // An AWSAccount with names of its own: the policy and boundary are scoped to them; the
+    // root path, which would reach every identity there, is refused naming the flag.
+    let own = [
+        "--bucket-name-prefix",
+        "pay-",
+        "--iam-path",
+        "/platform/s3/",
+    ];
+    let named = policy::Scope {
+        bucket_prefix: "pay-".into(),
+        iam_path: "/platform/s3/".into(),
+        ..scope.clone()
+    };
+    assert_eq!(
+        json(&[&target[..], &own].concat()),
+        policy::operator_policy(&named)
+    );
+    assert_eq!(
+        json(&[&target[..], &own, &["--boundary"]].concat()),
+        policy::boundary_policy(&named)
+    );
+    let out = run(&[&target[..], &["--iam-path", "/"]].concat());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("--iam-path") && err.contains("not the root /"),
+        "{err}"
+    );
     // The member account's drift-event forwarding, to the bus of the queue's account.
     let queue = "arn:aws:sqs:us-east-1:123456789012:s3-operator-prod-drift";
     let forward = ["--drift-events-queue-arn", queue, "--drift-events-rule"];

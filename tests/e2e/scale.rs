@@ -116,6 +116,12 @@ pub struct Row {
     pub operator_calls: BTreeMap<String, f64>,
     pub aws_failures: f64,
     pub floor_failures: f64,
+    /// Attempts that got no answer (a dropped connection, a timeout), which the SDK resent:
+    /// left out of the calls above, as the transport's doing, not the caller's.
+    #[serde(default)]
+    pub aws_unanswered: f64,
+    #[serde(default)]
+    pub floor_unanswered: f64,
     pub reconcile_errors: f64,
     pub kube_writes: BTreeMap<String, f64>,
     pub resync_s: f64,
@@ -189,12 +195,25 @@ impl Breakdown {
 
 pub(crate) const CONCURRENCY: u16 = 10;
 
-/// `service:Operation` → calls, from a metrics text, for every outcome.
+/// `service:Operation` → calls, from a metrics text, for every outcome AWS answered.
 pub(crate) fn calls(text: &str) -> BTreeMap<String, f64> {
+    let answered: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.contains("outcome=\"no_response\""))
+        .collect();
     by_labels(
-        text,
+        &answered.join("\n"),
         "s3_operator_aws_requests_total",
         ["service", "operation"],
+    )
+}
+
+/// AWS attempts that got no answer, which the SDK resent.
+pub(crate) fn unanswered(text: &str) -> f64 {
+    metric_sum(
+        text,
+        "s3_operator_aws_requests_total",
+        &[("outcome", "no_response")],
     )
 }
 
@@ -384,6 +403,7 @@ pub(crate) async fn floor(id: &Identity, ns: &str, n: usize, workload: Workload)
     let after_text = metrics.render();
     let used = delta(&calls(&after_text), &before, n);
     let failures = failed(&after_text) - failed(&before_text);
+    let unanswered = unanswered(&after_text) - unanswered(&before_text);
     let aws_s = (aws_seconds(&after_text) - aws_seconds(&before_text)) / n as f64;
     // Clean up (untimed) so the operator's run starts on an emulator of the same size.
     stream::iter(made)
@@ -409,15 +429,18 @@ pub(crate) async fn floor(id: &Identity, ns: &str, n: usize, workload: Workload)
         secs,
         calls: used,
         failures,
+        unanswered,
         aws_s,
     }
 }
 
-/// The floor's run: its seconds, calls per pair, failed calls and AWS seconds per pair.
+/// The floor's run: its seconds, calls per pair, failed and unanswered calls and AWS seconds
+/// per pair.
 pub(crate) struct Floor {
     pub secs: f64,
     pub calls: BTreeMap<String, f64>,
     pub failures: f64,
+    pub unanswered: f64,
     pub aws_s: f64,
 }
 
@@ -591,6 +614,7 @@ pub async fn run(
     eprintln!("[{n}] floor");
     let floor = floor(&id, &ns, n, workload).await;
     (row.floor_s, row.floor_failures) = (floor.secs, floor.failures);
+    row.floor_unanswered = floor.unanswered;
     row.floor_calls = floor.calls;
 
     let unit = workload.unit();
@@ -627,6 +651,7 @@ pub async fn run(
     let after = op.metrics().await;
     row.operator_calls = delta(&calls(&after), &calls(&before), n);
     row.aws_failures = failed(&after) - failed(&before);
+    row.aws_unanswered = unanswered(&after) - unanswered(&before);
     row.reconcile_errors = metric_sum(
         &after,
         "controller_runtime_reconcile_total",

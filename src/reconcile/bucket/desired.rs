@@ -95,7 +95,7 @@ pub fn address(
     };
     if !name.starts_with(prefix.as_str()) {
         let msg = format!(
-            "spec.bucketName {name:?} must start with the operator's bucket-name prefix {prefix:?}: its IAM policy only covers such buckets"
+            "spec.bucketName {name:?} must start with the bucket-name prefix {prefix:?} of the account the Bucket lives in (the operator's --bucket-name-prefix, or its AWSAccount's spec.bucketNamePrefix): the operator's IAM policy there covers only such buckets"
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
@@ -279,6 +279,20 @@ mod tests {
             err.message.contains("spec.bucketName") && err.message.contains("s3op-"),
             "{err}"
         );
+        // In an AWSAccount with a prefix of its own, names are made and accepted under it
+        // only: the operator's own prefix is refused there as any other.
+        let team_b = Settings {
+            bucket_name_prefix: "team-b-".into(),
+            ..settings.clone()
+        };
+        b.spec.bucket_name = None;
+        let made = desired(&b, &team_b, "us-east-1", &owner()).unwrap().name;
+        assert!(made.starts_with("team-b-ns-b-"), "{made}");
+        b.spec.bucket_name = Some("s3op-x".into());
+        let err = desired(&b, &team_b, "us-east-1", &owner()).unwrap_err();
+        assert!(err.message.contains("\"team-b-\""), "{err}");
+        b.spec.bucket_name = Some("team-b-x".into());
+        assert!(desired(&b, &team_b, "us-east-1", &owner()).is_ok());
     }
 
     #[test]

@@ -190,7 +190,7 @@ pub fn plan(
     let mut plan = Plan {
         kind: Kind::User,
         name: identity.name().to_string(),
-        path: naming::iam_path(&settings.cluster_name),
+        path: settings.iam_path.clone(),
         boundary: settings.boundary_arn.clone(),
         tags: owner.tags(),
         policy: policy::access_policy(

@@ -62,9 +62,23 @@ impl Target {
     /// IAM refuses a trust naming a principal that does not), with the ExternalId and the
     /// session tag, allowed the operator policy rendered for that account. Returns its ARN.
     pub async fn set_up(&self, cluster: &str) -> String {
+        self.set_up_named(cluster, None, None).await
+    }
+
+    /// [`Target::set_up`] for an AWSAccount that sets its own `bucketNamePrefix` and
+    /// `iamPath`, as `iam-policy --target-account --bucket-name-prefix --iam-path` renders it.
+    pub async fn set_up_named(
+        &self,
+        cluster: &str,
+        prefix: Option<&str>,
+        path: Option<&str>,
+    ) -> String {
+        let own = scope(cluster);
         let scope = policy::Scope {
             account: self.id.clone(),
-            ..scope(cluster)
+            bucket_prefix: prefix.map_or(own.bucket_prefix.clone(), str::to_string),
+            iam_path: path.map_or(own.iam_path.clone(), str::to_string),
+            ..own
         };
         self.iam
             .create_policy()
