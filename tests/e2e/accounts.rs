@@ -240,7 +240,7 @@ async fn a_wrong_external_id_writes_nothing(
     );
     assert!(b2.metadata.finalizers.is_none_or(|f| f.is_empty()));
     assert_eq!(before, seen().await);
-    assert_eq!(before.0, [pair.s3_name.clone()]);
+    assert_eq!(before.0, std::slice::from_ref(&pair.s3_name));
     pair.buckets
         .delete("b2", &DeleteParams::default())
         .await
@@ -470,7 +470,7 @@ async fn outside_the_prefix_is_refused(pair: &AccessPair, cluster: &str, target:
     assert!(msg.contains("spec.bucketName"), "{msg}");
     assert!(msg.contains("spec.bucketNamePrefix"), "{msg}");
     assert_eq!(before, ours().await);
-    assert_eq!(before, [pair.s3_name.clone()]);
+    assert_eq!(before, std::slice::from_ref(&pair.s3_name));
     pair.buckets
         .delete("b2", &DeleteParams::default())
         .await
