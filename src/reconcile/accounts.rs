@@ -75,11 +75,7 @@ impl Account {
     pub fn is(&self, record: Option<&AccountRecord>) -> bool {
         match record {
             None => self.name.is_none(),
-            Some(r) => {
-                self.name.as_deref() == Some(&r.name)
-                    && self.id == r.id
-                    && self.naming == naming_of(r)
-            }
+            Some(r) => self.record().as_ref() == Some(r),
         }
     }
 }

@@ -58,6 +58,18 @@ async fn operator_with(
     targets: &[&Target],
     extra_args: &[&str],
 ) -> (Operator, Identity) {
+    operator_named(namespaces, cluster, targets, extra_args, (None, None)).await
+}
+
+/// The same, the targets' roles scoped to the AWSAccounts' own bucket-name prefix and IAM path
+/// (`names`; `None`: the operator's).
+async fn operator_named(
+    namespaces: &[String],
+    cluster: &str,
+    targets: &[&Target],
+    extra_args: &[&str],
+    (prefix, path): (Option<&str>, Option<&str>),
+) -> (Operator, Identity) {
     let roles: Vec<String> = targets.iter().map(|t| t.role_arn(cluster)).collect();
     let opts = OperatorOpts {
         namespaces: namespaces.to_vec(),
@@ -70,7 +82,7 @@ async fn operator_with(
     let id =
         Identity::with_policy(&opts.namespaces, opts.cluster.clone(), opts.policy.clone()).await;
     for t in targets {
-        t.set_up(cluster).await;
+        t.set_up_named(cluster, prefix, path).await;
     }
     (Operator::start_as(&id, &opts, "0").await, id)
 }
@@ -369,22 +381,9 @@ async fn an_accounts_own_prefix_and_iam_path_name_what_is_made_there() {
     let (prefix, path) = (format!("t{}-", random(5)), format!("/platform/{cluster}/"));
     let target = Target::other();
     let role = target.role_arn(&cluster);
-    let opts = OperatorOpts {
-        namespaces: vec![ns.clone()],
-        cluster: Some(cluster.clone()),
-        resync: "10m",
-        policy: Some(policy::with_assume_roles(
-            operator_policy(&cluster),
-            std::slice::from_ref(&role),
-        )),
-        ..Default::default()
-    };
-    let id =
-        Identity::with_policy(&opts.namespaces, opts.cluster.clone(), opts.policy.clone()).await;
-    target
-        .set_up_named(&cluster, Some(&prefix), Some(&path))
-        .await;
-    let op = Operator::start_as(&id, &opts, "0").await;
+    let names = (Some(prefix.as_str()), Some(path.as_str()));
+    let (op, id) =
+        operator_named(std::slice::from_ref(&ns), &cluster, &[&target], &[], names).await;
     external_id_secret(&client, &op.operator_ns, "ext", EXTERNAL_ID).await;
     let accounts = Api::<AWSAccount>::all(client.clone());
     let named = |prefix: &str| {
@@ -428,8 +427,11 @@ async fn an_accounts_own_prefix_and_iam_path_name_what_is_made_there() {
     op.terminate().await;
     strip_and_delete(&pair.accesses, "a").await;
     let sweeping = OperatorOpts {
+        namespaces: vec![ns.clone()],
+        cluster: Some(cluster.clone()),
+        resync: "10m",
         extra_args: vec!["--orphan-sweep-period".into(), "2s".into()],
-        ..opts
+        ..Default::default()
     };
     let _op = Operator::start_as(&id, &sweeping, "1").await;
     wait_for(
