@@ -25,6 +25,8 @@ use serde_json::json;
 
 /// One pass over a Bucket that is not being deleted. `start`: the object's resourceVersion the
 /// pass began from; `class`: the class in force as the pass resolved it, with its version.
+/// A new Bucket's placement (region, account) is recorded first, and the pass goes on from the
+/// object that write returned: a second pass would wait out its echo's spacing.
 pub(super) async fn apply(
     bucket: &Bucket,
     ctx: &InAccount<'_>,
@@ -34,10 +36,55 @@ pub(super) async fn apply(
     placed: accounts::Placement,
 ) -> Result<Requeue, Error> {
     let owner = owner(bucket, &ctx.settings.cluster_name);
+    let under = under_class(bucket, ctx, &owner, class.clone());
+    let to_record = match (&under.1, &placed.violation) {
+        (Ok(c), None) if c.region.is_some() || placed.to_record => c.region.clone(),
+        _ => {
+            return pass(
+                bucket,
+                ctx,
+                vec![start],
+                links,
+                (under, class_version),
+                placed,
+            )
+            .await;
+        }
+    };
+    let account = placed.to_record.then(|| ctx.account.record()).flatten();
+    let recorded = record_placement(bucket, ctx, to_record.as_deref(), account).await?;
+    let placed = accounts::Placement {
+        to_record: false,
+        ..placed
+    };
+    // What the class makes of the Bucket as recorded (its region now in status).
+    let under = under_class(&recorded, ctx, &owner, class);
+    let started = vec![start, recorded.resource_version().unwrap_or_default()];
+    pass(
+        &recorded,
+        ctx,
+        started,
+        links,
+        (under, class_version),
+        placed,
+    )
+    .await
+}
+
+/// [`apply`] once the placement is recorded. `started`: the object's versions this invocation
+/// began from, the current one last; `under`: the Bucket as its class makes it.
+async fn pass(
+    bucket: &Bucket,
+    ctx: &InAccount<'_>,
+    started: Vec<String>,
+    links: &logging::Links,
+    ((in_force, classed), class_version): (UnderClass, String),
+    placed: accounts::Placement,
+) -> Result<Requeue, Error> {
+    let owner = owner(bucket, &ctx.settings.cluster_name);
     let (settings, region) = (&ctx.settings, ctx.aws.region.as_str());
     // A class violation changes nothing in AWS but the withdrawal of what the flags or the
     // class no longer allow (`refused`).
-    let (in_force, classed) = under_class(bucket, ctx, &owner, class);
     let class_name = in_force.as_ref().map(|c| c.name_any());
     let named = class_name.as_deref();
     let refusing = Refusing {
@@ -46,10 +93,6 @@ pub(super) async fn apply(
         class: in_force.as_deref(),
     };
     let classed = match (classed, placed.violation) {
-        (Ok(c), None) if c.region.is_some() || placed.to_record => {
-            let account = placed.to_record.then(|| ctx.account.record()).flatten();
-            return record_placement(bucket, ctx, c.region.as_deref(), account).await;
-        }
         (Ok(c), None) => c,
         (_, Some(why)) => {
             let at = address(bucket, settings, region, &owner).ok();
@@ -84,15 +127,17 @@ pub(super) async fn apply(
     // both in one round trip. An observed bucket is never created, so needs none.
     let adopt = bucket.spec.adopt_existing;
     let observing = classed.bucket.spec.management == Some(Management::Observe);
+    let start = started.last().cloned().unwrap_or_default();
     let (version, observed) = if observing {
-        (Ok(start.clone()), observe(ctx, &d, &owner, adopt).await)
+        (Ok(start), observe(ctx, &d, &owner, adopt).await)
     } else {
         tokio::join!(
             ensure_finalizer(ctx, bucket),
             observe(ctx, &d, &owner, adopt)
         )
     };
-    let versions = vec![start, version?];
+    let mut versions = started;
+    versions.push(version?);
     let observed = match observed {
         Ok(o) => o,
         Err(e) => return failed(bucket, ctx, named, &at, e).await,
@@ -321,13 +366,13 @@ fn under_class(
 }
 
 /// Records the region and the account the class gives a new Bucket before anything is created
-/// for it, in status (which tenants cannot write); the pass runs again on the change.
+/// for it, in status (which tenants cannot write); returns the Bucket as written.
 async fn record_placement(
     bucket: &Bucket,
     ctx: &InAccount<'_>,
     region: Option<&str>,
     account: Option<crate::api::AccountRecord>,
-) -> Result<Requeue, Error> {
+) -> Result<Bucket, Error> {
     let ns = bucket.namespace().ok_or(Error::NoNamespace)?;
     let api = Api::<Bucket>::namespaced(ctx.client.clone(), &ns);
     let mut status = json!({});
@@ -347,10 +392,10 @@ async fn record_placement(
         Patch::Merge(patch),
     );
     let write = api.patch_status(&name, &params, &patch);
-    ctx.metrics
+    Ok(ctx
+        .metrics
         .kube_write("Bucket", "patch_status", write)
-        .await?;
-    Ok(Requeue::After(Duration::from_secs(1)))
+        .await?)
 }
 
 /// Makes the planned writes, then reports the bucket Ready and settles the pass until its

@@ -73,25 +73,37 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<R
             Err(why) => unavailable(&access, &ctx, &why).await,
         };
     }
+    if observe::awaits_bucket(&access, &ctx) {
+        return Ok(Requeue::Resync(ctx.resync_after()));
+    }
     let class = class::in_force(&ctx.classes, &access)?;
     let placed = placement(&access, &ctx, &class);
     let cx = match ctx.accounts.placed(&placed, recorded).await {
         Ok(account) => InAccount::new(&ctx, account),
         Err(why) => return unavailable(&access, &ctx, &why).await,
     };
-    let mut events = PassEvents::default();
-    let result = match (placed.violation, placed.to_record) {
-        (Some(why), _) => Err(Error::Blocked(why)),
-        (None, _) if !workload_identity_here(&access, &cx) => {
-            let (name, kind) = (cx.account.name.as_deref(), access.spec.credentials.type_);
-            let msg = format!(
-                "{kind:?} credentials are not available in AWSAccount {}: the operator knows the OIDC provider and EKS cluster of its own account only; use AccessKey",
-                name.unwrap_or_default()
-            );
-            Err(Error::Blocked(Blocked::new(Reason::InvalidSpec, msg)))
+    let refused = placed.violation.or_else(|| {
+        let (name, kind) = (cx.account.name.as_deref(), access.spec.credentials.type_);
+        let msg = format!(
+            "{kind:?} credentials are not available in AWSAccount {}: the operator knows the OIDC provider and EKS cluster of its own account only; use AccessKey",
+            name.unwrap_or_default()
+        );
+        let here = workload_identity_here(&access, &cx);
+        (!here).then(|| Blocked::new(Reason::InvalidSpec, msg))
+    });
+    // A new access's account is recorded before anything is made for it, and the pass goes on
+    // from the object that write returned (a second pass would wait out its echo's spacing).
+    let (access, earlier) = match &refused {
+        None if placed.to_record => {
+            let earlier = access.resource_version();
+            (Arc::new(record_account(&access, &cx).await?), earlier)
         }
-        (None, true) => record_account(&access, &cx).await,
-        (None, false) => pass(&access, &cx, &class, &mut events).await,
+        _ => (access, None),
+    };
+    let mut events = PassEvents::default();
+    let result = match refused {
+        Some(why) => Err(Error::Blocked(why)),
+        None => pass(&access, &cx, &class, &mut events, earlier).await,
     };
     // What was changed is reported even when a later step of the pass failed.
     events.publish(&ctx, access.as_ref()).await;
@@ -161,8 +173,8 @@ fn workload_identity_here(access: &BucketAccess, ctx: &InAccount<'_>) -> bool {
 }
 
 /// Records the account of a new access's identity (its Bucket's) in status before anything is
-/// created for it; the pass runs again on the change.
-async fn record_account(access: &BucketAccess, ctx: &InAccount<'_>) -> Result<Requeue, Error> {
+/// created for it; returns the access as written.
+async fn record_account(access: &BucketAccess, ctx: &InAccount<'_>) -> Result<BucketAccess, Error> {
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
     let api = Api::<BucketAccess>::namespaced(ctx.client.clone(), &ns);
     let patch = serde_json::json!({
@@ -175,10 +187,10 @@ async fn record_account(access: &BucketAccess, ctx: &InAccount<'_>) -> Result<Re
         Patch::Merge(patch),
     );
     let write = api.patch_status(&name, &params, &patch);
-    ctx.metrics
+    Ok(ctx
+        .metrics
         .kube_write("BucketAccess", "patch_status", write)
-        .await?;
-    Ok(Requeue::After(Duration::from_secs(1)))
+        .await?)
 }
 
 /// Reports that the access's account cannot be used: nothing is written to AWS.
@@ -196,11 +208,14 @@ async fn unavailable(
 /// The class is checked once the grant is confirmed and before the plan: a violation writes
 /// nothing to AWS (what is in place stays, keys do not rotate), while a grant whose bucket
 /// changed hands is still withdrawn whatever the class says.
+/// `earlier`: the access's version before this invocation recorded its account, if it did (a
+/// cache still at it is behind this pass's own write).
 async fn pass(
     access: &BucketAccess,
     ctx: &InAccount<'_>,
     class: &class::InForce,
     events: &mut PassEvents,
+    earlier: Option<String>,
 ) -> Result<Requeue, Error> {
     let (observed, mut versions) = match observe(access, ctx, class::version(class)).await? {
         Observation::Settled(wait) => return Ok(Requeue::Resync(wait)),
@@ -210,7 +225,10 @@ async fn pass(
             let withdrawal = plan::withdrawal(identity, &found, &association, why);
             return Err(withdraw(access, ctx, &withdrawal).await);
         }
-        Observation::Seen(observed, versions) => (*observed, versions),
+        Observation::Seen(observed, mut versions) => {
+            versions.access.splice(0..0, earlier);
+            (*observed, versions)
+        }
     };
     let access = &*class::admit(access, class, ctx.settings.min_rotation_interval)?;
     let plan = plan::plan(access, &ctx.settings, &observed)?;

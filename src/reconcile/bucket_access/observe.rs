@@ -63,14 +63,43 @@ fn bucket_state(
     };
     let conditions = bucket.status.as_ref().map(|s| s.conditions.as_slice());
     if !conditions.is_some_and(condition::is_ready) {
-        let reported = conditions.is_some_and(|c| c.iter().any(|c| c.type_ == condition::READY));
-        if !reported && access.status.is_none() {
+        if awaits(access, bucket) {
             return BucketState::Pending;
         }
         let msg = format!("waiting for Bucket {name} to become Ready");
         return BucketState::NotReady(msg, at, owner);
     }
     BucketState::Named(at, owner)
+}
+
+/// Does `access` wait quietly for `bucket`'s first report ([`BucketState::Pending`])? Only
+/// while nothing was made for it (no finalizer) and it has reported nothing itself: a status
+/// holding only its recorded account is no report.
+fn awaits(access: &BucketAccess, bucket: &Bucket) -> bool {
+    let reported = |c: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition]| {
+        c.iter().any(|c| c.type_ == condition::READY)
+    };
+    let bucket_reported = bucket
+        .status
+        .as_ref()
+        .is_some_and(|s| reported(&s.conditions));
+    let access_reported = access
+        .status
+        .as_ref()
+        .is_some_and(|s| !s.conditions.is_empty());
+    bucket.metadata.deletion_timestamp.is_none()
+        && !bucket_reported
+        && !access_reported
+        && !has_finalizer(access)
+}
+
+/// Is `access` new, and its Bucket (as the cache has it) yet to report? Its placement is then
+/// not judged either: a Bucket whose first pass has not recorded its account yet would be taken
+/// for one in the operator's account (a ClassViolation reported, and overturned, for nothing).
+pub(super) fn awaits_bucket(access: &BucketAccess, ctx: &crate::reconcile::Context) -> bool {
+    let ns = access.namespace().unwrap_or_default();
+    ctx.bucket(&ns, &access.spec.bucket_ref.name)
+        .is_some_and(|b| awaits(access, &b))
 }
 
 /// The grant's bucket if its tags in AWS still name the Bucket as owner; else why not (an
@@ -520,10 +549,29 @@ mod tests {
         assert!(
             matches!(state(&access, &bucket), BucketState::NotReady(m, ..) if m.contains("Bucket b"))
         );
-        // An access that has reported before says why it waits, even for a silent Bucket.
+        // An access whose status holds only its recorded account has reported nothing yet.
         bucket.status = None;
         access.status = Some(Default::default());
+        access.status.as_mut().unwrap().account = Some(crate::api::AccountRecord {
+            name: "other".into(),
+            id: "111111111111".into(),
+            ..Default::default()
+        });
+        assert_eq!(state(&access, &bucket), BucketState::Pending);
+        // An access that has reported before says why it waits, even for a silent Bucket; so
+        // does one with its finalizer (something may have been made for it).
+        access.status.as_mut().unwrap().conditions = ready(false);
         assert!(matches!(state(&access, &bucket), BucketState::NotReady(..)));
+        access.status.as_mut().unwrap().conditions.clear();
+        access.metadata.finalizers = Some(vec![crate::api::FINALIZER.into()]);
+        assert!(matches!(state(&access, &bucket), BucketState::NotReady(..)));
+        access.metadata.finalizers = None;
+        // A Bucket deleted before its first report: the access says so, it does not wait.
+        bucket.metadata.deletion_timestamp = Some(
+            k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(jiff::Timestamp::now()),
+        );
+        assert!(matches!(state(&access, &bucket), BucketState::Gone(..)));
+        bucket.metadata.deletion_timestamp = None;
         // A Ready Bucket names the grant's bucket.
         bucket.status = Some(Default::default());
         bucket.status.as_mut().unwrap().conditions = ready(true);
