@@ -59,6 +59,7 @@ pub struct Metrics {
     pub workqueue_queue_duration_seconds: HistogramVec,
     pub workqueue_work_duration_seconds: HistogramVec,
     pub gate_wait_seconds: HistogramVec,
+    pub slot_seconds: HistogramVec,
     pub workqueue_retries_total: IntCounterVec,
     pub rest_client_requests_total: IntCounterVec,
     pub aws_write_budget_exhausted_total: IntCounterVec,
@@ -149,6 +150,14 @@ impl Metrics {
             gate_wait_seconds: r.histogram(
                 "s3_operator_gate_wait_seconds",
                 "How long in seconds a due reconcile waited for a reconcile slot, taking turns between namespaces (part of workqueue_queue_duration_seconds)",
+                CONTROLLER,
+                WORKQUEUE_BUCKETS,
+            ),
+            // Part of the work's time: the slot is given back once the pass's AWS calls are
+            // done, before the writes that report them.
+            slot_seconds: r.histogram(
+                "s3_operator_reconcile_slot_seconds",
+                "How long in seconds a reconcile held its reconcile slot: until its AWS calls were done (part of workqueue_work_duration_seconds)",
                 CONTROLLER,
                 WORKQUEUE_BUCKETS,
             ),
@@ -285,6 +294,7 @@ impl Metrics {
                 .with_label_values(&[c]);
             self.workqueue_work_duration_seconds.with_label_values(&[c]);
             self.gate_wait_seconds.with_label_values(&[c]);
+            self.slot_seconds.with_label_values(&[c]);
         }
         for kind in ORPHAN_KINDS {
             for action in ORPHAN_ACTIONS {
@@ -389,6 +399,7 @@ mod tests {
             "workqueue_queue_duration_seconds",
             "workqueue_work_duration_seconds",
             "s3_operator_gate_wait_seconds",
+            "s3_operator_reconcile_slot_seconds",
         ] {
             assert!(
                 text.contains(&format!("# TYPE {family} ")),

@@ -15,6 +15,7 @@ pub mod orphans;
 mod pass_events;
 pub mod paused;
 mod settled;
+pub mod slot;
 #[cfg(test)]
 pub(crate) mod testing;
 mod writes;

@@ -309,7 +309,7 @@ where
                         return Ok(Action::requeue(wait));
                     }
                     // Shutting down: a reconcile that has not started yet never will.
-                    let Some(_slot) = queue.gate_wait(gate.enter(&ns)).await else {
+                    let Some(slot) = queue.gate_wait(gate.enter(&ns)).await else {
                         queue.forget(&key);
                         return Ok(Action::await_change());
                     };
@@ -322,8 +322,16 @@ where
                     // Charged where the pass acts, as the object is now (its token was taken
                     // from the same key but when the object was recorded meanwhile).
                     let budget = budget_key(obj.as_ref(), &c);
+                    // The pass gives its slot back once its AWS calls are done.
+                    let (held, name) = (std::time::Instant::now(), queue.name);
+                    let timer = c.metrics.slot_seconds.with_label_values(&[name]);
+                    let give_back = move || {
+                        drop(slot);
+                        timer.observe(held.elapsed().as_secs_f64());
+                    };
                     // Boxed: a waiting reconcile holds only the gate's small future.
-                    Box::pin(instrumented(&queue, obj, c, reconcile, budget)).await
+                    let pass = Box::pin(instrumented(&queue, obj, c, reconcile, budget));
+                    reconcile::slot::holding(give_back, pass).await
                 }
             },
             move |obj, e, c| error_policy(&retries, obj, e, c, budget_key),

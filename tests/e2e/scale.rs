@@ -158,7 +158,7 @@ pub struct Row {
 /// Where a pair's (or Bucket's) time went while converging, in seconds per pair summed over
 /// both controllers, from the operator's own histograms (the floor's AWS time from its own).
 /// A slot's time is `aws_s + kube_writes_s + rest_of_slot_s`; the wait before it, at the fair
-/// gate and besides.
+/// gate and besides; the writes a pass makes after giving its slot back, `writes_after_slot_s`.
 #[derive(Clone, Debug, Default, Serialize, serde::Deserialize)]
 pub struct Breakdown {
     pub floor_aws_s: f64,
@@ -167,6 +167,10 @@ pub struct Breakdown {
     pub rest_of_slot_s: f64,
     pub gate_wait_s: f64,
     pub other_queue_wait_s: f64,
+    /// The rest of a reconcile once its slot is given back: the writes reporting its AWS calls
+    /// (none in rows measured before passes gave their slot back early).
+    #[serde(default)]
+    pub writes_after_slot_s: f64,
     /// Reconciles per pair, both kinds (a pass and its echoes).
     pub reconciles: f64,
 }
@@ -177,14 +181,19 @@ impl Breakdown {
         let per_pair =
             |name: &str| (metric_sum(after, name, &[]) - metric_sum(before, name, &[])) / n as f64;
         let aws_s = per_pair("s3_operator_aws_request_duration_seconds_sum");
-        let kube_writes_s = per_pair("s3_operator_kube_write_duration_seconds_sum");
-        let slot = per_pair("workqueue_work_duration_seconds_sum");
+        let work = per_pair("workqueue_work_duration_seconds_sum");
+        let slot = per_pair("s3_operator_reconcile_slot_seconds_sum");
+        let writes_after_slot_s = (work - slot).max(0.0);
+        let kube_writes_s = (per_pair("s3_operator_kube_write_duration_seconds_sum")
+            - writes_after_slot_s)
+            .max(0.0);
         let gate_wait_s = per_pair("s3_operator_gate_wait_seconds_sum");
         Breakdown {
             floor_aws_s,
             aws_s,
             kube_writes_s,
             rest_of_slot_s: (slot - aws_s - kube_writes_s).max(0.0),
+            writes_after_slot_s,
             gate_wait_s,
             other_queue_wait_s: (per_pair("workqueue_queue_duration_seconds_sum") - gate_wait_s)
                 .max(0.0),

@@ -17,7 +17,7 @@ use crate::aws::naming;
 use crate::aws::tags::{Owner, Ownership};
 use crate::reconcile::{
     Blocked, Error, Requeue, accounts, class, ensure_finalizer, object_key, owner, report_blocked,
-    served, tag_reads, update_status,
+    served, slot, tag_reads, update_status,
 };
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
@@ -447,6 +447,8 @@ async fn converge(
         // The name may have been another Bucket's, whose grants must not follow it here.
         ctx.grants.wake(&d.name);
     }
+    // AWS is done: what is left reports it.
+    slot::release();
     let msg = format!("S3 bucket {} is ready", d.name);
     let mut status = status_for(
         bucket,
@@ -492,6 +494,7 @@ async fn report_observed(
     seen: Seen<'_>,
     mut inputs: Vec<Vec<String>>,
 ) -> Result<Requeue, Error> {
+    slot::release();
     let all = in_sync::differences(d, seen.found, seen.changes);
     let exists = matches!(seen.found, Found::Present(_));
     let msg = if exists {

@@ -16,7 +16,7 @@ mod outcome;
 pub mod plan;
 pub mod pod_identity;
 
-use crate::reconcile::{InAccount, paused};
+use crate::reconcile::{InAccount, paused, slot};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -242,6 +242,8 @@ async fn pass(
     outcome.status.class_name = class::name(class);
     // Recorded once, before the identity was made (`record_account`).
     outcome.status.account = access.status.as_ref().and_then(|s| s.account.clone());
+    // AWS is done (bar deleting a key no Secret took): what is left reports it.
+    slot::release();
     let current = observed.secret.as_ref();
     let name = &plan.secret_name;
     let written = match write_secret(access, ctx, name, current, &outcome, events).await {
