@@ -88,17 +88,7 @@ pub fn address(
     owner: &Owner,
 ) -> Result<Address, Blocked> {
     let spec = &bucket.spec;
-    let prefix = &settings.bucket_name_prefix;
-    let name = match &spec.bucket_name {
-        Some(n) => n.clone(),
-        None => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
-    };
-    if !name.starts_with(prefix.as_str()) {
-        let msg = format!(
-            "spec.bucketName {name:?} must start with the bucket-name prefix {prefix:?} of the account the Bucket lives in (the operator's --bucket-name-prefix, or its AWSAccount's spec.bucketNamePrefix): the operator's IAM policy there covers only such buckets"
-        );
-        return Err(Blocked::new(Reason::InvalidSpec, msg));
-    }
+    let name = bucket_name(bucket, &settings.bucket_name_prefix, owner)?;
     let region = match spec.region.clone().or_else(|| recorded_region(bucket)) {
         Some(r) if !is_region(&r) => {
             // Not checked by the API server as spec.region is, and it names AWS's endpoint.
@@ -109,6 +99,22 @@ pub fn address(
         None => default_region.to_string(),
     };
     Ok(Address { name, region })
+}
+
+/// The name of the S3 bucket a Bucket names ([`address`]) in an account whose bucket-name
+/// prefix is `prefix`.
+pub fn bucket_name(bucket: &Bucket, prefix: &str, owner: &Owner) -> Result<String, Blocked> {
+    let name = match &bucket.spec.bucket_name {
+        Some(n) => n.clone(),
+        None => naming::bucket_name(prefix, &owner.namespace, &owner.name, &owner.uid),
+    };
+    if !name.starts_with(prefix) {
+        let msg = format!(
+            "spec.bucketName {name:?} must start with the bucket-name prefix {prefix:?} of the account the Bucket lives in (the operator's --bucket-name-prefix, or its AWSAccount's spec.bucketNamePrefix): the operator's IAM policy there covers only such buckets"
+        );
+        return Err(Blocked::new(Reason::InvalidSpec, msg));
+    }
+    Ok(name)
 }
 
 /// The region recorded for a Bucket: `status.region`; else, for a Bucket begun by an operator

@@ -33,7 +33,7 @@ use crate::aws::s3::tagging::ABAC_ENABLED;
 use crate::reconcile::class::bucket as class;
 
 pub use cleanup::{Ended, release_orphan, vanished};
-pub use desired::{Address, Desired, REGION_ANNOTATION, address, desired};
+pub use desired::{Address, Desired, REGION_ANNOTATION, address, bucket_name, desired};
 pub use plan::{BucketState, Change, Found, Plan, plan};
 
 /// What else an AccessDenied on a bucket may mean.
