@@ -83,13 +83,15 @@ pub async fn reconcile(access: Arc<BucketAccess>, ctx: Arc<Context>) -> Result<R
         Err(why) => return unavailable(&access, &ctx, &why).await,
     };
     let refused = placed.violation.or_else(|| {
+        if workload_identity_here(&access, &cx) {
+            return None;
+        }
         let (name, kind) = (cx.account.name.as_deref(), access.spec.credentials.type_);
         let msg = format!(
             "{kind:?} credentials are not available in AWSAccount {}: the operator knows the OIDC provider and EKS cluster of its own account only; use AccessKey",
             name.unwrap_or_default()
         );
-        let here = workload_identity_here(&access, &cx);
-        (!here).then(|| Blocked::new(Reason::InvalidSpec, msg))
+        Some(Blocked::new(Reason::InvalidSpec, msg))
     });
     // A new access's account is recorded before anything is made for it, and the pass goes on
     // from the object that write returned (a second pass would wait out its echo's spacing).
