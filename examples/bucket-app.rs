@@ -3,7 +3,8 @@
 //! from the AWS SDK's default chain (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`),
 //! its endpoint from `AWS_ENDPOINT_URL_S3` when the Secret has one, and the bucket from
 //! `BUCKET_NAME`. It writes an object, reads it back, and exits 0 only if both worked and the
-//! bytes match.
+//! bytes match. Given an ObjectBucketClaim-style ConfigMap instead (`BUCKET_HOST`,
+//! `BUCKET_PORT`), it reaches the bucket where that says, as a claim's consumers do.
 //!
 //!     bucket-app [KEY]     (default key: bucket-app/hello.txt)
 //!
@@ -38,10 +39,15 @@ async fn run(key: &str) -> Result<(), String> {
     // MinIO, Ceph) serve buckets under the URL path. The SDK's default, virtual-hosted
     // addressing (`<bucket>.<endpoint host>`) needs wildcard DNS for the endpoint, which such
     // endpoints rarely have. Against AWS itself (no AWS_ENDPOINT_URL_S3) the default stays.
-    let custom_endpoint = std::env::var_os("AWS_ENDPOINT_URL_S3").is_some();
-    let conf = aws_sdk_s3::config::Builder::from(&shared)
-        .force_path_style(custom_endpoint)
-        .build();
+    let claim_endpoint = claim_endpoint();
+    let custom_endpoint =
+        std::env::var_os("AWS_ENDPOINT_URL_S3").is_some() || claim_endpoint.is_some();
+    let mut conf = aws_sdk_s3::config::Builder::from(&shared).force_path_style(custom_endpoint);
+    if let Some(url) = claim_endpoint {
+        println!("endpoint from BUCKET_HOST and BUCKET_PORT: {url}");
+        conf = conf.endpoint_url(url);
+    }
+    let conf = conf.build();
     let s3 = aws_sdk_s3::Client::from_conf(conf);
     let body = format!("written by bucket-app into {bucket}/{key}\n");
 
@@ -79,4 +85,21 @@ async fn run(key: &str) -> Result<(), String> {
         bytes.len()
     );
     Ok(())
+}
+
+/// The endpoint an ObjectBucketClaim's ConfigMap names (`BUCKET_HOST`, `BUCKET_PORT`), when no
+/// `AWS_ENDPOINT_URL_S3` is set and it is not AWS's own (which the SDK finds by region).
+fn claim_endpoint() -> Option<String> {
+    if std::env::var_os("AWS_ENDPOINT_URL_S3").is_some() {
+        return None;
+    }
+    let host = std::env::var("BUCKET_HOST")
+        .ok()
+        .filter(|h| !h.is_empty())?;
+    if host.ends_with(".amazonaws.com") || host.ends_with(".amazonaws.com.cn") {
+        return None;
+    }
+    let port = std::env::var("BUCKET_PORT").unwrap_or_else(|_| "443".into());
+    let scheme = if port == "443" { "https" } else { "http" };
+    Some(format!("{scheme}://{host}:{port}"))
 }

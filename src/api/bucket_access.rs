@@ -1,3 +1,5 @@
+use std::collections::BTreeMap;
+
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::core::Duration;
 use kube::{CustomResource, KubeSchema};
@@ -30,6 +32,9 @@ use serde::{Deserialize, Serialize};
 #[x_kube(validation = Rule::new(
     "has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)"
 ).message("spec.className is immutable: it cannot be added, changed or removed after creation").field_path(".className"))]
+#[x_kube(validation = Rule::new(
+    "!has(oldSelf.configMap) || (has(self.configMap) && self.configMap == oldSelf.configMap)"
+).message("spec.configMap can be added but not changed or removed: the operator deletes no ConfigMap, and the one it wrote goes with the BucketAccess").field_path(".configMap"))]
 pub struct BucketAccessSpec {
     /// The BucketAccessClass whose defaults and limits apply. When omitted, the default class
     /// of this namespace (if any). Immutable.
@@ -65,7 +70,35 @@ pub struct BucketAccessSpec {
     /// left behind without its object (see the README).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub management: Option<super::Management>,
+
+    /// Also write the bucket's facts to a ConfigMap with ObjectBucketClaim's keys
+    /// (`BUCKET_NAME`, `BUCKET_HOST`, `BUCKET_PORT`, `BUCKET_REGION`, `BUCKET_SUBREGION`), for
+    /// tools that read a claim's ConfigMap. No credentials go there. Can be added later, but
+    /// not changed or removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map: Option<ConfigMapOutput>,
 }
+
+/// The ConfigMap of bucket facts.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Default, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ConfigMapOutput {
+    /// Its name; defaults to the BucketAccess name (as a claim's ConfigMap is named after the
+    /// claim). A ConfigMap of that name that this BucketAccess does not own is never written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 253))]
+    #[x_kube(validation = Rule::new("self.matches('^[a-z0-9]([-a-z0-9]*[a-z0-9])?([.][a-z0-9]([-a-z0-9]*[a-z0-9])?)*$')").message("spec.configMap.name must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.')"))]
+    pub name: Option<String>,
+}
+
+/// A key of a Secret or ConfigMap: what Kubernetes accepts as a data key.
+#[derive(
+    Serialize, Deserialize, Clone, Debug, PartialEq, Eq, PartialOrd, Ord, schemars::JsonSchema,
+)]
+#[serde(transparent)]
+pub struct DataKey(
+    #[schemars(length(min = 1, max = 253), regex(pattern = r"^[-._a-zA-Z0-9]+$"))] pub String,
+);
 
 /// A reference to a Bucket in the same namespace.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, schemars::JsonSchema)]
@@ -129,6 +162,17 @@ pub struct Credentials {
     /// if it has one, else no rotation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rotation: Option<Rotation>,
+    /// Renames the Secret's keys for applications that expect other names: each entry maps a
+    /// key the operator writes (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+    /// `BUCKET_NAME`, `BUCKET_ARN`, `AWS_ENDPOINT_URL_S3`, `AWS_ENDPOINT_URL_STS`, `AWS_ROLE_ARN`)
+    /// to the name it gets, for example `AWS_SECRET_ACCESS_KEY: COSI_S3_ACCESS_SECRET_KEY`.
+    /// Keys not named keep their names. Two keys may not end up with one name.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 8))]
+    #[x_kube(validation = Rule::new("self.all(k, k in ['AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'AWS_REGION', 'BUCKET_NAME', 'BUCKET_ARN', 'AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL_STS', 'AWS_ROLE_ARN'])").message("spec.credentials.secretKeys may rename only the keys the operator writes: AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION, BUCKET_NAME, BUCKET_ARN, AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL_STS, AWS_ROLE_ARN"))]
+    #[x_kube(validation = Rule::new("self.all(k, self.all(j, j == k || self[j] != self[k]))").message("spec.credentials.secretKeys renames two keys to one name: one value would overwrite the other"))]
+    #[x_kube(validation = Rule::new("self.all(k, self[k] == k || !(self[k] in ['AWS_ACCESS_KEY_ID', 'AWS_SECRET_ACCESS_KEY', 'AWS_REGION', 'BUCKET_NAME', 'BUCKET_ARN', 'AWS_ENDPOINT_URL_S3', 'AWS_ENDPOINT_URL_STS', 'AWS_ROLE_ARN']))").message("spec.credentials.secretKeys renames a key to the name of another key the operator writes: one value would overwrite the other"))]
+    pub secret_keys: BTreeMap<String, DataKey>,
 }
 
 /// Key rotation with no outage: a new key is created and written to the Secret, and the old key
@@ -158,6 +202,9 @@ pub struct BucketAccessStatus {
     /// The Secret holding the credentials.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub secret_name: Option<String>,
+    /// The ConfigMap holding the bucket's facts (`spec.configMap`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_name: Option<String>,
     /// ARN of the IAM user (`AccessKey`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_arn: Option<String>,

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, join_all};
 use futures::{FutureExt, StreamExt};
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Resource;
 use kube::api::DynamicObject;
@@ -126,6 +126,7 @@ struct Shared<'a> {
 /// it grants on.
 struct AccessWatches {
     secrets: Gated<PartialObjectMeta<Secret>>,
+    config_maps: Gated<PartialObjectMeta<ConfigMap>>,
     buckets: Gated<Bucket>,
 }
 
@@ -136,6 +137,7 @@ fn start_scope(w: Watches, s: &Shared) -> [BoxFuture<'static, ()>; 2] {
     let buckets = bucket_controller(&w.buckets, w.bucket_events, w.bucket_events_for_logging, s);
     let access_watches = AccessWatches {
         secrets: w.secret_events,
+        config_maps: w.config_map_events,
         buckets: w.bucket_events_for_accesses,
     };
     let accesses = access_controller(&w.accesses, w.access_events, access_watches, &w.buckets, s);
@@ -194,10 +196,14 @@ fn access_controller(
     // The queue's metrics see a Secret's change as what it is: a wake of its owner.
     let owners = queue.clone();
     let secrets = events(watches.secrets).inspect(move |sec| owners.add_owner_of(sec.as_ref()));
+    let owners = queue.clone();
+    let config_maps =
+        events(watches.config_maps).inspect(move |cm| owners.add_owner_of(cm.as_ref()));
     let (mapped, accesses, buckets_seen) = (queue.clone(), store.clone(), buckets.clone());
     let fanout = AccessFanout::default();
     controller_for(store, changes, queue, s.shutdown)
         .owns_shared_stream(secrets)
+        .owns_shared_stream(config_maps)
         .watches_shared_stream(events(watches.buckets), move |b: Arc<Bucket>| {
             mapped.added(fanout.accesses_of(&accesses, &buckets_seen, &b))
         })

@@ -198,7 +198,7 @@ fn start_watches(
         config.watch_namespaces.iter().cloned().map(Some).collect()
     };
     let sync = Arc::new(CacheSync {
-        pending: AtomicUsize::new(3 * scopes.len() + 3),
+        pending: AtomicUsize::new(4 * scopes.len() + 3),
         health,
     });
     let watches = scopes

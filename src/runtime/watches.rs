@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::WatchStreamExt;
@@ -30,6 +30,8 @@ pub(super) struct Watches {
     pub access_events: Gated<BucketAccess>,
     pub access_deletions: Gated<BucketAccess>,
     pub secret_events: Gated<PartialObjectMeta<Secret>>,
+    /// The ConfigMaps of bucket facts (`spec.configMap`), watched as the Secrets are.
+    pub config_map_events: Gated<PartialObjectMeta<ConfigMap>>,
 }
 
 /// A kind that can be watched, cached and handed to a controller.
@@ -82,7 +84,8 @@ impl Watches {
         // Secrets only wake their BucketAccess (reconciles read them fresh): only their
         // metadata is watched, and none of it is kept.
         // An Api of PartialObjectMeta makes metadata-only requests.
-        let secret_events = owned_watch::<Secret>(api(client, ns), managed, sync, leading);
+        let secret_events = owned_watch::<Secret>(api(client, ns), managed.clone(), sync, leading);
+        let config_map_events = owned_watch::<ConfigMap>(api(client, ns), managed, sync, leading);
         Watches {
             buckets,
             accesses,
@@ -93,6 +96,7 @@ impl Watches {
             access_events: a.remove(0),
             access_deletions: a.remove(0),
             secret_events,
+            config_map_events,
         }
     }
 }

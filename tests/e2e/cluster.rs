@@ -328,6 +328,13 @@ async fn uninstall_keeps_crds_objects_and_data(
 }
 
 async fn run_app(ns: &str, name: &str, image: &str, secret: &str, key: &str) {
+    let env_from = json!([{"secretRef": {"name": secret}}]);
+    run_app_from(ns, name, image, env_from, key).await
+}
+
+/// Runs bucket-app on `key` as a Pod whose environment comes from `env_from` (Secrets and
+/// ConfigMaps), and fails with its log unless it succeeds.
+pub(crate) async fn run_app_from(ns: &str, name: &str, image: &str, env_from: Value, key: &str) {
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"app": "bucket-app"}},
         "spec": {
@@ -343,7 +350,7 @@ async fn run_app(ns: &str, name: &str, image: &str, secret: &str, key: &str) {
                 "image": image,
                 "imagePullPolicy": "Never",
                 "args": [key],
-                "envFrom": [{"secretRef": {"name": secret}}],
+                "envFrom": env_from,
                 "securityContext": {
                     "allowPrivilegeEscalation": false,
                     "readOnlyRootFilesystem": true,

@@ -28,6 +28,7 @@ mod observability;
 mod observe;
 mod olm;
 mod orphans;
+mod outputs;
 mod packaging;
 mod paused;
 mod pod_identity;

@@ -9,7 +9,7 @@ use super::plan::{Change, Found, IdentityState, Kind, Plan, Snapshot};
 use crate::api::PlannedChange;
 use crate::reconcile::bucket::in_sync::{ABSENT, by_sid, entry, keyed, short};
 
-/// What the access's Secret holds, against what a `Manage` pass would write.
+/// What the access's Secret (or ConfigMap) holds, against what a `Manage` pass would write.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum SecretView {
     /// As the pass would write it.
@@ -19,8 +19,14 @@ pub enum SecretView {
     Differs,
 }
 
-/// The fields `plan` (made from `observed`) would change; `secret`: how the Secret compares.
-pub fn differences(plan: &Plan, observed: &Snapshot, secret: SecretView) -> Vec<PlannedChange> {
+/// The fields `plan` (made from `observed`) would change; `secret` and `config_map`: how the
+/// Secret and the ConfigMap (when the access asks for one) compare.
+pub fn differences(
+    plan: &Plan,
+    observed: &Snapshot,
+    secret: SecretView,
+    config_map: SecretView,
+) -> Vec<PlannedChange> {
     let found = match &observed.identity {
         Found::Ours(state) => Some(state),
         _ => None,
@@ -28,11 +34,14 @@ pub fn differences(plan: &Plan, observed: &Snapshot, secret: SecretView) -> Vec<
     let mut all: Vec<PlannedChange> = (plan.changes.iter())
         .flat_map(|c| of_change(plan, found, observed, c))
         .collect();
-    let name = format!("secret[{}]", plan.secret_name);
-    match secret {
-        SecretView::InShape => {}
-        SecretView::Absent => all.push(entry(&name, ABSENT, "present")),
-        SecretView::Differs => all.push(entry(&name, "present", "rewritten")),
+    let outputs = std::iter::once((format!("secret[{}]", plan.secret_name), secret));
+    let config_map = (plan.config_map.as_ref()).map(|n| (format!("configMap[{n}]"), config_map));
+    for (name, view) in outputs.chain(config_map) {
+        match view {
+            SecretView::InShape => {}
+            SecretView::Absent => all.push(entry(&name, ABSENT, "present")),
+            SecretView::Differs => all.push(entry(&name, "present", "rewritten")),
+        }
     }
     all
 }

@@ -34,6 +34,8 @@ pub struct SecretCreds {
     pub key_id: String,
     /// The key pair in `data` is the one the operator wrote (id and secret hash match).
     pub intact: bool,
+    /// The data key the secret is under (the key map names it, and may have renamed it since).
+    pub secret_key: Option<String>,
 }
 
 /// Rotation settings in force.
@@ -211,18 +213,22 @@ fn keep_or_rotate(
     }
 }
 
-/// What the Secret holding `data` vouches for: only its key pair (see [`SecretCreds`]).
+/// What the Secret holding `data` vouches for: only its key pair (see [`SecretCreds`]), under
+/// whatever names it holds them: a changed key map renames the keys of a Secret that still
+/// hands out the same pair, which needs no new key.
 pub fn secret_creds(secret: &Secret) -> Option<SecretCreds> {
     let ann = secret.metadata.annotations.as_ref()?;
     let data = secret.data.as_ref()?;
     let key_id = ann.get(ANN_KEY_ID)?.clone();
-    let id_in_data =
-        data.get("AWS_ACCESS_KEY_ID").map(|b| b.0.as_slice()) == Some(key_id.as_bytes());
-    let hash_ok = data.get("AWS_SECRET_ACCESS_KEY").map(|b| sha256_hex(&b.0))
-        == ann.get(ANN_KEY_HASH).cloned();
+    let id_in_data = data.values().any(|v| v.0 == key_id.as_bytes());
+    let hash = ann.get(ANN_KEY_HASH);
+    let secret_key = (data.iter())
+        .find(|(_, v)| Some(&sha256_hex(&v.0)) == hash)
+        .map(|(k, _)| k.clone());
     Some(SecretCreds {
         key_id,
-        intact: id_in_data && hash_ok,
+        intact: id_in_data && secret_key.is_some(),
+        secret_key,
     })
 }
 
@@ -248,6 +254,7 @@ mod tests {
         SecretCreds {
             key_id: id.into(),
             intact: true,
+            secret_key: Some("AWS_SECRET_ACCESS_KEY".into()),
         }
     }
     const NO_ROTATION: RotationPolicy = RotationPolicy {
@@ -425,10 +432,28 @@ mod tests {
             ..Default::default()
         };
         assert!(secret_creds(&s).unwrap().intact);
+        // Renamed by a key map, the pair is still the one written.
+        let data = s.data.as_mut().unwrap();
+        let secret = data.remove("AWS_SECRET_ACCESS_KEY").unwrap();
+        data.insert("COSI_S3_ACCESS_SECRET_KEY".into(), secret);
+        let renamed = secret_creds(&s).unwrap();
+        assert!(renamed.intact);
+        assert_eq!(
+            renamed.secret_key.as_deref(),
+            Some("COSI_S3_ACCESS_SECRET_KEY")
+        );
         s.data.as_mut().unwrap().insert(
-            "AWS_SECRET_ACCESS_KEY".into(),
+            "COSI_S3_ACCESS_SECRET_KEY".into(),
             ByteString(b"edited".to_vec()),
         );
+        assert!(!secret_creds(&s).unwrap().intact);
+        // The id alone, under any name, vouches for nothing.
+        let data = s.data.as_mut().unwrap();
+        data.insert(
+            "AWS_SECRET_ACCESS_KEY".into(),
+            ByteString(b"secret".to_vec()),
+        );
+        data.remove("AWS_ACCESS_KEY_ID");
         assert!(!secret_creds(&s).unwrap().intact);
     }
 }

@@ -13,6 +13,7 @@ mod io_tests;
 pub mod keys;
 mod observe;
 mod outcome;
+pub mod outputs;
 pub mod plan;
 pub mod pod_identity;
 
@@ -22,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::ByteString;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
@@ -253,6 +254,12 @@ async fn pass(
         Err(e) => return Err(unhanded_key(ctx, &plan, &learned, events, e).await),
     };
     versions.secret.extend(written);
+    if let Some(name) = &plan.config_map {
+        let (facts, current) = (&plan.bucket, observed.config_map.as_ref());
+        let data = outputs::bucket_facts(facts, endpoint);
+        let written = write_config_map(access, ctx, name, current, data, events).await?;
+        versions.config_map.extend(written);
+    }
     let current = access.status.as_ref();
     // The pass's event goes out with its status rather than after it (one round trip, not
     // two); the caller publishes what a failed pass changed.
@@ -357,7 +364,8 @@ fn left_undone(plan: &Plan, observed: &plan::Snapshot, done: usize, e: Error) ->
         changes: plan.changes[done..].to_vec(),
         ..plan.clone()
     };
-    let pending = in_sync::differences(&rest, observed, in_sync::SecretView::InShape);
+    let shape = in_sync::SecretView::InShape;
+    let pending = in_sync::differences(&rest, observed, shape, shape);
     Error::Blocked(why.with_pending(plan.identity().to_string(), pending))
 }
 
@@ -491,7 +499,8 @@ async fn report_observed(
 ) -> Result<Requeue, Error> {
     let endpoint = ctx.aws.endpoint_url.as_deref();
     let secret = secret_view(access, plan, observed, endpoint);
-    let all = in_sync::differences(plan, observed, secret);
+    let config_map = config_map_view(access, plan, observed, endpoint);
+    let all = in_sync::differences(plan, observed, secret, config_map);
     let (subject, exists) = match &plan.kind {
         Kind::Shared { service_account } => (
             format!("The EKS Pod Identity association of ServiceAccount {service_account}"),
@@ -573,6 +582,28 @@ fn secret_view(
         current,
         &desired_secret(access, &plan.secret_name, &outcome),
     ) {
+        in_sync::SecretView::InShape
+    } else {
+        in_sync::SecretView::Differs
+    }
+}
+
+/// How the access's ConfigMap of bucket facts compares with what a Manage pass would write
+/// (`InShape` when it asks for none).
+fn config_map_view(
+    access: &BucketAccess,
+    plan: &Plan,
+    observed: &plan::Snapshot,
+    endpoint: Option<&str>,
+) -> in_sync::SecretView {
+    let Some(name) = &plan.config_map else {
+        return in_sync::SecretView::InShape;
+    };
+    let Some(current) = &observed.config_map else {
+        return in_sync::SecretView::Absent;
+    };
+    let want = outputs::bucket_facts(&plan.bucket, endpoint);
+    if outputs::in_shape(current, &outputs::desired_config_map(access, name, want)) {
         in_sync::SecretView::InShape
     } else {
         in_sync::SecretView::Differs
@@ -757,18 +788,13 @@ fn desired_secret(access: &BucketAccess, name: &str, outcome: &plan::Outcome) ->
     }
 }
 
-/// Does `current` already say all `want` says (its data, and at least its labels, annotations
-/// and owner)?
+/// Does `current` already say all `want` says (each of its keys, and at least its labels,
+/// annotations and owner)? A key someone else added is theirs ([`outputs::holds`]).
 fn secret_in_shape(current: &Secret, want: &Secret) -> bool {
-    let has = |want: &Option<BTreeMap<String, String>>, have: &Option<BTreeMap<String, String>>| {
-        want.iter()
-            .flatten()
-            .all(|(k, v)| have.as_ref().and_then(|h| h.get(k)) == Some(v))
-    };
     let owner_ref = want.owner_references().first();
-    current.data == want.data
-        && has(&want.metadata.labels, &current.metadata.labels)
-        && has(&want.metadata.annotations, &current.metadata.annotations)
+    outputs::holds(want.data.as_ref(), current.data.as_ref())
+        && outputs::holds(Some(want.labels()), Some(current.labels()))
+        && outputs::holds(Some(want.annotations()), Some(current.annotations()))
         && owner_ref.is_some_and(|o| current.owner_references().contains(o))
         && current.type_ == want.type_
 }
@@ -786,21 +812,58 @@ async fn write_secret(
     if current.is_some_and(|cur| secret_in_shape(cur, &secret)) {
         return Ok(None);
     }
+    let said = ("secret", "SecretUpdated");
+    apply_output(access, ctx, &secret, current.is_some(), said, events).await
+}
+
+/// Writes the ConfigMap of bucket facts if it differs from `data` with the operator's labels and
+/// owner.
+async fn write_config_map(
+    access: &BucketAccess,
+    ctx: &InAccount<'_>,
+    name: &str,
+    current: Option<&ConfigMap>,
+    data: BTreeMap<String, String>,
+    events: &mut PassEvents,
+) -> Result<Option<String>, Error> {
+    let want = outputs::desired_config_map(access, name, data);
+    if current.is_some_and(|cur| outputs::in_shape(cur, &want)) {
+        return Ok(None);
+    }
+    let said = ("configMap", "ConfigMapUpdated");
+    apply_output(access, ctx, &want, current.is_some(), said, events).await
+}
+
+/// Applies `want` (a Secret or ConfigMap of the access's namespace) and reports it as `aspect`
+/// recreated (drift) or `updated`; returns the version written. One read as absent (`existed`
+/// false) is created, not taken over: one someone else created in between conflicts (409)
+/// instead. Ours is forced back into shape.
+async fn apply_output<K>(
+    access: &BucketAccess,
+    ctx: &InAccount<'_>,
+    want: &K,
+    existed: bool,
+    (aspect, updated): (&str, &'static str),
+    events: &mut PassEvents,
+) -> Result<Option<String>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    K: Clone + serde::Serialize + serde::de::DeserializeOwned + std::fmt::Debug,
+{
     let ns = access.namespace().ok_or(Error::NoNamespace)?;
-    let api = Api::<Secret>::namespaced(ctx.client.clone(), &ns);
-    // One read as absent is created, not taken over: a Secret someone else created in between
-    // conflicts (409) instead. Ours is forced back into shape.
-    let params = match current {
-        Some(_) => PatchParams::apply(MANAGER).force(),
-        None => PatchParams::apply(MANAGER),
+    let api = Api::<K>::namespaced(ctx.client.clone(), &ns);
+    let params = match existed {
+        true => PatchParams::apply(MANAGER).force(),
+        false => PatchParams::apply(MANAGER),
     };
-    let apply = Patch::Apply(&secret);
-    let write = api.patch(name, &params, &apply);
-    let written = ctx.metrics.kube_write("Secret", "apply", write).await?;
+    let (kind, name) = (K::kind(&()), want.name_any());
+    let apply = Patch::Apply(want);
+    let write = api.patch(&name, &params, &apply);
+    let written = ctx.metrics.kube_write(&kind, "apply", write).await?;
     if is_served(access) {
-        match current {
-            None => drift_or_update(events, true, "secret", format!("Recreated Secret {name}")),
-            Some(_) => events.add(false, "SecretUpdated", format!("Updated Secret {name}")),
+        match existed {
+            false => drift_or_update(events, true, aspect, format!("Recreated {kind} {name}")),
+            true => events.add(false, updated, format!("Updated {kind} {name}")),
         }
     }
     Ok(written.resource_version())

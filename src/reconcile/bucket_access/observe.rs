@@ -6,12 +6,12 @@ use crate::reconcile::InAccount;
 use std::sync::Arc;
 use std::time::Duration;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 
 use super::plan::{BucketFacts, Found, IdentityState, Snapshot};
-use super::{POLICY_NAME, identity_candidates, revoking_failed, secret_name};
+use super::{POLICY_NAME, identity_candidates, outputs, revoking_failed, secret_name};
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketAccess, CredentialsType};
 use crate::aws::eks::Association;
@@ -151,18 +151,32 @@ pub(super) struct Versions {
     pub(super) secret: Vec<String>,
     /// The class in force: an edited class is no echo.
     class: Vec<String>,
+    /// The ConfigMap of bucket facts (`spec.configMap`); like the Secret, none when absent.
+    pub(super) config_map: Vec<String>,
 }
 
 impl Versions {
     fn current(&self) -> Vec<String> {
-        [&self.access, &self.bucket, &self.secret, &self.class]
-            .iter()
-            .map(|v| v.last().cloned().unwrap_or_default())
-            .collect()
+        [
+            &self.access,
+            &self.bucket,
+            &self.secret,
+            &self.class,
+            &self.config_map,
+        ]
+        .iter()
+        .map(|v| v.last().cloned().unwrap_or_default())
+        .collect()
     }
 
     pub(super) fn into_inputs(self) -> Vec<Vec<String>> {
-        vec![self.access, self.bucket, self.secret, self.class]
+        vec![
+            self.access,
+            self.bucket,
+            self.secret,
+            self.class,
+            self.config_map,
+        ]
     }
 }
 
@@ -170,9 +184,9 @@ impl Versions {
 /// a version a pass saw or wrote, so a deleted Secret always runs the full pass that restores
 /// it. (Recorded as "", the absence its first pass saw before creating it would make that
 /// deletion look like the echo of the pass's own write until the next resync.)
-fn secret_versions(secret: Option<&Secret>) -> Vec<String> {
+fn versions_of<K: Resource>(secret: Option<&K>) -> Vec<String> {
     secret
-        .and_then(|s| s.resource_version())
+        .and_then(|s| s.meta().resource_version.clone())
         .into_iter()
         .collect()
 }
@@ -222,7 +236,10 @@ pub(super) async fn observe(
             }
             BucketState::Named(d, owner) => (d, owner),
         };
-    let secret = read_secret(access, ctx, &ns).await?;
+    let (secret, config_map) = tokio::try_join!(
+        read_secret(access, ctx, &ns),
+        read_config_map(access, ctx, &ns)
+    )?;
     let versions = Versions {
         access: vec![start],
         bucket: vec![
@@ -230,8 +247,13 @@ pub(super) async fn observe(
                 .and_then(|b| b.resource_version())
                 .unwrap_or_default(),
         ],
-        secret: secret_versions(secret.as_ref()),
+        secret: versions_of(secret.as_ref()),
         class: vec![class],
+        // An access that asks for no ConfigMap has nothing there to change.
+        config_map: match &config_map {
+            None if access.spec.config_map.is_none() => vec![String::new()],
+            found => versions_of(found.as_ref()),
+        },
     };
     // The echo of this operator's own writes costs no AWS reads (see `Settled`); roles are
     // cheap to re-read and keep no such record. Without its finalizer the access is no echo.
@@ -241,7 +263,8 @@ pub(super) async fn observe(
     {
         return Ok(Observation::Settled(wait));
     }
-    read_grant(access, ctx, &d, &bucket_owner, secret, versions).await
+    let outputs = (secret, config_map);
+    read_grant(access, ctx, &d, &bucket_owner, outputs, versions).await
 }
 
 /// No grant may stand (`why`): reads what the access's identity is granted, for the pass to
@@ -371,7 +394,7 @@ async fn read_grant(
     ctx: &InAccount<'_>,
     d: &Address,
     bucket_owner: &Owner,
-    secret: Option<Secret>,
+    (secret, config_map): (Option<Secret>, Option<ConfigMap>),
     versions: Versions,
 ) -> Result<Observation, Error> {
     let owner = owner(access, &ctx.settings.cluster_name);
@@ -405,6 +428,7 @@ async fn read_grant(
         identity: identity?,
         association: association?,
         secret,
+        config_map,
         now: jiff::Timestamp::now(),
     };
     Ok(Observation::Seen(Box::new(observed), versions))
@@ -494,21 +518,50 @@ async fn read_secret(
     ctx: &InAccount<'_>,
     ns: &str,
 ) -> Result<Option<Secret>, Error> {
-    let api = Api::<Secret>::namespaced(ctx.client.clone(), ns);
-    let name = secret_name(access);
-    let secret = api.get_opt(&name).await?;
-    let ours = |s: &Secret| {
-        s.owner_references()
-            .iter()
-            .any(|o| Some(&o.uid) == access.meta().uid.as_ref())
+    read_output(access, ctx, ns, &secret_name(access), "").await
+}
+
+/// The ConfigMap of bucket facts this access writes (`spec.configMap`), if it asks for one and
+/// it exists; `Blocked` when it exists but belongs to someone else.
+async fn read_config_map(
+    access: &BucketAccess,
+    ctx: &InAccount<'_>,
+    ns: &str,
+) -> Result<Option<ConfigMap>, Error> {
+    let Some(name) = outputs::config_map_name(access) else {
+        return Ok(None);
     };
-    if secret.as_ref().is_some_and(|s| !ours(s)) {
+    read_output(access, ctx, ns, &name, " (spec.configMap)").await
+}
+
+/// The object `name` of `ns` this access writes, if it exists; `Blocked` when it exists but
+/// belongs to someone else: it is never overwritten. `field`: what asked for it, said after its
+/// name.
+async fn read_output<K>(
+    access: &BucketAccess,
+    ctx: &InAccount<'_>,
+    ns: &str,
+    name: &str,
+    field: &str,
+) -> Result<Option<K>, Error>
+where
+    K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>,
+    K: Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let found = Api::<K>::namespaced(ctx.client.clone(), ns)
+        .get_opt(name)
+        .await?;
+    if found
+        .as_ref()
+        .is_some_and(|o| !outputs::owned_by(o, access))
+    {
         let msg = format!(
-            "Secret {name} exists and is not owned by this BucketAccess; it will not be overwritten"
+            "{} {name}{field} exists and is not owned by this BucketAccess; it will not be overwritten",
+            K::kind(&())
         );
         return Err(Blocked::new(Reason::OwnershipConflict, msg).into());
     }
-    Ok(secret)
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -598,8 +651,9 @@ mod tests {
         let mut first = Versions {
             access: vec![v("1"), v("2"), v("3")],
             bucket: vec![v("5")],
-            secret: secret_versions(None),
+            secret: versions_of::<Secret>(None),
             class: vec![v("sandbox@4")],
+            config_map: vec![String::new()],
         };
         first.secret.push(v("7"));
         settled.record("k".into(), first.into_inputs(), Duration::from_secs(600));
@@ -607,8 +661,9 @@ mod tests {
             Versions {
                 access: vec![v("3")],
                 bucket: vec![v("5")],
-                secret: secret_versions(s),
+                secret: versions_of(s),
                 class: vec![v(class)],
+                config_map: vec![String::new()],
             }
             .current()
         };

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 
 use super::keys::{ANN_KEY_HASH, ANN_KEY_ID, ANN_PREVIOUS, ANN_ROTATED_AT, add};
+use super::outputs;
 use super::plan::{ActiveKey, Kind, Learned, Plan};
 use crate::api::condition::{self, Reason};
 use crate::api::{BucketAccess, BucketAccessStatus};
@@ -88,8 +89,9 @@ impl Plan {
             condition::ready(&previous, true, Reason::Available, message, generation, now),
             condition::of_type(&previous, condition::IN_SYNC, in_sync, generation, now),
         ];
+        status.config_map_name = outputs::config_map_name(access);
         Outcome {
-            data,
+            data: outputs::renamed(data, &access.spec.credentials.secret_keys),
             annotations,
             status,
         }

@@ -3,11 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use serde_json::Value;
 
 use super::keys::{KeyPlan, PreviousKey, RotationPolicy, plan_keys, secret_creds};
 pub use super::outcome::Outcome;
+use super::outputs;
 use super::pod_identity::{self, AssociationPlan};
 use super::{identity_of, is_served, secret_name};
 use crate::api::condition::Reason;
@@ -59,6 +60,8 @@ pub struct Snapshot {
     pub association: Found<Association>,
     /// The Secret this access writes, as read at the start of the pass (never someone else's).
     pub secret: Option<Secret>,
+    /// Its ConfigMap of bucket facts (`spec.configMap`), read likewise.
+    pub config_map: Option<ConfigMap>,
     pub now: jiff::Timestamp,
 }
 
@@ -160,6 +163,8 @@ pub struct Plan {
     /// When the plan changes by itself (a rotation or a grace period ending).
     pub wake_at: Option<jiff::Timestamp>,
     pub secret_name: String,
+    /// The ConfigMap of bucket facts (`spec.configMap`), if the access asks for one.
+    pub config_map: Option<String>,
     pub bucket: BucketFacts,
     pub rotation: RotationPolicy,
     /// The ServiceAccount's Pod Identity association (`PodIdentity` only).
@@ -205,6 +210,7 @@ pub fn plan(
         previous: None,
         wake_at: None,
         secret_name: secret_name(access),
+        config_map: outputs::config_map_name(access),
         bucket: facts.clone(),
         rotation: RotationPolicy::of(access),
         association: None,
@@ -218,6 +224,8 @@ pub fn plan(
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
+    outputs::check_key_map(&access.spec.credentials.secret_keys)
+        .map_err(|msg| Blocked::new(Reason::InvalidSpec, msg))?;
     plan.association = pod_identity::target(access, settings, &plan)?;
     let shared = plan.session_policy().is_some();
     let trust = match identity {
@@ -355,10 +363,12 @@ fn plan_user_keys(plan: &mut Plan, access: &BucketAccess, keys: &[AccessKey], ob
         plan.changes.push(Change::CreateKey);
     }
     // Keep the pair the Secret already holds.
+    let held = creds.as_ref().and_then(|c| c.secret_key.as_deref());
     plan.key = active.map(|k| {
         let old: &[u8] = secret
             .and_then(|s| s.data.as_ref())
-            .and_then(|d| d.get("AWS_SECRET_ACCESS_KEY"))
+            .zip(held)
+            .and_then(|(d, key)| d.get(key))
             .map_or(&[], |b| b.0.as_slice());
         ActiveKey {
             id: k.id,
@@ -544,6 +554,7 @@ mod tests {
             identity,
             association: Found::Absent,
             secret,
+            config_map: None,
             now: t(now),
         }
     }
@@ -560,6 +571,49 @@ mod tests {
             trust_policy: None,
             keys,
         }
+    }
+
+    /// The Secret's keys go under the names the key map gives; a new map renames the keys of the
+    /// same pair (no new key, nothing written to IAM); a map that would lose a value is refused.
+    #[test]
+    fn a_key_map_renames_the_secret_and_a_new_one_keeps_its_pair() {
+        let cosi = json!({"secretKeys": {"AWS_ACCESS_KEY_ID": "COSI_S3_ACCESS_KEY_ID",
+            "AWS_SECRET_ACCESS_KEY": "COSI_S3_ACCESS_SECRET_KEY"}});
+        let a = access(cosi);
+        let p = plan(&a, &settings(), &observed(Found::Absent, None, 0)).unwrap();
+        let learned = Learned {
+            arn: USER_ARN.into(),
+            key: Some(new_key("A", 0, "s3cr3t")),
+            version: None,
+            association: None,
+        };
+        let out = p.outcome(&a, &learned, None, t(0));
+        assert_eq!(out.data["COSI_S3_ACCESS_KEY_ID"], "A");
+        assert_eq!(out.data["COSI_S3_ACCESS_SECRET_KEY"], "s3cr3t");
+        assert!(!out.data.contains_key("AWS_SECRET_ACCESS_KEY"));
+        assert_eq!(out.data["BUCKET_NAME"], "s3op-b", "not renamed");
+
+        // The map is dropped: the pair the Secret holds under COSI's names is kept.
+        let a = served(access(json!({})), "A");
+        let o = observed(ours(&a, vec![key("A", 0)]), Some(secret_of(&out)), 5);
+        let next = plan(&a, &settings(), &o).unwrap();
+        assert_eq!(next.changes, [], "no new key");
+        let learned = Learned {
+            key: next.key.clone(),
+            ..learned
+        };
+        let again = next.outcome(&a, &learned, None, t(5));
+        assert_eq!(again.data["AWS_ACCESS_KEY_ID"], "A");
+        assert_eq!(again.data["AWS_SECRET_ACCESS_KEY"], "s3cr3t");
+        assert!(!again.data.contains_key("COSI_S3_ACCESS_KEY_ID"));
+
+        let lossy = access(json!({"secretKeys": {"AWS_REGION": "X", "BUCKET_NAME": "X"}}));
+        let refused = plan(&lossy, &settings(), &observed(Found::Absent, None, 0)).unwrap_err();
+        assert_eq!(refused.reason, Reason::InvalidSpec);
+        assert!(
+            refused.message.contains("spec.credentials.secretKeys"),
+            "{refused:?}"
+        );
     }
 
     #[test]
@@ -1010,7 +1064,7 @@ mod tests {
         let o = observed(Found::Absent, None, 0);
         let p = plan(&a, &settings(), &o).unwrap();
         assert_eq!(p.changes[0], Change::AddFinalizer);
-        let listed = fields(differences(&p, &o, SecretView::Absent));
+        let listed = fields(differences(&p, &o, SecretView::Absent, SecretView::InShape));
         let names: Vec<&str> = listed.iter().map(|(f, _, _)| f.as_str()).collect();
         assert_eq!(
             names,
@@ -1044,7 +1098,27 @@ mod tests {
         let a = served(access(json!({})), "A");
         let o = observed(ours(&a, vec![key("A", 0)]), Some(handed.clone()), 5);
         let p = plan(&a, &settings(), &o).unwrap();
-        assert_eq!(differences(&p, &o, SecretView::InShape), vec![]);
+        assert_eq!(
+            differences(&p, &o, SecretView::InShape, SecretView::InShape),
+            vec![]
+        );
+        // A ConfigMap is listed only when the access asks for one.
+        assert_eq!(
+            differences(&p, &o, SecretView::InShape, SecretView::Absent),
+            vec![]
+        );
+        let mut asks = a.clone();
+        asks.spec.config_map = Some(crate::api::ConfigMapOutput::default());
+        let with = plan(&asks, &settings(), &o).unwrap();
+        assert_eq!(
+            fields(differences(
+                &with,
+                &o,
+                SecretView::InShape,
+                SecretView::Absent
+            )),
+            [("configMap[a]".into(), "absent".into(), "present".into())]
+        );
 
         // The policy widened out of band, a second key made and the first deactivated: those
         // fields only, each from what IAM holds to what the spec asks.
@@ -1055,7 +1129,12 @@ mod tests {
         state.policy = Some(wide);
         let o = observed(Found::Ours(state), Some(handed), 5);
         let p = plan(&a, &settings(), &o).unwrap();
-        let listed = fields(differences(&p, &o, SecretView::InShape));
+        let listed = fields(differences(
+            &p,
+            &o,
+            SecretView::InShape,
+            SecretView::InShape,
+        ));
         assert!(
             !format!("{listed:?}").contains("s3cr3t"),
             "secrets never listed"

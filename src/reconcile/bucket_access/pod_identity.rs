@@ -199,6 +199,7 @@ mod tests {
             identity,
             association,
             secret: None,
+            config_map: None,
             now: now(),
         }
     }
