@@ -761,26 +761,15 @@ fn drift_or_update(events: &mut PassEvents, drift: bool, aspect: &str, note: Str
 
 /// The Secret that hands out `outcome`, labelled as the operator's and owned by `access`.
 fn desired_secret(access: &BucketAccess, name: &str, outcome: &plan::Outcome) -> Secret {
-    let labels = BTreeMap::from([
-        (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
-        (ACCESS_LABEL.to_string(), access.name_any()),
-    ]);
     let data: BTreeMap<String, ByteString> = outcome
         .data
         .iter()
         .map(|(k, v)| (k.clone(), ByteString(v.clone().into_bytes())))
         .collect();
-    let owner_ref = access
-        .controller_owner_ref(&())
-        .expect("BucketAccess has a name and uid");
     Secret {
         metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: access.namespace(),
-            labels: Some(labels),
             annotations: Some(outcome.annotations.clone()),
-            owner_references: Some(vec![owner_ref]),
-            ..Default::default()
+            ..outputs::metadata(access, name)
         },
         data: Some(data),
         type_: Some("Opaque".into()),

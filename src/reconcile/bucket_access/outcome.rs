@@ -89,7 +89,7 @@ impl Plan {
             condition::ready(&previous, true, Reason::Available, message, generation, now),
             condition::of_type(&previous, condition::IN_SYNC, in_sync, generation, now),
         ];
-        status.config_map_name = outputs::config_map_name(access);
+        status.config_map_name = self.config_map.clone();
         Outcome {
             data: outputs::renamed(data, &access.spec.credentials.secret_keys),
             annotations,

@@ -123,6 +123,16 @@ pub fn desired_config_map(
     name: &str,
     data: BTreeMap<String, String>,
 ) -> ConfigMap {
+    ConfigMap {
+        metadata: metadata(access, name),
+        data: Some(data),
+        ..Default::default()
+    }
+}
+
+/// The metadata of an object `access` writes to its namespace as `name`: labelled as the
+/// operator's and controlled by `access`, so it goes with it.
+pub fn metadata(access: &BucketAccess, name: &str) -> ObjectMeta {
     let labels = BTreeMap::from([
         (MANAGED_BY_LABEL.to_string(), MANAGED_BY.to_string()),
         (ACCESS_LABEL.to_string(), access.name_any()),
@@ -130,15 +140,11 @@ pub fn desired_config_map(
     let owner = access
         .controller_owner_ref(&())
         .expect("BucketAccess has a name and uid");
-    ConfigMap {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: access.namespace(),
-            labels: Some(labels),
-            owner_references: Some(vec![owner]),
-            ..Default::default()
-        },
-        data: Some(data),
+    ObjectMeta {
+        name: Some(name.to_string()),
+        namespace: access.namespace(),
+        labels: Some(labels),
+        owner_references: Some(vec![owner]),
         ..Default::default()
     }
 }
