@@ -44,6 +44,8 @@ async fn pair(
     let op = Operator::start(OperatorOpts {
         namespaces: vec![ns.clone()],
         aws_endpoint: endpoint,
+        // No resync within the test: a ConfigMap or Secret put back is the watch's doing.
+        resync: "1h",
         ..Default::default()
     })
     .await;
