@@ -311,7 +311,9 @@ where
                     let budget = budget_key(obj.as_ref(), &c);
                     if let Some((kind, wait)) = c.budgets.defer(&budget) {
                         queue.started(&key);
-                        over_budget(queue.name, kind, obj.as_ref(), &budget, &c).await;
+                        // Boxed: its event write is large, and a reconcile waiting in kube's
+                        // runner (every object of a flood) would otherwise carry its size.
+                        Box::pin(over_budget(queue.name, kind, obj.as_ref(), &budget, &c)).await;
                         return Ok(Action::requeue(wait));
                     }
                     // Shutting down: a reconcile that has not started yet never will.

@@ -153,8 +153,20 @@ impl Install {
         let mut all: Vec<&str> = vec![ns, OLM_NS];
         all.extend(targets.iter().chain(unwatched).map(String::as_str));
         let mut scene = Scene::new(&all);
-        // What OLM made of the Subscription, and why: its objects and their status, then the
-        // logs of OLM's operators.
+        Self::explain_with_olm(&mut scene, ns);
+        Self::clear_earlier_installs(&mut scene, ns, targets, unwatched).await;
+        Self::create_subscription(node, ns, &cluster, targets, starting).await;
+        Install {
+            ns: ns.to_string(),
+            targets: targets.to_vec(),
+            cluster,
+            scene,
+        }
+    }
+
+    /// What a failure shows of OLM: the objects it made of the Subscription and their status,
+    /// then the logs of OLM's operators.
+    fn explain_with_olm(scene: &mut Scene, ns: &str) {
         for n in [ns, OLM_NS] {
             let kinds =
                 "catalogsources,subscriptions,installplans,clusterserviceversions,operatorgroups";
@@ -173,6 +185,15 @@ impl Install {
                 .explain
                 .push(strings(&["logs", "-n", OLM_NS, &dep, "--tail", "100"]));
         }
+    }
+
+    /// Makes the target namespaces and removes what an earlier install in `ns` left.
+    async fn clear_earlier_installs(
+        scene: &mut Scene,
+        ns: &str,
+        targets: &[String],
+        unwatched: &[String],
+    ) {
         for t in targets.iter().chain(unwatched) {
             ensure_namespace(t).await;
             scene.undo.push(Undo::Release(t.clone()));
@@ -219,21 +240,12 @@ impl Install {
             "kubectl",
             &gone.iter().map(String::as_str).collect::<Vec<_>>(),
         );
+    }
 
-        let key = operator_key(&cluster).await;
-        create_aws_secret(ns, &key).await;
-        let mut group = json!({
-            "apiVersion": "operators.coreos.com/v1",
-            "kind": "OperatorGroup",
-            "metadata": {"name": OPERATOR, "namespace": ns},
-            "spec": {},
-        });
-        if !targets.is_empty() {
-            group["spec"]["targetNamespaces"] = json!(targets);
-        }
-        // What a user sets for their AWS account before subscribing: the installation's name
-        // and the endpoint (moto on the node's bridge) in the ConfigMap the CSV reads with
-        // envFrom, beside the key pair's Secret.
+    /// What a user sets for their AWS account before subscribing: the installation's name and
+    /// the endpoint (moto on the node's bridge) in the ConfigMap the CSV reads with envFrom,
+    /// beside the key pair's Secret.
+    async fn create_settings(node: &Node, ns: &str, cluster: &str) {
         let settings: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
             "metadata": {"name": "s3-operator-config"},
             "data": {
@@ -248,6 +260,28 @@ impl Install {
             .create(&Default::default(), &settings)
             .await
             .expect("create the settings ConfigMap");
+    }
+
+    /// The key pair's Secret, the settings ConfigMap, the OperatorGroup and the Subscription.
+    async fn create_subscription(
+        node: &Node,
+        ns: &str,
+        cluster: &str,
+        targets: &[String],
+        starting: Option<&str>,
+    ) {
+        let key = operator_key(cluster).await;
+        create_aws_secret(ns, &key).await;
+        let mut group = json!({
+            "apiVersion": "operators.coreos.com/v1",
+            "kind": "OperatorGroup",
+            "metadata": {"name": OPERATOR, "namespace": ns},
+            "spec": {},
+        });
+        if !targets.is_empty() {
+            group["spec"]["targetNamespaces"] = json!(targets);
+        }
+        Self::create_settings(node, ns, cluster).await;
         let mut sub = json!({
             "apiVersion": "operators.coreos.com/v1alpha1",
             "kind": "Subscription",
@@ -274,12 +308,6 @@ impl Install {
                 .create(&Default::default(), &o)
                 .await
                 .unwrap_or_else(|e| panic!("create the {kind}: {e}"));
-        }
-        Install {
-            ns: ns.to_string(),
-            targets: targets.to_vec(),
-            cluster,
-            scene,
         }
     }
 
