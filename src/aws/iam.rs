@@ -384,11 +384,18 @@ impl Aws {
         Ok(keys)
     }
 
+    /// Never retried by the SDK: an attempt whose answer was lost may have made a key, and a
+    /// retry would make a second one while the pass keeps only the last (the first lived on
+    /// until a full pass found it). The pass fails instead, and its retry plans from every key
+    /// the user has (`keys::plan_keys`), so one no Secret holds goes before another is made.
     pub async fn create_access_key(&self, user: &str) -> Result<NewAccessKey, Error> {
+        let once = aws_sdk_iam::config::Builder::default()
+            .retry_config(aws_config::retry::RetryConfig::disabled());
+        let request = self.iam().create_access_key().user_name(user);
         let out = Aws::call(
             IAM,
             "CreateAccessKey",
-            self.iam().create_access_key().user_name(user).send(),
+            request.customize().config_override(once).send(),
         )
         .await?;
         let k = out.access_key.ok_or_else(|| Error {

@@ -714,11 +714,19 @@ mod tests {
     /// A server on 127.0.0.1 that answers its nth request with the nth (status, error code) of
     /// `replies`, and every later one with the last.
     async fn answering(replies: &'static [(&'static str, &'static str)]) -> String {
+        answering_counted(replies).await.0
+    }
+
+    /// The same, with the number of requests it has answered.
+    async fn answering_counted(
+        replies: &'static [(&'static str, &'static str)],
+    ) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
         use std::sync::atomic::{AtomicUsize, Ordering};
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let url = format!("http://{}", listener.local_addr().unwrap());
         let served = Arc::new(AtomicUsize::new(0));
+        let count = served.clone();
         tokio::spawn(async move {
             while let Ok((mut sock, _)) = listener.accept().await {
                 let served = served.clone();
@@ -742,7 +750,43 @@ mod tests {
                 });
             }
         });
-        url
+        (url, count)
+    }
+
+    /// Clients whose SDK retries every transient error, as the operator's own do.
+    async fn retrying(url: &str) -> Aws {
+        let creds = aws_sdk_s3::config::Credentials::new("AKID", "secret", None, None, "test");
+        let retries = aws_config::retry::RetryConfig::standard()
+            .with_max_attempts(3)
+            .with_initial_backoff(std::time::Duration::from_millis(1));
+        let base = aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url(url)
+            .credentials_provider(creds)
+            .retry_config(retries)
+            .load()
+            .await;
+        Aws::from_config(base, Some(url.to_string()), Arc::new(Metrics::new()))
+    }
+
+    /// An IAM failure may come after the key was made (or the answer be lost on the way): a
+    /// retry would make a second key nobody holds. Every other call keeps the SDK's retries.
+    #[tokio::test]
+    async fn a_failed_create_access_key_is_not_retried() {
+        use std::sync::atomic::Ordering;
+        let failing = &[("500 Internal Server Error", "ServiceFailure")];
+        let (url, served) = answering_counted(failing).await;
+        let err = retrying(&url)
+            .await
+            .create_access_key("u")
+            .await
+            .unwrap_err();
+        assert_eq!(err.kind, ErrorKind::Transient, "{err}");
+        assert_eq!(served.load(Ordering::SeqCst), 1, "one attempt, no retry");
+
+        let (url, served) = answering_counted(failing).await;
+        retrying(&url).await.access_keys("u").await.unwrap_err();
+        assert_eq!(served.load(Ordering::SeqCst), 3, "a read is retried");
     }
 
     #[tokio::test]

@@ -797,3 +797,33 @@ async fn a_resent_create_finds_its_own_user_and_goes_on() {
         }
     }
 }
+
+/// A CreateAccessKey that failed may still have made its key (IAM made it and its answer was
+/// lost): the call is not resent, and the pass fails. The pass that retries it finds that key on
+/// the user, held by no Secret, and deletes it before it makes the key it hands out, so no key
+/// nobody holds outlives the retry.
+#[tokio::test]
+async fn a_key_a_failed_create_made_goes_before_the_next_is_made() {
+    let fakes = Fakes::start().await;
+    let failure = Reply::query_error(500, "ServiceFailure");
+    fakes.aws.once(&iam("CreateAccessKey"), failure);
+    first_pass(&fakes);
+    let out = pass(&fakes, &access("1", false)).await;
+    assert!(out.is_err(), "{out:?}");
+    let writes = ["CreateUser", "PutUserPolicy", "CreateAccessKey"];
+    assert_eq!(aws_requests(&fakes), first_requests(&writes), "not resent");
+    assert!(fakes.kube.matching(&kube("PATCH", SECRET)).is_empty());
+
+    // The retry, against what IAM now holds: the user, its policy and the lost key.
+    let fakes = Fakes::start().await;
+    granted(&fakes, &user_tags(), &[("AKLOST", true)]);
+    first_pass(&fakes);
+    let out = pass(&fakes, &access("2", true)).await;
+    assert!(matches!(out, Ok(Requeue::Resync(_))), "{out:?}");
+    let deleted = params(&fakes, &iam("DeleteAccessKey"), "AccessKeyId");
+    assert_eq!(deleted, ["AKLOST"]);
+    let at = |p: &str| fakes.aws.matching(p)[0].at;
+    assert!(at(&iam("DeleteAccessKey")) < at(&iam("CreateAccessKey")));
+    let secret = &fakes.kube.bodies(&kube("PATCH", SECRET))[0];
+    assert_eq!(secret["metadata"]["annotations"][ANN_KEY_ID], "AKNEW");
+}
