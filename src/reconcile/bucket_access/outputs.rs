@@ -299,3 +299,53 @@ mod tests {
         assert!(!owned_by(&foreign, &access));
     }
 }
+
+#[cfg(test)]
+mod crd_tests {
+    use std::collections::BTreeSet;
+
+    use kube::CustomResourceExt;
+
+    use super::SECRET_KEYS;
+    use crate::api::BucketAccess;
+
+    /// The names of every list of quoted names (`['A', 'B']`) in `text`.
+    fn listed(text: &str) -> Vec<BTreeSet<String>> {
+        text.split('[')
+            .skip(1)
+            .filter_map(|rest| rest.split_once(']'))
+            .filter(|(list, _)| list.starts_with('\''))
+            .map(|(list, _)| {
+                (list.split(','))
+                    .map(|n| n.trim().trim_matches('\'').to_string())
+                    .collect()
+            })
+            .collect()
+    }
+
+    /// The CEL rules on `spec.credentials.secretKeys` spell the operator's keys out (a derive
+    /// attribute cannot take a constant): each list, and the first rule's message, is exactly
+    /// `SECRET_KEYS`, so a key added to the Secret cannot be left out of what may be renamed.
+    #[test]
+    fn the_secret_key_rules_list_exactly_the_keys_the_operator_writes() {
+        let crd = serde_json::to_value(BucketAccess::crd()).unwrap();
+        let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
+        let field =
+            &schema["properties"]["spec"]["properties"]["credentials"]["properties"]["secretKeys"];
+        let rules = field["x-kubernetes-validations"]
+            .as_array()
+            .expect("CEL rules");
+        let want: BTreeSet<String> = SECRET_KEYS.iter().map(|k| k.to_string()).collect();
+        let lists: Vec<BTreeSet<String>> = (rules.iter())
+            .flat_map(|r| listed(r["rule"].as_str().unwrap_or_default()))
+            .collect();
+        assert_eq!(lists.len(), 2, "{rules:?}");
+        for list in lists {
+            assert_eq!(list, want);
+        }
+        let message = rules[0]["message"].as_str().unwrap_or_default();
+        let (_, named) = message.split_once(": ").expect("the keys, named");
+        let named: BTreeSet<String> = named.split(", ").map(str::to_string).collect();
+        assert_eq!(named, want, "{message}");
+    }
+}
