@@ -753,11 +753,12 @@ mod tests {
         (url, count)
     }
 
-    /// Clients whose SDK retries every transient error, as the operator's own do.
-    async fn retrying(url: &str) -> Aws {
+    /// Clients at `url` whose SDK makes up to `attempts` attempts of a call that meets a
+    /// transient error, as the operator's own do, recording into `metrics`.
+    async fn retrying(url: &str, attempts: u32, metrics: Arc<Metrics>) -> Aws {
         let creds = aws_sdk_s3::config::Credentials::new("AKID", "secret", None, None, "test");
         let retries = aws_config::retry::RetryConfig::standard()
-            .with_max_attempts(3)
+            .with_max_attempts(attempts)
             .with_initial_backoff(std::time::Duration::from_millis(1));
         let base = aws_config::defaults(BehaviorVersion::latest())
             .region(Region::new("us-east-1"))
@@ -766,7 +767,7 @@ mod tests {
             .retry_config(retries)
             .load()
             .await;
-        Aws::from_config(base, Some(url.to_string()), Arc::new(Metrics::new()))
+        Aws::from_config(base, Some(url.to_string()), metrics)
     }
 
     /// An IAM failure may come after the key was made (or the answer be lost on the way): a
@@ -776,16 +777,14 @@ mod tests {
         use std::sync::atomic::Ordering;
         let failing = &[("500 Internal Server Error", "ServiceFailure")];
         let (url, served) = answering_counted(failing).await;
-        let err = retrying(&url)
-            .await
-            .create_access_key("u")
-            .await
-            .unwrap_err();
+        let aws = retrying(&url, 3, Arc::new(Metrics::new())).await;
+        let err = aws.create_access_key("u").await.unwrap_err();
         assert_eq!(err.kind, ErrorKind::Transient, "{err}");
         assert_eq!(served.load(Ordering::SeqCst), 1, "one attempt, no retry");
 
         let (url, served) = answering_counted(failing).await;
-        retrying(&url).await.access_keys("u").await.unwrap_err();
+        let aws = retrying(&url, 3, Arc::new(Metrics::new())).await;
+        aws.access_keys("u").await.unwrap_err();
         assert_eq!(served.load(Ordering::SeqCst), 3, "a read is retried");
     }
 
@@ -796,19 +795,8 @@ mod tests {
             ("404 Not Found", "NoSuchBucket"),
         ])
         .await;
-        let creds = aws_sdk_s3::config::Credentials::new("AKID", "secret", None, None, "test");
-        let retries = aws_config::retry::RetryConfig::standard()
-            .with_max_attempts(2)
-            .with_initial_backoff(std::time::Duration::from_millis(1));
-        let base = aws_config::defaults(BehaviorVersion::latest())
-            .region(Region::new("us-east-1"))
-            .endpoint_url(&url)
-            .credentials_provider(creds)
-            .retry_config(retries)
-            .load()
-            .await;
         let metrics = Arc::new(Metrics::new());
-        let aws = Aws::from_config(base, Some(url), metrics.clone());
+        let aws = retrying(&url, 2, metrics.clone()).await;
         assert_eq!(aws.bucket_tags("us-east-1", "b").await.unwrap(), None);
 
         let attempts = |outcome: &str| {

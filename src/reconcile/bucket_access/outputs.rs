@@ -298,19 +298,9 @@ mod tests {
         assert!(!in_shape(&foreign, &want));
         assert!(!owned_by(&foreign, &access));
     }
-}
-
-#[cfg(test)]
-mod crd_tests {
-    use std::collections::BTreeSet;
-
-    use kube::CustomResourceExt;
-
-    use super::SECRET_KEYS;
-    use crate::api::BucketAccess;
 
     /// The names of every list of quoted names (`['A', 'B']`) in `text`.
-    fn listed(text: &str) -> Vec<BTreeSet<String>> {
+    fn listed(text: &str) -> Vec<std::collections::BTreeSet<String>> {
         text.split('[')
             .skip(1)
             .filter_map(|rest| rest.split_once(']'))
@@ -328,6 +318,8 @@ mod crd_tests {
     /// `SECRET_KEYS`, so a key added to the Secret cannot be left out of what may be renamed.
     #[test]
     fn the_secret_key_rules_list_exactly_the_keys_the_operator_writes() {
+        use kube::CustomResourceExt;
+        use std::collections::BTreeSet;
         let crd = serde_json::to_value(BucketAccess::crd()).unwrap();
         let schema = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"];
         let field =
