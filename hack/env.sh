@@ -168,17 +168,22 @@ up() {
   "$bin/kubectl" create clusterrolebinding s3op-oidc-discovery --clusterrole system:service-account-issuer-discovery \
     --group system:unauthenticated >/dev/null
 
+  # The quota controller may recount from a cache that has not seen the newest objects yet and
+  # then leaves `used` low until its next full recount (5 min by default); tests wait for it.
+  local quota_resync=10s
   if [[ -n $node ]]; then
     log "starting kube-controller-manager (every default controller)"
     start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kc" \
       --leader-elect=false --secure-port 0 --root-ca-file "$pki/ca.crt" \
       --service-account-private-key-file "$pki/sa.key" --service-cluster-ip-range 10.96.0.0/16 \
-      --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" --v 1
+      --cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
+      --resource-quota-sync-period "$quota_resync" --v 1
   else
     log "starting kube-controller-manager (garbage collector, namespaces, ServiceAccounts, quotas)"
     start kube-controller-manager "$bin/kube-controller-manager" --kubeconfig "$kc" \
       --controllers garbagecollector,namespace,serviceaccount,resourcequota \
-      --leader-elect=false --secure-port 0 --root-ca-file "$pki/ca.crt" --v 1
+      --leader-elect=false --secure-port 0 --root-ca-file "$pki/ca.crt" \
+      --resource-quota-sync-period "$quota_resync" --v 1
   fi
 
   log "starting moto $MOTO_VERSION (S3, IAM, STS; IAM enforced) on http://$addr:$moto_port"
