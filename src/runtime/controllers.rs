@@ -7,21 +7,23 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::future::{BoxFuture, join_all};
-use futures::{FutureExt, StreamExt};
+use futures::stream::BoxStream;
+use futures::{FutureExt, Stream, StreamExt};
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::Resource;
 use kube::api::DynamicObject;
 use kube::core::PartialObjectMeta;
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::{self, Action};
 use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::utils::CancelableJoinHandle;
 use tokio::sync::{Semaphore, watch};
 use tracing::{Instrument, Span};
 
 use super::backoff::Backoff;
 use super::class_watches::{ClassKind, Wake};
 use super::drift_events;
-use super::fair::Gate;
+use super::fair::{Gate, Turns};
 use super::lifecycle::wait_true;
 use super::sweep;
 use super::wakes::{AccessFanout, accesses_touched, buckets_touched, granted_on, woken_by_classes};
@@ -163,35 +165,35 @@ fn forget_deletions(buckets: Gated<Bucket>, accesses: Gated<BucketAccess>, s: &S
     ));
 }
 
-/// The Bucket controller. Besides its own changes, a Bucket is woken by a change of the Bucket it
-/// logs into (its target changed) or of one that logs or logged into it (the grant it gives that
-/// Bucket changed), by its class changing and by drift events on its bucket.
+/// The Bucket controller's triggers. Besides its own changes, a Bucket is woken by a change of
+/// the Bucket it logs into (its target changed) or of one that logs or logged into it (the grant
+/// it gives that Bucket changed), by its class changing and by drift events on its bucket.
 fn bucket_controller(
     store: &Store<Bucket>,
     changes: Gated<Bucket>,
     logging: Gated<Bucket>,
     s: &Shared,
-) -> Controller<Bucket> {
+) -> Triggers<Bucket> {
     let (queue, classes) = (&s.queues.buckets, s.wakers.classes);
     let (linked_store, linked, mapped) = (store.clone(), Linked::default(), queue.clone());
-    controller_for(store, changes, queue, s.shutdown)
-        .watches_shared_stream(events(logging), move |b: Arc<Bucket>| {
+    Triggers::of(store, changes, queue)
+        .mapped(events(logging), move |b: Arc<Bucket>| {
             mapped.added(linked.related(&linked_store, &b))
         })
-        .reconcile_on(woken_by_classes(classes, store, ClassKind::Bucket, queue))
-        .reconcile_on(buckets_touched(s.wakers.touched, store, s.ctx, queue))
+        .on(woken_by_classes(classes, store, ClassKind::Bucket, queue))
+        .on(buckets_touched(s.wakers.touched, store, s.ctx, queue))
 }
 
-/// The BucketAccess controller. Besides its own changes, a BucketAccess is woken by its Secret
-/// changing, by a change of its Bucket that it decides from, by the bucket behind the name it
-/// grants on changing hands, by its class changing and by drift events on its identity.
+/// The BucketAccess controller's triggers. Besides its own changes, a BucketAccess is woken by
+/// its Secret changing, by a change of its Bucket that it decides from, by the bucket behind the
+/// name it grants on changing hands, by its class changing and by drift events on its identity.
 fn access_controller(
     store: &Store<BucketAccess>,
     changes: Gated<BucketAccess>,
     watches: AccessWatches,
     buckets: &Store<Bucket>,
     s: &Shared,
-) -> Controller<BucketAccess> {
+) -> Triggers<BucketAccess> {
     let (queue, classes) = (&s.queues.accesses, s.wakers.classes);
     // The queue's metrics see a Secret's change as what it is: a wake of its owner.
     let owners = queue.clone();
@@ -201,23 +203,23 @@ fn access_controller(
         events(watches.config_maps).inspect(move |cm| owners.add_owner_of(cm.as_ref()));
     let (mapped, accesses, buckets_seen) = (queue.clone(), store.clone(), buckets.clone());
     let fanout = AccessFanout::default();
-    controller_for(store, changes, queue, s.shutdown)
-        .owns_shared_stream(secrets)
-        .owns_shared_stream(config_maps)
-        .watches_shared_stream(events(watches.buckets), move |b: Arc<Bucket>| {
+    Triggers::of(store, changes, queue)
+        .owning(secrets)
+        .owning(config_maps)
+        .mapped(events(watches.buckets), move |b: Arc<Bucket>| {
             mapped.added(fanout.accesses_of(&accesses, &buckets_seen, &b))
         })
-        .reconcile_on(granted_on(store, s.ctx, queue))
-        .reconcile_on(woken_by_classes(classes, store, ClassKind::Access, queue))
-        .reconcile_on(accesses_touched(s.wakers.touched, store, s.ctx, queue))
+        .on(granted_on(store, s.ctx, queue))
+        .on(woken_by_classes(classes, store, ClassKind::Access, queue))
+        .on(accesses_touched(s.wakers.touched, store, s.ctx, queue))
 }
 
 /// Runs both controllers with their reconciles. Each kind has a gate of its own, as
 /// controller-runtime's MaxConcurrentReconciles is per controller: a flood of Buckets does not
 /// take the BucketAccesses' slots.
 fn drive_both(
-    (buckets, bucket_store): (Controller<Bucket>, Store<Bucket>),
-    (accesses, access_store): (Controller<BucketAccess>, Store<BucketAccess>),
+    (buckets, bucket_store): (Triggers<Bucket>, Store<Bucket>),
+    (accesses, access_store): (Triggers<BucketAccess>, Store<BucketAccess>),
     s: &Shared,
 ) -> [BoxFuture<'static, ()>; 2] {
     let gate = || closed_on_shutdown(Gate::new(s.concurrency), s.shutdown);
@@ -228,7 +230,7 @@ fn drive_both(
             buckets,
             (reconcile::bucket::reconcile, reconcile::bucket::budget_key),
             bucket_turns,
-            s.ctx,
+            s,
         ),
         drive(
             accesses,
@@ -237,7 +239,7 @@ fn drive_both(
                 reconcile::bucket_access::budget_key,
             ),
             access_turns,
-            s.ctx,
+            s,
         ),
     ]
 }
@@ -251,105 +253,162 @@ fn closed_on_shutdown(gate: Gate, shutdown: &watch::Receiver<bool>) -> Gate {
     });
     gate
 }
-/// A controller fed by a warm store: everything in it, then every change it hears of.
-///
-/// kube's runner starts every due reconcile at once (its scheduler still merges the triggers of
-/// an object waiting or running into one); each then waits at the controller's [`Gate`], which
-/// runs at most `--max-concurrent-reconciles` of them and takes turns between namespaces. A
-/// waiting reconcile is a small future that is polled only when the gate wakes it.
-fn controller_for<K: Watched>(
-    store: &Store<K>,
-    changes: Gated<K>,
-    queue: &Queue,
-    shutdown: &watch::Receiver<bool>,
-) -> Controller<K> {
-    let queue = queue.clone();
-    let objects =
-        trigger(store.state(), changes).inspect(move |o| queue.add(object_key(o.as_ref())));
-    Controller::for_shared_stream(objects, store.clone())
-        .graceful_shutdown_on(wait_true(shutdown.clone()))
+
+/// Everything that names an object of kind `K` for a reconcile: the warm store's objects, then
+/// every change heard of them, and what each other watch or waker maps to them.
+struct Triggers<K: Resource>(Vec<BoxStream<'static, ObjectRef<K>>>);
+
+impl<K: Watched + Resource<DynamicType = ()>> Triggers<K> {
+    fn of(store: &Store<K>, changes: Gated<K>, queue: &Queue) -> Triggers<K> {
+        let queue = queue.clone();
+        let objects = trigger(store.state(), changes).map(move |o| {
+            queue.add(object_key(o.as_ref()));
+            ObjectRef::from_obj(o.as_ref())
+        });
+        Triggers(vec![objects.boxed()])
+    }
+
+    fn on(mut self, wakes: impl Stream<Item = ObjectRef<K>> + Send + 'static) -> Self {
+        self.0.push(wakes.boxed());
+        self
+    }
+
+    /// Objects of another kind, each naming those of `K` that `map` gives.
+    fn mapped<O: Send + Sync + 'static>(
+        self,
+        others: impl Stream<Item = Arc<O>> + Send + 'static,
+        map: impl Fn(Arc<O>) -> Vec<ObjectRef<K>> + Send + 'static,
+    ) -> Self {
+        self.on(others.flat_map(move |o| futures::stream::iter(map(o))))
+    }
+
+    /// Objects `K` owns, each naming its owners of kind `K`.
+    fn owning<C: Resource + Send + Sync + 'static>(
+        self,
+        children: impl Stream<Item = Arc<C>> + Send + 'static,
+    ) -> Self {
+        self.mapped(children, |c: Arc<C>| {
+            let meta = c.meta();
+            let ns = meta.namespace.as_deref();
+            (meta.owner_references.iter().flatten())
+                .filter_map(|o| ObjectRef::from_owner_ref(ns, o, ()))
+                .collect()
+        })
+    }
 }
 
 /// The budget a pass of an object spends (its namespace's in its account), from the caches.
 type BudgetKey<K> = fn(&K, &Context) -> Key;
 
-/// Runs a controller with `reconcile`, each reconcile waiting its namespace's turn at `gate`
-/// and its budget's (`budget_key`) before it.
+/// Runs a controller with `reconcile`: kube's runner gets the objects its `triggers` name a few
+/// at a time from [`Turns`], and each reconcile waits its namespace's turn at `gate` and its
+/// budget's (`budget_key`) before it. A waiting reconcile is a small future that is polled
+/// only when the gate wakes it.
 fn drive<K, F, Fut>(
-    controller: Controller<K>,
+    triggers: Triggers<K>,
     (reconcile, budget_key): (F, BudgetKey<K>),
     (queue, gate, store): (Queue, Gate, Store<K>),
-    ctx: &Arc<Context>,
+    s: &Shared,
 ) -> BoxFuture<'static, ()>
 where
-    K: Watched,
+    K: Watched + Resource<DynamicType = ()>,
     F: Fn(Arc<K>, Arc<Context>) -> Fut + Clone + Send + Sync + 'static,
     Fut: Future<Output = Result<Requeue, reconcile::Error>> + Send + 'static,
 {
-    let after = ctx.clone();
+    let after = s.ctx.clone();
     let (retries, forget) = (queue.clone(), queue.clone());
-    controller
-        .run(
-            move |obj, c| {
-                let (queue, gate, store, reconcile) = (
-                    queue.clone(),
-                    gate.clone(),
-                    store.clone(),
-                    reconcile.clone(),
-                );
-                async move {
-                    let ns = obj.meta().namespace.clone().unwrap_or_default();
-                    let key = object_key(obj.as_ref());
-                    // A pass asked for by a metadata-only change soon after the last one
-                    // waits its turn, unless something that matters changed (see `coalesce`).
-                    if let Some(wait) = c.settled.coalesce(&key, obj.meta()) {
-                        queue.started(&key);
-                        return Ok(Action::requeue(wait));
-                    }
-                    // A namespace that has spent its AWS writes or reads in the object's account
-                    // waits without taking a slot (or making a read) until its budget refills.
-                    let budget = budget_key(obj.as_ref(), &c);
-                    if let Some((kind, wait)) = c.budgets.defer(&budget) {
-                        queue.started(&key);
-                        // Boxed: its event write is large, and a reconcile waiting in kube's
-                        // runner (every object of a flood) would otherwise carry its size.
-                        Box::pin(over_budget(queue.name, kind, obj.as_ref(), &budget, &c)).await;
-                        return Ok(Action::requeue(wait));
-                    }
-                    // Shutting down: a reconcile that has not started yet never will.
-                    let Some(slot) = queue.gate_wait(gate.enter(&ns)).await else {
-                        queue.forget(&key);
-                        return Ok(Action::await_change());
-                    };
-                    // The object as it is now, not as it was when its turn was asked for.
-                    let Some(obj) = store.get(&ObjectRef::from_obj(obj.as_ref())) else {
-                        queue.forget(&key);
-                        return Ok(Action::await_change());
-                    };
-                    queue.started(&key);
-                    // Charged where the pass acts, as the object is now (its token was taken
-                    // from the same key but when the object was recorded meanwhile).
-                    let budget = budget_key(obj.as_ref(), &c);
-                    // The pass gives its slot back once its AWS calls are done.
-                    let (held, name) = (std::time::Instant::now(), queue.name);
-                    let timer = c.metrics.slot_seconds.with_label_values(&[name]);
-                    let give_back = move || {
-                        drop(slot);
-                        timer.observe(held.elapsed().as_secs_f64());
-                    };
-                    // Boxed: a waiting reconcile holds only the gate's small future.
-                    let pass = Box::pin(instrumented(&queue, obj, c, reconcile, budget));
-                    reconcile::slot::holding(give_back, pass).await
-                }
-            },
-            move |obj, e, c| error_policy(&retries, obj, e, c, budget_key),
-            ctx.clone(),
-        )
-        .for_each(move |r| {
-            after_reconcile(r, &after, &forget);
-            async {}
-        })
-        .boxed()
+    // Twice the slots: a pass gives its slot back before its Kubernetes writes, and the next
+    // one is already waiting at the gate.
+    let named = futures::stream::select_all(triggers.0).take_until(wait_true(s.shutdown.clone()));
+    let (turns, finished) = Turns::new(named.boxed(), 2 * usize::from(s.concurrency));
+    let reader = store.clone();
+    let run = move |obj: Arc<K>, c: Arc<Context>| {
+        let (queue, gate, store, reconcile) = (
+            queue.clone(),
+            gate.clone(),
+            store.clone(),
+            reconcile.clone(),
+        );
+        let pass = async move {
+            let ns = obj.meta().namespace.clone().unwrap_or_default();
+            let key = object_key(obj.as_ref());
+            // A pass asked for by a metadata-only change soon after the last one
+            // waits its turn, unless something that matters changed (see `coalesce`).
+            if let Some(wait) = c.settled.coalesce(&key, obj.meta()) {
+                queue.started(&key);
+                return Ok(Action::requeue(wait));
+            }
+            // A namespace that has spent its AWS writes or reads in the object's account
+            // waits without taking a slot (or making a read) until its budget refills.
+            let budget = budget_key(obj.as_ref(), &c);
+            if let Some((kind, wait)) = c.budgets.defer(&budget) {
+                queue.started(&key);
+                // Boxed: its event write is large, and a reconcile waiting for a slot
+                // would otherwise carry its size.
+                Box::pin(over_budget(queue.name, kind, obj.as_ref(), &budget, &c)).await;
+                return Ok(Action::requeue(wait));
+            }
+            // Shutting down: a reconcile that has not started yet never will.
+            let Some(slot) = queue.gate_wait(gate.enter(&ns)).await else {
+                queue.forget(&key);
+                return Ok(Action::await_change());
+            };
+            // The object as it is now, not as it was when its turn was asked for.
+            let Some(obj) = store.get(&ObjectRef::from_obj(obj.as_ref())) else {
+                queue.forget(&key);
+                return Ok(Action::await_change());
+            };
+            queue.started(&key);
+            // Charged where the pass acts, as the object is now (its token was taken
+            // from the same key but when the object was recorded meanwhile).
+            let budget = budget_key(obj.as_ref(), &c);
+            // The pass gives its slot back once its AWS calls are done.
+            let (held, name) = (std::time::Instant::now(), queue.name);
+            let timer = c.metrics.slot_seconds.with_label_values(&[name]);
+            let give_back = move || {
+                drop(slot);
+                timer.observe(held.elapsed().as_secs_f64());
+            };
+            // Boxed: a waiting reconcile holds only the gate's small future.
+            let pass = Box::pin(instrumented(&queue, obj, c, reconcile, budget));
+            reconcile::slot::holding(give_back, pass).await
+        };
+        // Spawned, as kube's own `Controller::run` does: passes run on every worker thread.
+        CancelableJoinHandle::spawn(pass, &tokio::runtime::Handle::current())
+    };
+    controller::applier(
+        run,
+        move |obj, e, c| error_policy(&retries, obj, e, c, budget_key),
+        s.ctx.clone(),
+        reader,
+        turns.map(Ok::<_, std::convert::Infallible>),
+        controller::Config::default(),
+    )
+    .for_each(move |r| {
+        if let Some(r) = ran(&r) {
+            finished.done(&r);
+        }
+        after_reconcile(r, &after, &forget);
+        async {}
+    })
+    .boxed()
+}
+
+/// The object a run the runner reports was for (queue and runner errors name none; neither
+/// occurs here: the queue cannot fail).
+fn ran<K: Resource<DynamicType = ()>, E, Q>(
+    result: &Result<(ObjectRef<K>, Action), controller::Error<E, Q>>,
+) -> Option<ObjectRef<K>> {
+    let erased = match result {
+        Ok((r, _)) => return Some(r.clone()),
+        Err(controller::Error::ObjectNotFound(r) | controller::Error::ReconcilerFailed(_, r)) => r,
+        Err(_) => return None,
+    };
+    let r = ObjectRef::new(&erased.name);
+    Some(match &erased.namespace {
+        Some(ns) => r.within(ns),
+        None => r,
+    })
 }
 
 /// Failed reconciles are logged by `instrumented`, and an object deleted before its turn is

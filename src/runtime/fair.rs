@@ -1,15 +1,155 @@
 //! Fair share of a controller's reconcile slots across namespaces.
 //!
-//! kube's runner serves its queue first come, first served: a namespace that applies 600 Buckets
-//! would hold every slot until its flood is through, and another namespace's one Bucket would wait
-//! behind all of it. Here every triggered reconcile first enters a [`Gate`], which keeps one queue
-//! per namespace and hands a freed slot to the next namespace in turn (round-robin), so a namespace
-//! with one object waits for at most one slot per busier namespace, never for their backlog.
+//! kube's scheduler serves its queue first come, first served: a namespace that applies 600
+//! Buckets would hold every slot until its flood is through, and another namespace's one Bucket
+//! would wait behind all of it. Here the objects triggers name wait in [`Turns`], one queue per
+//! namespace, and go to kube's runner a few at a time, each namespace in turn; there each
+//! reconcile enters a [`Gate`], which hands a freed slot to the next namespace in turn
+//! (round-robin) too, so a namespace with one object waits for at most one slot per busier
+//! namespace, never for their backlog.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
+use futures::stream::{BoxStream, Fuse};
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::runtime::reflector::ObjectRef;
 use tokio::sync::oneshot;
+
+/// The objects triggers name, handed to kube's runner at most `limit` at a time and taking
+/// turns between namespaces. kube's runner spawns every object it is handed and polls each of
+/// them whenever any one finishes, so a flood handed over whole costs work per completion that
+/// grows with the flood (most of the operator's CPU at 5,000 pairs); here the rest wait as a name
+/// in their namespace's queue. An object named again while it waits stays one entry; one named
+/// while the runner has it waits until the runner is done with it ([`Finished::done`]), as
+/// kube's scheduler would hold it.
+pub(super) struct Turns<K: Resource> {
+    upstream: Fuse<BoxStream<'static, ObjectRef<K>>>,
+    state: Arc<Mutex<Queued<K>>>,
+}
+
+/// Tells [`Turns`] that the runner is done with an object.
+pub(super) struct Finished<K: Resource>(Arc<Mutex<Queued<K>>>);
+
+struct Queued<K: Resource> {
+    limit: usize,
+    /// Handed to the runner and not reported done.
+    out: HashSet<ObjectRef<K>>,
+    /// Named again while out: queued again once done.
+    again: HashSet<ObjectRef<K>>,
+    /// In a namespace's queue.
+    queued: HashSet<ObjectRef<K>>,
+    waiting: HashMap<String, VecDeque<ObjectRef<K>>>,
+    /// The namespaces with objects waiting, in the order they hand on their next one.
+    turns: VecDeque<String>,
+    waker: Option<Waker>,
+}
+
+impl<K> Turns<K>
+where
+    K: Resource<DynamicType = ()> + 'static,
+{
+    pub(super) fn new(
+        upstream: BoxStream<'static, ObjectRef<K>>,
+        limit: usize,
+    ) -> (Turns<K>, Finished<K>) {
+        let state = Arc::new(Mutex::new(Queued {
+            limit: limit.max(1),
+            out: HashSet::new(),
+            again: HashSet::new(),
+            queued: HashSet::new(),
+            waiting: HashMap::new(),
+            turns: VecDeque::new(),
+            waker: None,
+        }));
+        let turns = Turns {
+            upstream: upstream.fuse(),
+            state: state.clone(),
+        };
+        (turns, Finished(state))
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Queued<K> {
+    fn push(&mut self, r: ObjectRef<K>) {
+        if self.out.contains(&r) {
+            self.again.insert(r);
+            return;
+        }
+        if !self.queued.insert(r.clone()) {
+            return;
+        }
+        let ns = r.namespace.clone().unwrap_or_default();
+        let queue = self.waiting.entry(ns.clone()).or_default();
+        if queue.is_empty() {
+            self.turns.push_back(ns);
+        }
+        queue.push_back(r);
+    }
+
+    /// The next namespace's oldest object, if the runner has room.
+    fn next(&mut self) -> Option<ObjectRef<K>> {
+        if self.out.len() >= self.limit {
+            return None;
+        }
+        let ns = self.turns.pop_front()?;
+        let queue = self.waiting.get_mut(&ns)?;
+        let r = queue.pop_front()?;
+        if queue.is_empty() {
+            self.waiting.remove(&ns);
+        } else {
+            self.turns.push_back(ns);
+        }
+        self.queued.remove(&r);
+        self.out.insert(r.clone());
+        Some(r)
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Finished<K> {
+    /// The runner reported a run of `r` (done, failed or not found). Runs kube's scheduler
+    /// started on its own (a requeue) are reported too, and change nothing here.
+    pub(super) fn done(&self, r: &ObjectRef<K>) {
+        let mut s = self.0.lock().expect("turns poisoned");
+        if !s.out.remove(r) {
+            return;
+        }
+        if s.again.remove(r) {
+            s.push(r.clone());
+        }
+        if let Some(w) = s.waker.take() {
+            w.wake();
+        }
+    }
+}
+
+impl<K: Resource<DynamicType = ()>> Stream for Turns<K> {
+    type Item = ObjectRef<K>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        let mut s = this.state.lock().expect("turns poisoned");
+        // Every object named so far joins its queue: the triggers are never held back.
+        loop {
+            match this.upstream.poll_next_unpin(cx) {
+                Poll::Ready(Some(r)) => s.push(r),
+                // Shutting down: what waits here never starts.
+                Poll::Ready(None) => return Poll::Ready(None),
+                Poll::Pending => break,
+            }
+        }
+        match s.next() {
+            Some(r) => Poll::Ready(Some(r)),
+            None => {
+                s.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
 
 /// Admits at most `slots` reconciles at once, taking turns between namespaces.
 #[derive(Clone)]
@@ -195,6 +335,66 @@ mod tests {
             .unwrap();
         drop(b);
         assert_eq!(gate.free(), 2);
+    }
+
+    fn r(ns: &str, name: &str) -> ObjectRef<crate::api::Bucket> {
+        ObjectRef::new(name).within(ns)
+    }
+
+    /// What `turns` hands on now, without waiting.
+    fn handed(turns: &mut Turns<crate::api::Bucket>) -> Vec<String> {
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        let mut got = vec![];
+        while let Poll::Ready(Some(o)) = turns.poll_next_unpin(&mut cx) {
+            got.push(format!("{}/{}", o.namespace.unwrap_or_default(), o.name));
+        }
+        got
+    }
+
+    /// The runner is handed `limit` objects at a time, namespaces taking turns; an object named
+    /// twice while it waits is handed once, and one named while the runner has it is handed
+    /// again only once the runner is done with it.
+    #[test]
+    fn the_runner_gets_a_few_objects_at_a_time_in_turns() {
+        let (tx, rx) = futures::channel::mpsc::unbounded();
+        let (mut turns, finished) = Turns::new(rx.boxed(), 2);
+        for o in [
+            r("flood", "a"),
+            r("flood", "b"),
+            r("flood", "c"),
+            r("flood", "a"),
+            r("quiet", "x"),
+        ] {
+            tx.unbounded_send(o).unwrap();
+        }
+        assert_eq!(handed(&mut turns), ["flood/a", "quiet/x"]);
+        // Named again while the runner has it: held back, even with room.
+        tx.unbounded_send(r("flood", "a")).unwrap();
+        assert!(handed(&mut turns).is_empty(), "the runner is full");
+        finished.done(&r("quiet", "x"));
+        assert_eq!(handed(&mut turns), ["flood/b"]);
+        finished.done(&r("flood", "a"));
+        assert_eq!(handed(&mut turns), ["flood/c"]);
+        // A run kube's scheduler started on its own changes nothing.
+        finished.done(&r("other", "z"));
+        assert!(handed(&mut turns).is_empty());
+        finished.done(&r("flood", "b"));
+        assert_eq!(
+            handed(&mut turns),
+            ["flood/a"],
+            "named while out, handed once done"
+        );
+        finished.done(&r("flood", "c"));
+        finished.done(&r("flood", "a"));
+        assert!(handed(&mut turns).is_empty(), "each handed once");
+        // The triggers ending (shutdown) ends the stream, whatever still waits.
+        tx.unbounded_send(r("late", "l")).unwrap();
+        tx.unbounded_send(r("late", "m")).unwrap();
+        drop(tx);
+        let waker = futures::task::noop_waker();
+        let mut cx = Context::from_waker(&waker);
+        assert_eq!(turns.poll_next_unpin(&mut cx), Poll::Ready(None));
     }
 
     #[tokio::test]
