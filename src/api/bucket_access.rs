@@ -33,6 +33,9 @@ use serde::{Deserialize, Serialize};
     "has(self.className) == has(oldSelf.className) && (!has(self.className) || self.className == oldSelf.className)"
 ).message("spec.className is immutable: it cannot be added, changed or removed after creation").field_path(".className"))]
 #[x_kube(validation = Rule::new(
+    "!has(self.additionalBuckets) || self.additionalBuckets.all(b, b.bucketRef.name != self.bucketRef.name)"
+).message("spec.additionalBuckets names the Bucket of spec.bucketRef again").field_path(".additionalBuckets"))]
+#[x_kube(validation = Rule::new(
     "!has(oldSelf.configMap) || (has(self.configMap) && self.configMap == oldSelf.configMap)"
 ).message("spec.configMap can be added but not changed or removed: the operator deletes no ConfigMap, and the one it wrote goes with the BucketAccess").field_path(".configMap"))]
 pub struct BucketAccessSpec {
@@ -48,6 +51,17 @@ pub struct BucketAccessSpec {
 
     /// What the credentials may do: `ReadOnly`, `ReadWrite` or `WriteOnly`.
     pub permission: Permission,
+
+    /// More Buckets of this namespace granted through the same identity and Secret, each with
+    /// its own permission and prefix (at most 9; the BucketAccessClass's `maxBuckets` may allow
+    /// fewer). The Secret then also holds `BUCKET_NAME_<REF>`, `BUCKET_ARN_<REF>` and
+    /// `BUCKET_REGION_<REF>` for each Bucket granted, this one included, `<REF>` being the
+    /// Bucket's name in capitals with `-` and `.` as `_`. A Bucket that is gone, not Ready or no
+    /// longer the owner of its bucket is left out of the grant, and Ready says which.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 9))]
+    #[x_kube(validation = Rule::new("self.all(b, self.exists_one(c, c.bucketRef.name == b.bucketRef.name))").message("spec.additionalBuckets names a Bucket twice"))]
+    pub additional_buckets: Vec<BucketGrant>,
 
     /// Restrict the grant to keys starting with this prefix (for example `uploads/`). The whole
     /// bucket when omitted. A plain key prefix: without a trailing `/`, `team` also covers
@@ -77,6 +91,30 @@ pub struct BucketAccessSpec {
     /// not changed or removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub config_map: Option<ConfigMapOutput>,
+}
+
+impl BucketAccessSpec {
+    /// The names of every Bucket the access grants: `bucketRef`'s, then `additionalBuckets`'.
+    pub fn buckets(&self) -> impl Iterator<Item = &str> {
+        let others = self.additional_buckets.iter();
+        std::iter::once(self.bucket_ref.name.as_str())
+            .chain(others.map(|g| g.bucket_ref.name.as_str()))
+    }
+}
+
+/// One more Bucket of the namespace an access grants (`spec.additionalBuckets`).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, KubeSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BucketGrant {
+    /// The Bucket (in this namespace).
+    pub bucket_ref: BucketRef,
+    /// What the credentials may do in it: `ReadOnly`, `ReadWrite` or `WriteOnly`.
+    pub permission: Permission,
+    /// Restrict its grant to keys starting with this prefix, as `spec.prefix` does.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    #[x_kube(validation = Rule::new("!self.startsWith('/') && !self.contains('*') && !self.contains('?') && !self.contains('${')").message("spec.additionalBuckets[].prefix must not start with '/' or contain '*', '?' or '${': IAM would expand them and widen the grant"))]
+    pub prefix: Option<String>,
 }
 
 /// The ConfigMap of bucket facts.

@@ -232,6 +232,11 @@ pub struct BucketAccessClassSpec {
     /// Management modes an access may use (`Manage`, `Observe`). Empty: any.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_management_modes: Vec<Management>,
+    /// The most Buckets one access may grant: `spec.bucketRef` and `spec.additionalBuckets`
+    /// together (1 to 10). Omitted: 10, the most an access can name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10))]
+    pub max_buckets: Option<u8>,
 }
 
 /// Rotation a class gives and allows (access keys only).

@@ -41,9 +41,7 @@ impl AccessFanout {
         store
             .state()
             .iter()
-            .filter(|a| {
-                name == Some(a.spec.bucket_ref.name.as_str()) && a.metadata.namespace == *ns
-            })
+            .filter(|a| a.metadata.namespace == *ns && a.spec.buckets().any(|n| Some(n) == name))
             .map(|a| ObjectRef::from_obj(a.as_ref()))
             .collect()
     }
@@ -106,8 +104,7 @@ pub(super) fn granted_on(
     // A full pass: the bucket behind the name has changed hands.
     woken_by(ctx.grants.subscribe(), store, ctx, queue, move |name, a| {
         let ns = a.metadata.namespace.as_deref().unwrap_or_default();
-        c.bucket(ns, &a.spec.bucket_ref.name)
-            .is_some_and(|b| names.names(&c, &b, name))
+        (a.spec.buckets()).any(|n| c.bucket(ns, n).is_some_and(|b| names.names(&c, &b, name)))
     })
 }
 

@@ -85,7 +85,7 @@ async fn class_violations_are_refused_at_apply_time() {
         (
             "BucketAccessClass",
             json!({"allowedPermissions": ["ReadOnly", "ReadWrite"],
-                   "rotation": {"maximum": "720h"}}),
+                   "rotation": {"maximum": "720h"}, "maxBuckets": 2}),
         ),
     ] {
         let mut c = object(kind, &class, spec);
@@ -186,6 +186,27 @@ async fn class_violations_are_refused_at_apply_time() {
         )),
         "{refusal}"
     );
+    // Another Bucket of the access keeps to the same rules, and to the class's maxBuckets.
+    let other = |permission: &str| json!({"bucketRef": {"name": "more"}, "permission": permission});
+    let sneaked = json!({"permission": "ReadOnly", "additionalBuckets": [other("WriteOnly")]});
+    let refusal = kubectl_apply(&ns, &access("sneaked", sneaked)).unwrap_err();
+    assert!(
+        refusal.contains(&format!(
+            "spec.additionalBuckets[].permission breaks BucketAccessClass {class}: allowedPermissions is [ReadOnly, ReadWrite]"
+        )),
+        "{refusal}"
+    );
+    let three = json!({"permission": "ReadOnly", "additionalBuckets":
+        [other("ReadOnly"), {"bucketRef": {"name": "most"}, "permission": "ReadOnly"}]});
+    let refusal = kubectl_apply(&ns, &access("three", three)).unwrap_err();
+    assert!(
+        refusal.contains(&format!(
+            "spec.additionalBuckets: 3 Buckets breaks BucketAccessClass {class}: maxBuckets is 2"
+        )),
+        "{refusal}"
+    );
+    let two = json!({"permission": "ReadOnly", "additionalBuckets": [other("ReadOnly")]});
+    kubectl_apply(&ns, &access("two", two)).expect("two Buckets within maxBuckets");
     let slow = json!({"permission": "ReadOnly", "credentials":
         {"rotation": {"interval": "1000h", "gracePeriod": "1h"}}});
     let refusal = kubectl_apply(&ns, &access("slow", slow)).unwrap_err();

@@ -335,6 +335,35 @@ async fn run_app(ns: &str, name: &str, image: &str, secret: &str, key: &str) {
 /// Runs bucket-app on `key` as a Pod whose environment comes from `env_from` (Secrets and
 /// ConfigMaps), and fails with its log unless it succeeds.
 pub(crate) async fn run_app_from(ns: &str, name: &str, image: &str, env_from: Value, key: &str) {
+    run_app_containers(ns, name, image, &[(env_from, json!([]))], key).await;
+}
+
+/// Runs a Pod with one application container per entry of `containers` (its `envFrom` and
+/// `env`), each writing `key`, and waits until all succeeded.
+pub(crate) async fn run_app_containers(
+    ns: &str,
+    name: &str,
+    image: &str,
+    containers: &[(Value, Value)],
+    key: &str,
+) {
+    let containers: Vec<Value> = (containers.iter().enumerate())
+        .map(|(i, (env_from, env))| {
+            json!({
+                "name": format!("app-{i}"),
+                "image": image,
+                "imagePullPolicy": "Never",
+                "args": [key],
+                "envFrom": env_from,
+                "env": env,
+                "securityContext": {
+                    "allowPrivilegeEscalation": false,
+                    "readOnlyRootFilesystem": true,
+                    "capabilities": {"drop": ["ALL"]},
+                },
+            })
+        })
+        .collect();
     let pod: Pod = serde_json::from_value(json!({
         "metadata": {"name": name, "labels": {"app": "bucket-app"}},
         "spec": {
@@ -345,18 +374,7 @@ pub(crate) async fn run_app_from(ns: &str, name: &str, image: &str, env_from: Va
                 "runAsNonRoot": true, "runAsUser": 65532, "runAsGroup": 65532,
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
-            "containers": [{
-                "name": "app",
-                "image": image,
-                "imagePullPolicy": "Never",
-                "args": [key],
-                "envFrom": env_from,
-                "securityContext": {
-                    "allowPrivilegeEscalation": false,
-                    "readOnlyRootFilesystem": true,
-                    "capabilities": {"drop": ["ALL"]},
-                },
-            }],
+            "containers": containers,
         },
     }))
     .unwrap();
@@ -371,7 +389,11 @@ pub(crate) async fn run_app_from(ns: &str, name: &str, image: &str, env_from: Va
         },
     )
     .await;
-    let (_, logs, _) = try_tool("kubectl", &["logs", "-n", ns, name], None);
+    let (_, logs, _) = try_tool(
+        "kubectl",
+        &["logs", "-n", ns, name, "--all-containers"],
+        None,
+    );
     assert_eq!(
         phase(&done),
         "Succeeded",

@@ -38,6 +38,7 @@ mod reconcile_now;
 mod runtime;
 mod scale;
 mod security;
+mod several_buckets;
 mod smoke;
 mod state;
 mod support;

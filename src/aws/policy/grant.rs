@@ -97,6 +97,36 @@ pub fn access_policy(
     json!({"Version": VERSION, "Statement": statements})
 }
 
+/// One bucket's part of an access's grant.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Grant<'a> {
+    pub bucket: &'a str,
+    pub permission: Permission,
+    pub prefix: Option<&'a str>,
+}
+
+/// The inline policy granting each of `grants`. The first keeps the statement ids of a
+/// one-bucket grant, so an access that names no other Bucket keeps the policy it had; the
+/// others' ids end in their position.
+pub fn access_policy_of(partition: &str, grants: &[Grant<'_>]) -> Value {
+    let mut statements = Vec::new();
+    for (i, g) in grants.iter().enumerate() {
+        let mut one = access_policy(partition, g.bucket, g.permission, g.prefix);
+        let Some(all) = one["Statement"].as_array_mut() else {
+            continue;
+        };
+        for mut statement in all.drain(..) {
+            if i > 0
+                && let Some(sid) = statement["Sid"].as_str()
+            {
+                statement["Sid"] = json!(format!("{sid}{i}"));
+            }
+            statements.push(statement);
+        }
+    }
+    json!({"Version": VERSION, "Statement": statements})
+}
+
 /// Trust policy letting one Kubernetes ServiceAccount assume a role through the cluster's OIDC
 /// provider (IRSA).
 pub fn irsa_trust_policy(oidc_provider_arn: &str, namespace: &str, service_account: &str) -> Value {
@@ -248,5 +278,48 @@ mod tests {
         assert_eq!(cond.as_object().unwrap().len(), 3, "{cond}");
         assert_eq!(cond["aws:RequestTag/kubernetes-namespace"], "team");
         assert_eq!(cond["aws:RequestTag/kubernetes-service-account"], "app");
+    }
+
+    /// The sizes the README quotes: with bucket names as long as the operator's (33
+    /// characters), a user's 2,048 characters hold a ReadWrite grant and 3 ReadOnly ones under a
+    /// short prefix, not 4; a role's 10,240 hold all 10 an access may name. A first grant keeps
+    /// the one-bucket policy as it was.
+    #[test]
+    fn several_grants_in_one_policy_and_what_fits_iams_limits() {
+        let first = Grant {
+            bucket: "s3op-0123456789abcdef-team-a-data",
+            permission: Permission::ReadWrite,
+            prefix: None,
+        };
+        let other = Grant {
+            bucket: "s3op-0123456789abcdef-team-a-logs",
+            permission: Permission::ReadOnly,
+            prefix: Some("app/"),
+        };
+        let size = |n: usize| {
+            let grants: Vec<Grant> = std::iter::once(first)
+                .chain(std::iter::repeat_n(other, n - 1))
+                .collect();
+            access_policy_of("aws", &grants).to_string().len()
+        };
+        let one = access_policy_of("aws", &[first]);
+        assert_eq!(
+            one,
+            access_policy("aws", first.bucket, first.permission, None)
+        );
+        assert_eq!(size(1), 517);
+        assert!(size(4) <= 2048 && size(5) > 2048, "{} {}", size(4), size(5));
+        assert!(size(10) <= 10240, "{}", size(10));
+        let two = access_policy_of("aws", &[first, other]);
+        let sids: Vec<&str> = two["Statement"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["Sid"].as_str().unwrap())
+            .collect();
+        assert_eq!(
+            sids,
+            ["Bucket", "Objects", "Bucket1", "Objects1", "Location1"]
+        );
     }
 }

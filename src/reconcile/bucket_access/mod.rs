@@ -1,4 +1,4 @@
-//! BucketAccess: an IAM user (with access keys) or role scoped to one bucket, or an EKS Pod
+//! BucketAccess: an IAM user (with access keys) or role scoped to its Buckets, or an EKS Pod
 //! Identity association ([`pod_identity`]), and the Secret that hands its credentials (or only
 //! the bucket's facts) to the application.
 //!
@@ -778,10 +778,13 @@ fn desired_secret(access: &BucketAccess, name: &str, outcome: &plan::Outcome) ->
 }
 
 /// Does `current` already say all `want` says (each of its keys, and at least its labels,
-/// annotations and owner)? A key someone else added is theirs ([`outputs::holds`]).
+/// annotations and owner), and hold no key the operator applied that `want` leaves out? A key
+/// someone else added is theirs ([`outputs::holds`]).
 fn secret_in_shape(current: &Secret, want: &Secret) -> bool {
     let owner_ref = want.owner_references().first();
+    let wanted = |k: &String| want.data.as_ref().is_some_and(|d| d.contains_key(k));
     outputs::holds(want.data.as_ref(), current.data.as_ref())
+        && outputs::applied_keys(current).iter().all(wanted)
         && outputs::holds(Some(want.labels()), Some(current.labels()))
         && outputs::holds(Some(want.annotations()), Some(current.annotations()))
         && owner_ref.is_some_and(|o| current.owner_references().contains(o))

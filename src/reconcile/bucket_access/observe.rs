@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::api::ListParams;
 use kube::{Api, Resource, ResourceExt};
 
-use super::plan::{BucketFacts, Found, IdentityState, Snapshot};
+use super::plan::{Also, BucketFacts, Found, IdentityState, Snapshot};
 use super::{POLICY_NAME, identity_candidates, outputs, revoking_failed, secret_name};
 use crate::api::condition::{self, Reason};
 use crate::api::{Bucket, BucketAccess, CredentialsType};
@@ -223,9 +223,7 @@ pub(super) async fn observe(
         Some(b) => Some(b),
         None => live_bucket(ctx, &ns, &bucket_ref).await?.map(Arc::new),
     };
-    if let Some(p) = &access.spec.prefix {
-        policy::check_prefix(p).map_err(|msg| Blocked::new(Reason::InvalidSpec, msg))?;
-    }
+    check_prefixes(access)?;
     let (d, bucket_owner) =
         match bucket_state(access, bucket.as_deref(), &ctx.settings, &ctx.aws.region) {
             BucketState::Gone(why) => return withdrawn(access, ctx, why).await,
@@ -240,13 +238,16 @@ pub(super) async fn observe(
         read_secret(access, ctx, &ns),
         read_config_map(access, ctx, &ns)
     )?;
+    // Every Bucket it grants is an input, as one: any of them changing runs a full pass.
+    let version = |b: Option<Arc<Bucket>>| b.and_then(|b| b.resource_version());
+    let others = (access.spec.additional_buckets.iter())
+        .map(|g| version(ctx.bucket(&ns, &g.bucket_ref.name)).unwrap_or_default());
+    let buckets: Vec<String> = std::iter::once(version(bucket).unwrap_or_default())
+        .chain(others)
+        .collect();
     let versions = Versions {
         access: vec![start],
-        bucket: vec![
-            bucket
-                .and_then(|b| b.resource_version())
-                .unwrap_or_default(),
-        ],
+        bucket: vec![buckets.join("|")],
         secret: versions_of(secret.as_ref()),
         class: vec![class],
         // An access that asks for no ConfigMap has nothing there to change.
@@ -410,8 +411,9 @@ async fn read_grant(
         ctx.settings.resync_period.mul_f64(1.1) + Duration::from_secs(30)
     };
     // All only read; the plan needs all.
-    let (facts, identity, association) = tokio::join!(
+    let (facts, also, identity, association) = tokio::join!(
         confirm(ctx, d, bucket_owner, &access.spec.bucket_ref.name, within),
+        also_found(access, ctx, within),
         observe_identity(ctx, access, &owner),
         association(ctx, access, &owner, false),
     );
@@ -425,6 +427,7 @@ async fn read_grant(
     };
     let observed = Snapshot {
         bucket: facts,
+        also: also?,
         identity: identity?,
         association: association?,
         secret,
@@ -432,6 +435,77 @@ async fn read_grant(
         now: jiff::Timestamp::now(),
     };
     Ok(Observation::Seen(Box::new(observed), versions))
+}
+
+/// The prefixes of the grant (`spec.prefix`, and each of `spec.additionalBuckets`), checked
+/// again before anything is written: objects stored before the schema's rule may hold anything.
+fn check_prefixes(access: &BucketAccess) -> Result<(), Blocked> {
+    let spec = &access.spec;
+    let others = spec.additional_buckets.iter().enumerate();
+    let prefixes = std::iter::once(("spec.prefix".to_string(), spec.prefix.as_ref())).chain(
+        others.map(|(i, g)| {
+            (
+                format!("spec.additionalBuckets[{i}].prefix"),
+                g.prefix.as_ref(),
+            )
+        }),
+    );
+    for (field, prefix) in prefixes {
+        if let Some(p) = prefix {
+            policy::check_prefix(p).map_err(|msg| {
+                Blocked::new(Reason::InvalidSpec, msg.replacen("spec.prefix", &field, 1))
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Each of `spec.additionalBuckets`, granted only while its bucket's tags in AWS name its Bucket
+/// as owner, as for the grant's own bucket (`within`; afresh for a Bucket that is not Ready).
+/// One missing, being deleted or whose bucket is not confirmed is left out of the grant, and
+/// why; its Bucket's changes wake the access.
+async fn also_found(
+    access: &BucketAccess,
+    ctx: &InAccount<'_>,
+    within: Duration,
+) -> Result<Vec<Also>, Error> {
+    let ns = access.namespace().unwrap_or_default();
+    let each = access.spec.additional_buckets.iter().map(|g| {
+        let (ns, name) = (ns.as_str(), g.bucket_ref.name.as_str());
+        async move {
+            let left_out = |reason, msg| Ok(Also::LeftOut(Blocked::new(reason, msg)));
+            let Some(bucket) = ctx.bucket(ns, name) else {
+                let msg = format!("Bucket {name} does not exist in namespace {ns}");
+                return left_out(Reason::BucketNotFound, msg);
+            };
+            if bucket.metadata.deletion_timestamp.is_some() {
+                return left_out(
+                    Reason::BucketNotFound,
+                    format!("Bucket {name} is being deleted"),
+                );
+            }
+            let bucket_owner = owner(bucket.as_ref(), &ctx.settings.cluster_name);
+            let (settings, region) = (&ctx.settings, &ctx.aws.region);
+            let at =
+                match crate::reconcile::bucket::address(&bucket, settings, region, &bucket_owner) {
+                    Ok(at) => at,
+                    Err(why) => return left_out(Reason::BucketNotOwned, why.message),
+                };
+            let conditions = bucket.status.as_ref().map(|s| s.conditions.as_slice());
+            let ready = conditions.is_some_and(condition::is_ready);
+            let within = if ready { within } else { Duration::ZERO };
+            match confirm(ctx, &at, &bucket_owner, name, within).await {
+                Ok(facts) => Ok(Also::Granted(facts)),
+                Err(Error::Blocked(_)) if !ready => {
+                    let msg = format!("waiting for Bucket {name} to become Ready");
+                    left_out(Reason::BucketNotReady, msg)
+                }
+                Err(Error::Blocked(why)) => Ok(Also::LeftOut(why)),
+                Err(e) => Err(e),
+            }
+        }
+    });
+    futures::future::try_join_all(each).await
 }
 
 /// The Bucket `name` as the API server has it, for when the cache has not seen it. Watch events

@@ -49,6 +49,12 @@ impl Plan {
         if let Some(endpoint) = endpoint {
             data.insert("AWS_ENDPOINT_URL_S3".into(), endpoint.to_string());
         }
+        // Several Buckets: each granted one's keys say which bucket is which.
+        if !access.spec.additional_buckets.is_empty() {
+            let first = (access.spec.bucket_ref.name.as_str(), facts);
+            let others = self.also.iter().map(|(name, f)| (name.as_str(), f));
+            outputs::add_bucket_keys(&mut data, std::iter::once(first).chain(others));
+        }
         let mut status = BucketAccessStatus {
             observed_generation: access.metadata.generation,
             secret_name: Some(self.secret_name.clone()),
@@ -85,8 +91,18 @@ impl Plan {
             reason: "InSync",
             message: crate::reconcile::bucket::in_sync::message(&self.identity().to_string(), &[]),
         };
+        // A Bucket left out of the grant keeps the access from Ready, naming why; the grant on
+        // the others stands.
+        let (ready, reason, message) = match self.left_out.first() {
+            None => (true, Reason::Available, message),
+            Some(first) => {
+                let why: Vec<&str> = self.left_out.iter().map(|b| b.message.as_str()).collect();
+                let message = format!("{message}; not granted: {}", why.join("; "));
+                (false, first.reason, message)
+            }
+        };
         status.conditions = vec![
-            condition::ready(&previous, true, Reason::Available, message, generation, now),
+            condition::ready(&previous, ready, reason, message, generation, now),
             condition::of_type(&previous, condition::IN_SYNC, in_sync, generation, now),
         ];
         status.config_map_name = self.config_map.clone();
@@ -136,10 +152,21 @@ impl Plan {
         status.access_key_id = Some(key.id.clone());
         status.last_rotation_time = Some(Time(key.created));
         status.next_rotation_time = self.rotation.interval.map(|i| Time(add(key.created, i)));
-        let message = format!(
-            "credentials for bucket {} are in Secret {}",
-            self.bucket.name, self.secret_name
-        );
+        let others = self.also.iter().map(|(_, f)| f.name.as_str());
+        let buckets: Vec<&str> = std::iter::once(self.bucket.name.as_str())
+            .chain(others)
+            .collect();
+        let message = match buckets.as_slice() {
+            [one] => format!(
+                "credentials for bucket {one} are in Secret {}",
+                self.secret_name
+            ),
+            all => format!(
+                "credentials for buckets {} are in Secret {}",
+                all.join(", "),
+                self.secret_name
+            ),
+        };
         (self.key_annotations(key), message)
     }
 

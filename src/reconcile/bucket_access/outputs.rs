@@ -25,6 +25,66 @@ pub const SECRET_KEYS: [&str; 8] = [
     "AWS_ROLE_ARN",
 ];
 
+/// The keys each Bucket granted gets, its [`key_suffix`] appended, in the Secret of an access
+/// that grants several (`spec.additionalBuckets`).
+pub const BUCKET_KEYS: [&str; 3] = ["BUCKET_NAME", "BUCKET_ARN", "BUCKET_REGION"];
+
+/// What a Bucket's own keys end in: `_` and its name in capitals, `-` and `.` as `_`.
+pub fn key_suffix(bucket: &str) -> String {
+    let upper = bucket.chars().map(|c| match c {
+        'a'..='z' | 'A'..='Z' | '0'..='9' => c.to_ascii_uppercase(),
+        _ => '_',
+    });
+    std::iter::once('_').chain(upper).collect()
+}
+
+/// Why the Buckets of `access` cannot each have keys of their own: two names that end the same
+/// keys, or a key `spec.credentials.secretKeys` renames onto one of them (either value would
+/// overwrite the other).
+pub fn check_bucket_keys(access: &BucketAccess) -> Result<(), String> {
+    let spec = &access.spec;
+    if spec.additional_buckets.is_empty() {
+        return Ok(());
+    }
+    let names = std::iter::once(&spec.bucket_ref.name)
+        .chain(spec.additional_buckets.iter().map(|g| &g.bucket_ref.name));
+    let mut seen = BTreeMap::new();
+    for name in names {
+        let suffix = key_suffix(name);
+        if let Some(other) = seen.insert(suffix.clone(), name) {
+            return Err(format!(
+                "spec.additionalBuckets: Buckets {other} and {name} would both write BUCKET_NAME{suffix}; their names must differ by more than '-' and '.'"
+            ));
+        }
+    }
+    for (from, to) in &spec.credentials.secret_keys {
+        for (suffix, name) in &seen {
+            if BUCKET_KEYS.iter().any(|k| format!("{k}{suffix}") == to.0) {
+                return Err(format!(
+                    "spec.credentials.secretKeys.{from}: {} is a key of Bucket {name}; one value would overwrite the other",
+                    to.0
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Each Bucket's own keys (`BUCKET_NAME_<REF>`, ...), for `buckets` (the Bucket's name and
+/// facts), added to `data`.
+pub fn add_bucket_keys<'a>(
+    data: &mut BTreeMap<String, String>,
+    buckets: impl Iterator<Item = (&'a str, &'a BucketFacts)>,
+) {
+    for (name, facts) in buckets {
+        let suffix = key_suffix(name);
+        let values = [&facts.name, &facts.arn, &facts.region];
+        for (key, value) in BUCKET_KEYS.iter().zip(values) {
+            data.insert(format!("{key}{suffix}"), value.clone());
+        }
+    }
+}
+
 /// Why `map` (`spec.credentials.secretKeys`) cannot be applied: the schema's rules, checked
 /// again before anything is written, since a key that lost its value to another would hand an
 /// application the wrong credential.
@@ -167,6 +227,21 @@ pub fn holds<V: PartialEq>(
     (want.into_iter().flatten()).all(|(k, v)| have.and_then(|h| h.get(k)) == Some(v))
 }
 
+/// The data keys of `object` the operator applied last (its field manager's `Apply` entry in
+/// managedFields). One it applied and no longer wants (a Bucket's keys once it is no longer
+/// granted) is removed only by an apply that leaves it out; a key someone else added is theirs
+/// and never counts.
+pub fn applied_keys<K: Resource>(object: &K) -> Vec<String> {
+    let entries = object.meta().managed_fields.iter().flatten();
+    entries
+        .filter(|m| m.manager.as_deref() == Some(crate::reconcile::MANAGER))
+        .filter(|m| m.operation.as_deref() == Some("Apply"))
+        .filter_map(|m| m.fields_v1.as_ref()?.0.get("f:data")?.as_object())
+        .flat_map(|data| data.keys().filter_map(|k| k.strip_prefix("f:")))
+        .map(str::to_string)
+        .collect()
+}
+
 /// Does `access` control `object` (its owner reference carries the access's UID)?
 pub fn owned_by<K: Resource>(object: &K, access: &BucketAccess) -> bool {
     object
@@ -178,6 +253,26 @@ pub fn owned_by<K: Resource>(object: &K, access: &BucketAccess) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Only the operator's own applied keys count: another manager's, or the operator's from an
+    /// update rather than an apply, do not.
+    #[test]
+    fn applied_keys_are_the_operators_own_apply() {
+        let secret: k8s_openapi::api::core::v1::Secret =
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": "app", "managedFields": [
+                    {"manager": "s3-operator", "operation": "Apply",
+                     "fieldsV1": {"f:data": {"f:BUCKET_NAME": {}, "f:BUCKET_NAME_LOGS": {}},
+                                  "f:metadata": {"f:labels": {}}}},
+                    {"manager": "kubectl", "operation": "Apply",
+                     "fieldsV1": {"f:data": {"f:MINE": {}}}},
+                    {"manager": "s3-operator", "operation": "Update",
+                     "fieldsV1": {"f:data": {"f:OLD": {}}}},
+                ]},
+            }))
+            .unwrap();
+        assert_eq!(applied_keys(&secret), ["BUCKET_NAME", "BUCKET_NAME_LOGS"]);
+    }
 
     fn map(entries: &[(&str, &str)]) -> BTreeMap<String, DataKey> {
         (entries.iter())

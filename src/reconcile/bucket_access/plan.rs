@@ -29,6 +29,15 @@ pub struct BucketFacts {
     pub arn: String,
 }
 
+/// One of `spec.additionalBuckets` as a pass found it, in the spec's order.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Also {
+    /// Its bucket's tags in AWS name its Bucket as owner: granted.
+    Granted(BucketFacts),
+    /// Left out of the grant, and why.
+    LeftOut(Blocked),
+}
+
 /// An IAM user or role with this access's name, as found in AWS.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Found<T> {
@@ -55,6 +64,8 @@ pub struct IdentityState {
 #[derive(Clone, Debug)]
 pub struct Snapshot {
     pub bucket: BucketFacts,
+    /// `spec.additionalBuckets`, each granted or left out.
+    pub also: Vec<Also>,
     pub identity: Found<IdentityState>,
     /// The Pod Identity association of the access's ServiceAccount (`PodIdentity` only).
     pub association: Found<Association>,
@@ -166,6 +177,10 @@ pub struct Plan {
     /// The ConfigMap of bucket facts (`spec.configMap`), if the access asks for one.
     pub config_map: Option<String>,
     pub bucket: BucketFacts,
+    /// The other Buckets granted (`spec.additionalBuckets`): each Bucket's name and facts.
+    pub also: Vec<(String, BucketFacts)>,
+    /// Why each Bucket of `spec.additionalBuckets` that is not granted is left out.
+    pub left_out: Vec<Blocked>,
     pub rotation: RotationPolicy,
     /// The ServiceAccount's Pod Identity association (`PodIdentity` only).
     pub association: Option<AssociationPlan>,
@@ -192,18 +207,15 @@ pub fn plan(
     let owner = owner(access, &settings.cluster_name);
     let facts = &observed.bucket;
     let identity = identity_of(access, &owner, &observed.identity);
+    outputs::check_bucket_keys(access).map_err(|msg| Blocked::new(Reason::InvalidSpec, msg))?;
+    let (also, left_out) = also_granted(access, &observed.also);
     let mut plan = Plan {
         kind: Kind::User,
         name: identity.name().to_string(),
         path: settings.iam_path.clone(),
         boundary: settings.boundary_arn.clone(),
         tags: owner.tags(),
-        policy: policy::access_policy(
-            naming::partition(&facts.region),
-            &facts.name,
-            access.spec.permission,
-            access.spec.prefix.as_deref(),
-        ),
+        policy: grant_policy(access, facts, &also),
         changes: Vec::new(),
         arn: None,
         key: None,
@@ -212,6 +224,8 @@ pub fn plan(
         secret_name: secret_name(access),
         config_map: outputs::config_map_name(access),
         bucket: facts.clone(),
+        also,
+        left_out,
         rotation: RotationPolicy::of(access),
         association: None,
     };
@@ -232,6 +246,7 @@ pub fn plan(
         Identity::User(_) => None,
         Identity::Role(_) => Some(role_trust(&mut plan, access, settings, &owner, shared)?),
     };
+    check_policy_size(&plan)?;
     if !has_finalizer(access) {
         plan.changes.push(Change::AddFinalizer);
     }
@@ -244,6 +259,70 @@ pub fn plan(
     }
     pod_identity::plan_association(&mut plan, &observed.association, served)?;
     Ok(plan)
+}
+
+/// The Buckets of `spec.additionalBuckets` granted (name and facts), and why the others are
+/// left out, from what the pass found (`found`, in the spec's order).
+fn also_granted(
+    access: &BucketAccess,
+    found: &[Also],
+) -> (Vec<(String, BucketFacts)>, Vec<Blocked>) {
+    let (mut granted, mut left_out) = (Vec::new(), Vec::new());
+    for (g, found) in access.spec.additional_buckets.iter().zip(found) {
+        match found {
+            Also::Granted(facts) => granted.push((g.bucket_ref.name.clone(), facts.clone())),
+            Also::LeftOut(why) => left_out.push(why.clone()),
+        }
+    }
+    (granted, left_out)
+}
+
+/// The access policy: the grant on its Bucket, then on each other Bucket granted.
+fn grant_policy(
+    access: &BucketAccess,
+    facts: &BucketFacts,
+    also: &[(String, BucketFacts)],
+) -> Value {
+    let spec = &access.spec;
+    let first = policy::Grant {
+        bucket: &facts.name,
+        permission: spec.permission,
+        prefix: spec.prefix.as_deref(),
+    };
+    let others = also.iter().filter_map(|(name, facts)| {
+        let g = (spec.additional_buckets.iter()).find(|g| g.bucket_ref.name == *name)?;
+        Some(policy::Grant {
+            bucket: &facts.name,
+            permission: g.permission,
+            prefix: g.prefix.as_deref(),
+        })
+    });
+    let grants: Vec<_> = std::iter::once(first).chain(others).collect();
+    policy::access_policy_of(naming::partition(&facts.region), &grants)
+}
+
+/// IAM's limits on the inline policies of one user and of one role, in characters without
+/// whitespace (all of an identity's inline policies together; it has only this one). A shared
+/// role's session policy has EKS's own limit ([`pod_identity::SESSION_POLICY_MAX`]).
+pub const USER_POLICY_MAX: usize = 2048;
+pub const ROLE_POLICY_MAX: usize = 10240;
+
+/// Refuses a grant whose policy IAM would refuse, before anything is written: a PutUserPolicy
+/// refused after the user was made would leave it without its grant.
+fn check_policy_size(plan: &Plan) -> Result<(), Blocked> {
+    let (max, of) = match plan.kind {
+        Kind::User => (USER_POLICY_MAX, "an IAM user's inline policies"),
+        Kind::Role { .. } => (ROLE_POLICY_MAX, "an IAM role's inline policies"),
+        Kind::Shared { .. } => return Ok(()),
+    };
+    let size = plan.policy.to_string().len();
+    if size <= max {
+        return Ok(());
+    }
+    let msg = format!(
+        "the access policy of this grant is {size} characters, over IAM's limit of {max} for {of}: grant fewer Buckets (spec.additionalBuckets) or use shorter prefixes"
+    );
+    Err(Blocked::new(Reason::InvalidSpec, msg))
 }
 
 /// The trust policy of the role the access's ServiceAccount assumes (through the cluster's
@@ -551,6 +630,7 @@ mod tests {
     fn observed(identity: Found<IdentityState>, secret: Option<Secret>, now: i64) -> Snapshot {
         Snapshot {
             bucket: facts(),
+            also: vec![],
             identity,
             association: Found::Absent,
             secret,
@@ -613,6 +693,180 @@ mod tests {
         assert!(
             refused.message.contains("spec.credentials.secretKeys"),
             "{refused:?}"
+        );
+    }
+
+    /// `a` naming `others` besides its Bucket `b`: (name, permission, prefix) each.
+    fn with_others(mut a: BucketAccess, others: &[(&str, &str, Option<&str>)]) -> BucketAccess {
+        a.spec.additional_buckets = others
+            .iter()
+            .map(|(name, permission, prefix)| {
+                serde_json::from_value(json!({"bucketRef": {"name": name},
+                    "permission": permission, "prefix": prefix}))
+                .unwrap()
+            })
+            .collect();
+        a
+    }
+
+    fn granted(bucket: &str) -> Also {
+        Also::Granted(BucketFacts {
+            name: bucket.into(),
+            region: "eu-west-1".into(),
+            arn: format!("arn:aws:s3:::{bucket}"),
+        })
+    }
+
+    /// One identity, one policy and one Secret for several Buckets: each granted Bucket gets
+    /// its own statements (its permission, its prefix) and its own keys; a Bucket left out
+    /// (gone, or its bucket no longer its) is in neither, and Ready says why while the grant on
+    /// the others stands.
+    #[test]
+    fn several_buckets_share_one_identity_each_with_its_own_grant_and_keys() {
+        let a = with_others(
+            access(json!({})),
+            &[
+                ("logs", "ReadOnly", Some("app/")),
+                ("gone", "ReadWrite", None),
+            ],
+        );
+        let why = Blocked::new(
+            Reason::BucketNotFound,
+            "Bucket gone does not exist in namespace ns",
+        );
+        let o = Snapshot {
+            also: vec![granted("s3op-logs"), Also::LeftOut(why)],
+            ..observed(Found::Absent, None, 0)
+        };
+        let p = plan(&a, &settings(), &o).unwrap();
+        let ro = crate::api::Permission::ReadOnly;
+        let mut want = policy::access_policy("aws", "s3op-b", a.spec.permission, None);
+        let theirs = policy::access_policy("aws", "s3op-logs", ro, Some("app/"));
+        for mut st in theirs["Statement"].as_array().unwrap().clone() {
+            st["Sid"] = json!(format!("{}1", st["Sid"].as_str().unwrap()));
+            want["Statement"].as_array_mut().unwrap().push(st);
+        }
+        assert_eq!(p.policy, want);
+        assert!(
+            !p.policy.to_string().contains("gone"),
+            "left out of the policy"
+        );
+        assert_eq!(
+            p.changes,
+            [
+                Change::CreateUser,
+                Change::PutPolicy { drift: false },
+                Change::CreateKey
+            ],
+            "one identity, one policy write, one key"
+        );
+        let learned = Learned {
+            arn: USER_ARN.into(),
+            key: Some(new_key("A", 0, "s3cr3t")),
+            version: None,
+            association: None,
+        };
+        let out = p.outcome(&a, &learned, None, t(0));
+        assert_eq!(
+            out.data["BUCKET_NAME"], "s3op-b",
+            "the one-bucket keys stay"
+        );
+        assert_eq!(out.data["BUCKET_NAME_B"], "s3op-b");
+        assert_eq!(out.data["BUCKET_NAME_LOGS"], "s3op-logs");
+        assert_eq!(out.data["BUCKET_ARN_LOGS"], "arn:aws:s3:::s3op-logs");
+        assert_eq!(out.data["BUCKET_REGION_LOGS"], "eu-west-1");
+        assert!(!out.data.keys().any(|k| k.ends_with("_GONE")));
+        let ready = &out.status.conditions[0];
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "BucketNotFound")
+        );
+        assert!(
+            ready.message.contains("s3op-b, s3op-logs"),
+            "{}",
+            ready.message
+        );
+        assert!(
+            ready.message.contains("Bucket gone does not exist"),
+            "{}",
+            ready.message
+        );
+
+        // One Bucket alone: the Secret has no per-Bucket keys, as before.
+        let one = access(json!({}));
+        let p = plan(&one, &settings(), &observed(Found::Absent, None, 0)).unwrap();
+        let out = p.outcome(&one, &learned, None, t(0));
+        assert!(!out.data.contains_key("BUCKET_NAME_B"));
+        assert_eq!(p.policy, doc(&one));
+    }
+
+    /// IAM's inline policy limits are checked before any write: too many Buckets (or too long
+    /// prefixes) for a user's 2,048 characters is InvalidSpec naming the limit, and nothing is
+    /// planned; a role's limit is 10,240.
+    #[test]
+    fn a_grant_over_iams_policy_size_limit_is_refused_before_any_write() {
+        let long = "p".repeat(200);
+        let others: Vec<(String, Option<&str>)> = (0..3)
+            .map(|i| (format!("b{i}"), Some(long.as_str())))
+            .collect();
+        let others: Vec<(&str, &str, Option<&str>)> = others
+            .iter()
+            .map(|(n, p)| (n.as_str(), "ReadWrite", *p))
+            .collect();
+        let a = with_others(access(json!({})), &others);
+        let o = Snapshot {
+            also: (0..3).map(|i| granted(&format!("s3op-b{i}"))).collect(),
+            ..observed(Found::Absent, None, 0)
+        };
+        let refused = plan(&a, &settings(), &o).unwrap_err();
+        assert_eq!(refused.reason, Reason::InvalidSpec);
+        assert!(refused.message.contains("limit of 2048"), "{refused}");
+        assert!(
+            refused.message.contains("spec.additionalBuckets"),
+            "{refused}"
+        );
+        // Two of them fit.
+        let a = with_others(access(json!({})), &others[..1]);
+        let o = Snapshot {
+            also: vec![granted("s3op-b0")],
+            ..observed(Found::Absent, None, 0)
+        };
+        let p = plan(&a, &settings(), &o).unwrap();
+        assert!(p.policy.to_string().len() <= USER_POLICY_MAX);
+        // A role holds more.
+        let irsa = json!({"type": "ServiceAccountRole", "serviceAccountName": "app"});
+        let settings = Settings {
+            oidc_provider_arn: Some("arn:aws:iam::123456789012:oidc-provider/oidc.example".into()),
+            ..settings()
+        };
+        let a = with_others(access(irsa), &others);
+        let o = Snapshot {
+            also: (0..3).map(|i| granted(&format!("s3op-b{i}"))).collect(),
+            ..observed(Found::Absent, None, 0)
+        };
+        let p = plan(&a, &settings, &o).unwrap();
+        assert!(p.policy.to_string().len() > USER_POLICY_MAX);
+    }
+
+    /// Each Bucket's keys end in its name in capitals: two names that would end them alike,
+    /// or a key renamed onto one of them, would lose a value and are refused.
+    #[test]
+    fn bucket_keys_that_would_collide_are_refused() {
+        let clash = with_others(
+            access(json!({})),
+            &[("my-data", "ReadOnly", None), ("my.data", "ReadOnly", None)],
+        );
+        let refused = plan(&clash, &settings(), &observed(Found::Absent, None, 0)).unwrap_err();
+        assert_eq!(refused.reason, Reason::InvalidSpec);
+        assert!(refused.message.contains("BUCKET_NAME_MY_DATA"), "{refused}");
+        let renamed = with_others(
+            access(json!({"secretKeys": {"BUCKET_NAME": "BUCKET_NAME_LOGS"}})),
+            &[("logs", "ReadOnly", None)],
+        );
+        let refused = plan(&renamed, &settings(), &observed(Found::Absent, None, 0)).unwrap_err();
+        assert!(
+            refused.message.contains("is a key of Bucket logs"),
+            "{refused}"
         );
     }
 

@@ -47,7 +47,7 @@ pub(super) fn target(
     if shared_role.is_some() && size > SESSION_POLICY_MAX {
         // Not a quota anyone can raise: only a shorter grant (prefix) fits.
         let msg = format!(
-            "the session policy of this grant is {size} characters, over EKS's limit of 2,048 for a Pod Identity association's policy: use a shorter spec.prefix"
+            "the session policy of this grant is {size} characters, over EKS's limit of 2,048 for a Pod Identity association's policy: grant fewer Buckets (spec.additionalBuckets) or use shorter prefixes"
         );
         return Err(Blocked::new(Reason::InvalidSpec, msg));
     }
@@ -196,6 +196,7 @@ mod tests {
                 region: "us-east-1".into(),
                 arn: "arn:aws:s3:::s3op-b".into(),
             },
+            also: vec![],
             identity,
             association,
             secret: None,

@@ -77,11 +77,31 @@ pub fn check(spec: &BucketAccessSpec, class: &BucketAccessClass) -> Result<(), B
         let value = format_args!("{kind:?}");
         return Err(breaks("spec.credentials.type", value, class, rule));
     }
-    let permission = spec.permission;
-    if !c.allowed_permissions.is_empty() && !c.allowed_permissions.contains(&permission) {
-        let rule = format!("allowedPermissions is {:?}", c.allowed_permissions);
-        let value = format_args!("{permission:?}");
-        return Err(breaks("spec.permission", value, class, rule));
+    // Every Bucket the access grants keeps to the same rules: another Bucket of the list is
+    // no way around them.
+    let grants = std::iter::once(("spec".to_string(), spec.permission, spec.prefix.as_ref()))
+        .chain(spec.additional_buckets.iter().enumerate().map(|(i, g)| {
+            let at = format!("spec.additionalBuckets[{i}]");
+            (at, g.permission, g.prefix.as_ref())
+        }));
+    for (at, permission, prefix) in grants {
+        if !c.allowed_permissions.is_empty() && !c.allowed_permissions.contains(&permission) {
+            let rule = format!("allowedPermissions is {:?}", c.allowed_permissions);
+            let value = format_args!("{permission:?}");
+            return Err(breaks(&format!("{at}.permission"), value, class, rule));
+        }
+        if c.require_prefix && prefix.is_none() {
+            let rule = "requirePrefix is true";
+            return Err(breaks(&format!("{at}.prefix"), "unset", class, rule));
+        }
+    }
+    let buckets = 1 + spec.additional_buckets.len();
+    if let Some(max) = c.max_buckets
+        && buckets > usize::from(max)
+    {
+        let rule = format!("maxBuckets is {max}");
+        let value = format_args!("{buckets} Buckets");
+        return Err(breaks("spec.additionalBuckets", value, class, rule));
     }
     let mode = spec.management.unwrap_or_default();
     if !c.allowed_management_modes.is_empty() && !c.allowed_management_modes.contains(&mode) {
@@ -91,14 +111,6 @@ pub fn check(spec: &BucketAccessSpec, class: &BucketAccessClass) -> Result<(), B
             format_args!("{mode:?}"),
             class,
             rule,
-        ));
-    }
-    if c.require_prefix && spec.prefix.is_none() {
-        return Err(breaks(
-            "spec.prefix",
-            "unset",
-            class,
-            "requirePrefix is true",
         ));
     }
     check_rotation(spec, class)
@@ -235,6 +247,26 @@ mod tests {
         assert_eq!(
             refused(json!({"permission": "ReadOnly"}), prefix),
             "spec.prefix unset breaks BucketAccessClass sandbox: requirePrefix is true"
+        );
+        // Another Bucket of the access is no way around the rules.
+        let other = |permission: &str, prefix: Option<&str>| {
+            json!({"permission": "ReadOnly", "prefix": "p/", "additionalBuckets": [
+                {"bucketRef": {"name": "c"}, "permission": permission, "prefix": prefix}]})
+        };
+        assert_eq!(
+            refused(
+                other("ReadWrite", Some("p/")),
+                json!({"allowedPermissions": ["ReadOnly"]})
+            ),
+            "spec.additionalBuckets[0].permission ReadWrite breaks BucketAccessClass sandbox: allowedPermissions is [ReadOnly]"
+        );
+        assert_eq!(
+            refused(other("ReadOnly", None), json!({"requirePrefix": true})),
+            "spec.additionalBuckets[0].prefix unset breaks BucketAccessClass sandbox: requirePrefix is true"
+        );
+        assert_eq!(
+            refused(other("ReadOnly", Some("p/")), json!({"maxBuckets": 1})),
+            "spec.additionalBuckets 2 Buckets breaks BucketAccessClass sandbox: maxBuckets is 1"
         );
         let modes = json!({"allowedManagementModes": ["Manage"]});
         assert_eq!(
