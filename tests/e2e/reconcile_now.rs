@@ -147,14 +147,7 @@ async fn a_requested_access_pass_restores_its_policy_at_once_and_otherwise_write
     );
     op.wait_settled(Duration::from_secs(2)).await;
 
-    let status = accesses.get("app").await.unwrap().status.unwrap();
-    let user = status
-        .user_arn
-        .unwrap()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let user = iam_user_of(&accesses.get("app").await.unwrap());
     let iam = admin_iam();
     let granted = || async {
         let got = iam.get_user_policy().user_name(&user);

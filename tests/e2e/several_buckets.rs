@@ -92,14 +92,7 @@ async fn one_access_grants_several_buckets_each_on_its_own_terms() {
     );
 
     // One identity: one user, one inline policy, one key.
-    let status = accesses.get("app").await.unwrap().status.unwrap();
-    let user = status
-        .user_arn
-        .unwrap()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let user = iam_user_of(&accesses.get("app").await.unwrap());
     let iam = admin_iam();
     let policies = iam
         .list_user_policies()

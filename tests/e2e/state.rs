@@ -76,14 +76,9 @@ async fn a_tenant_moving_the_rotation_annotations_steers_nothing() {
         .await
         .unwrap();
     wait_reason(&accesses, "app", "Available", T).await;
-    let status = accesses.get("app").await.unwrap().status.unwrap();
-    let user = status
-        .user_arn
-        .unwrap()
-        .rsplit('/')
-        .next()
-        .unwrap()
-        .to_string();
+    let app_access = accesses.get("app").await.unwrap();
+    let user = iam_user_of(&app_access);
+    let status = app_access.status.unwrap();
     let first = status.access_key_id.unwrap();
 
     // The first rotation: B in the Secret, A kept through its grace period.

@@ -65,8 +65,7 @@ impl AccessPair {
 
     /// The access's IAM user name: the last segment of its ARN.
     pub fn user(&self) -> String {
-        let arn = self.user_arn();
-        arn.rsplit('/').next().expect("a user name").to_string()
+        iam_user_of(&self.access)
     }
 
     /// The data of the access's Secret as it is now.
@@ -75,4 +74,11 @@ impl AccessPair {
         let name = name.unwrap_or_else(|| self.access.metadata.name.clone().expect("a name"));
         secret_data(&self.secrets.get(&name).await.expect("the access's Secret"))
     }
+}
+
+/// The IAM user name of an `AccessKey` access: the last segment of its `status.userArn`.
+pub fn iam_user_of(access: &BucketAccess) -> String {
+    let status = access.status.as_ref().expect("status");
+    let arn = status.user_arn.as_deref().expect("status.userArn");
+    arn.rsplit('/').next().expect("a user name").to_string()
 }
