@@ -173,10 +173,13 @@ async fn one_access_grants_several_buckets_each_on_its_own_terms() {
     })
     .await;
     assert_eq!(&secret["BUCKET_NAME_DATA"], data);
-    let status = accesses.get("app").await.unwrap().status;
-    let (_, reason, msg) = ready_of(serde_json::to_value(status).ok()).unwrap();
-    assert_eq!(reason, "BucketNotFound");
-    assert!(msg.contains("Bucket logs"), "{msg}");
+    // The pass writes the Secret, then the status that reports it.
+    wait_for("Ready to name logs", T, || async {
+        let status = accesses.get("app").await.ok()?.status;
+        let (_, reason, msg) = ready_of(serde_json::to_value(status).ok())?;
+        (reason == "BucketNotFound" && msg.contains("Bucket logs")).then_some(())
+    })
+    .await;
     put(&app, data, "still.txt")
         .await
         .expect("data is still granted");
