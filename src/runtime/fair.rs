@@ -131,15 +131,20 @@ impl<K: Resource<DynamicType = ()>> Stream for Turns<K> {
 
     fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
         let this = self.get_mut();
-        let mut s = this.state.lock().expect("turns poisoned");
-        // Every object named so far joins its queue: the triggers are never held back.
+        // Every object named so far joins its queue: the triggers are never held back. They are
+        // polled outside the lock, which the runner's reports (`Finished::done`) also take.
+        let mut named = Vec::new();
         loop {
             match this.upstream.poll_next_unpin(cx) {
-                Poll::Ready(Some(r)) => s.push(r),
+                Poll::Ready(Some(r)) => named.push(r),
                 // Shutting down: what waits here never starts.
                 Poll::Ready(None) => return Poll::Ready(None),
                 Poll::Pending => break,
             }
+        }
+        let mut s = this.state.lock().expect("turns poisoned");
+        for r in named {
+            s.push(r);
         }
         match s.next() {
             Some(r) => Poll::Ready(Some(r)),

@@ -20,7 +20,7 @@ pub fn access(name: &str, spec: serde_json::Value) -> BucketAccess {
         .expect("valid BucketAccess")
 }
 
-async fn keys_of(user: &str) -> Vec<String> {
+pub(crate) async fn keys_of(user: &str) -> Vec<String> {
     let out = admin_iam().list_access_keys().user_name(user).send().await;
     out.map(|o| {
         o.access_key_metadata

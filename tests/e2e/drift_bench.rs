@@ -90,17 +90,6 @@ async fn pair(events: bool, resync: &'static str) -> Pair {
     }
 }
 
-async fn user_policy(user: &str) -> Option<serde_json::Value> {
-    let got = admin_iam()
-        .get_user_policy()
-        .user_name(user)
-        .policy_name("s3-operator-access")
-        .send()
-        .await
-        .ok()?;
-    policy::decode_document(&got.policy_document)
-}
-
 /// Removes the public access block, replaces the bucket policy and widens the user policy, at
 /// once; the seconds until each is corrected.
 async fn corrections(p: &Pair) -> [f64; 3] {

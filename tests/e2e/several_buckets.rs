@@ -9,7 +9,7 @@ use kube::api::{Api, DeleteParams, PostParams};
 use s3_operator::api::{Bucket, BucketAccess};
 use serde_json::{Value, json};
 
-use crate::access::{access, get, put};
+use crate::access::{access, get, keys_of, put};
 use crate::node::{images, node};
 use crate::support::*;
 
@@ -93,37 +93,22 @@ async fn one_access_grants_several_buckets_each_on_its_own_terms() {
 
     // One identity: one user, one inline policy, one key.
     let user = iam_user_of(&accesses.get("app").await.unwrap());
-    let iam = admin_iam();
-    let policies = iam
+    let policies = admin_iam()
         .list_user_policies()
         .user_name(&user)
         .send()
+        .await;
+    assert_eq!(policies.unwrap().policy_names().len(), 1);
+    let doc = user_policy(&user)
         .await
-        .unwrap();
-    assert_eq!(policies.policy_names().len(), 1);
-    let doc = iam
-        .get_user_policy()
-        .user_name(&user)
-        .policy_name(&policies.policy_names()[0])
-        .send()
-        .await
-        .unwrap();
-    let doc = percent_encoding::percent_decode_str(doc.policy_document()).decode_utf8_lossy();
-    eprintln!(
-        "policy with 2 Buckets granted: {} characters",
-        compact_len(&doc)
-    );
+        .expect("the access policy")
+        .to_string();
+    eprintln!("policy with 2 Buckets granted: {} characters", doc.len());
     assert!(
         !doc.contains(&ghost),
         "another namespace's bucket is never granted"
     );
-    let keys = iam
-        .list_access_keys()
-        .user_name(&user)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(keys.access_key_metadata().len(), 1);
+    assert_eq!(keys_of(&user).await.len(), 1);
 
     // Each bucket on its own terms, and nothing in a Bucket not named.
     let app = s3_with(
@@ -290,9 +275,4 @@ async fn a_pod_writes_to_two_buckets_with_one_secret() {
         assert!(String::from_utf8_lossy(&got).starts_with("written by bucket-app"));
     }
     op.assert_no_reconcile_panic().await;
-}
-
-/// The characters IAM counts in a policy: all but whitespace.
-fn compact_len(doc: &str) -> usize {
-    doc.chars().filter(|c| !c.is_whitespace()).count()
 }

@@ -46,10 +46,8 @@ pub fn check_bucket_keys(access: &BucketAccess) -> Result<(), String> {
     if spec.additional_buckets.is_empty() {
         return Ok(());
     }
-    let names = std::iter::once(&spec.bucket_ref.name)
-        .chain(spec.additional_buckets.iter().map(|g| &g.bucket_ref.name));
     let mut seen = BTreeMap::new();
-    for name in names {
+    for name in spec.buckets() {
         let suffix = key_suffix(name);
         if let Some(other) = seen.insert(suffix.clone(), name) {
             return Err(format!(

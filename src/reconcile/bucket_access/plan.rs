@@ -215,7 +215,7 @@ pub fn plan(
         path: settings.iam_path.clone(),
         boundary: settings.boundary_arn.clone(),
         tags: owner.tags(),
-        policy: grant_policy(access, facts, &also),
+        policy: grant_policy(access, facts, &observed.also),
         changes: Vec::new(),
         arn: None,
         key: None,
@@ -277,25 +277,23 @@ fn also_granted(
     (granted, left_out)
 }
 
-/// The access policy: the grant on its Bucket, then on each other Bucket granted.
-fn grant_policy(
-    access: &BucketAccess,
-    facts: &BucketFacts,
-    also: &[(String, BucketFacts)],
-) -> Value {
+/// The access policy: the grant on its Bucket, then on each other Bucket granted (`found`, in
+/// the spec's order).
+fn grant_policy(access: &BucketAccess, facts: &BucketFacts, found: &[Also]) -> Value {
     let spec = &access.spec;
     let first = policy::Grant {
         bucket: &facts.name,
         permission: spec.permission,
         prefix: spec.prefix.as_deref(),
     };
-    let others = also.iter().filter_map(|(name, facts)| {
-        let g = (spec.additional_buckets.iter()).find(|g| g.bucket_ref.name == *name)?;
-        Some(policy::Grant {
+    let others = spec.additional_buckets.iter().zip(found);
+    let others = others.filter_map(|(g, found)| match found {
+        Also::Granted(facts) => Some(policy::Grant {
             bucket: &facts.name,
             permission: g.permission,
             prefix: g.prefix.as_deref(),
-        })
+        }),
+        Also::LeftOut(_) => None,
     });
     let grants: Vec<_> = std::iter::once(first).chain(others).collect();
     policy::access_policy_of(naming::partition(&facts.region), &grants)
@@ -639,6 +637,16 @@ mod tests {
         }
     }
 
+    /// What an apply that made the user and its key "A" (secret "s3cr3t") learned.
+    fn user_made() -> Learned {
+        Learned {
+            arn: USER_ARN.into(),
+            key: Some(new_key("A", 0, "s3cr3t")),
+            version: None,
+            association: None,
+        }
+    }
+
     fn ours(a: &BucketAccess, keys: Vec<AccessKey>) -> Found<IdentityState> {
         Found::Ours(user(a, keys))
     }
@@ -661,12 +669,7 @@ mod tests {
             "AWS_SECRET_ACCESS_KEY": "COSI_S3_ACCESS_SECRET_KEY"}});
         let a = access(cosi);
         let p = plan(&a, &settings(), &observed(Found::Absent, None, 0)).unwrap();
-        let learned = Learned {
-            arn: USER_ARN.into(),
-            key: Some(new_key("A", 0, "s3cr3t")),
-            version: None,
-            association: None,
-        };
+        let learned = user_made();
         let out = p.outcome(&a, &learned, None, t(0));
         assert_eq!(out.data["COSI_S3_ACCESS_KEY_ID"], "A");
         assert_eq!(out.data["COSI_S3_ACCESS_SECRET_KEY"], "s3cr3t");
@@ -760,12 +763,7 @@ mod tests {
             ],
             "one identity, one policy write, one key"
         );
-        let learned = Learned {
-            arn: USER_ARN.into(),
-            key: Some(new_key("A", 0, "s3cr3t")),
-            version: None,
-            association: None,
-        };
+        let learned = user_made();
         let out = p.outcome(&a, &learned, None, t(0));
         assert_eq!(
             out.data["BUCKET_NAME"], "s3op-b",
@@ -885,12 +883,7 @@ mod tests {
         );
         let learned_by_apply = (p.arn.as_ref(), p.key.as_ref());
         assert_eq!(learned_by_apply, (None, None));
-        let learned = Learned {
-            arn: USER_ARN.into(),
-            key: Some(new_key("A", 0, "s3cr3t")),
-            version: None,
-            association: None,
-        };
+        let learned = user_made();
         let out = p.outcome(&a, &learned, Some("http://moto:5000"), t(0));
         assert_eq!(out.data["AWS_ACCESS_KEY_ID"], "A");
         assert_eq!(out.data["AWS_SECRET_ACCESS_KEY"], "s3cr3t");
@@ -1342,12 +1335,7 @@ mod tests {
         );
 
         // In sync: nothing listed.
-        let learned = Learned {
-            arn: USER_ARN.into(),
-            key: Some(new_key("A", 0, "s3cr3t")),
-            version: None,
-            association: None,
-        };
+        let learned = user_made();
         let handed = secret_of(&p.outcome(&a, &learned, None, t(0)));
         let a = served(access(json!({})), "A");
         let o = observed(ours(&a, vec![key("A", 0)]), Some(handed.clone()), 5);

@@ -77,6 +77,18 @@ pub async fn bucket_policy(bucket: &str) -> Option<serde_json::Value> {
     serde_json::from_str(&out.policy?).ok()
 }
 
+/// The access policy of the IAM user `user` (the operator's inline policy), decoded.
+pub async fn user_policy(user: &str) -> Option<serde_json::Value> {
+    let got = admin_iam()
+        .get_user_policy()
+        .user_name(user)
+        .policy_name("s3-operator-access")
+        .send()
+        .await
+        .ok()?;
+    s3_operator::aws::policy::decode_document(&got.policy_document)
+}
+
 pub async fn bucket_exists(bucket: &str) -> bool {
     admin_s3().head_bucket().bucket(bucket).send().await.is_ok()
 }
