@@ -2,8 +2,9 @@
 Identity agent stand-in (hack/pod_identity_agent.py), against a running test environment:
 EKS Pod Identity associations, EKS Auth AssumeRoleForPodIdentity, session policies and session
 tags, AssumeRoleWithWebIdentity (IRSA), the agent's container credentials endpoint, the
-CloudTrail management events the emulator puts on EventBridge, the account checks S3 and
-IAM make (`x-amz-expected-bucket-owner`, `aws:ResourceAccount`) against a second account, and
+CloudTrail management events the emulator puts on EventBridge, bucket replication as S3
+authorizes, checks and answers it, the account checks S3 and IAM make
+(`x-amz-expected-bucket-owner`, `aws:ResourceAccount`) against a second account, and
 member accounts (S3OP_EMULATOR_ACCOUNTS) with AssumeRole as STS checks it, against a launcher of
 its own (the environment's moto is started without member accounts).
 
@@ -25,6 +26,7 @@ import time
 import unittest
 import urllib.error
 import urllib.request
+import xml.etree.ElementTree as ET
 
 import boto3
 from botocore.exceptions import ClientError
@@ -635,6 +637,263 @@ class CloudTrailEvents(unittest.TestCase):
         succeeded = self.received("succeeded")
         self.assertEqual(sorted(e["detail"]["eventName"] for e in succeeded),
                          ["CreateBucket", "CreateUser", "PutBucketPublicAccessBlock"])
+
+
+REPLICATION_TRUST = {"Version": "2012-10-17", "Statement": [{
+    "Effect": "Allow", "Principal": {"Service": "s3.amazonaws.com"}, "Action": "sts:AssumeRole"}]}
+S3_NS = "{http://s3.amazonaws.com/doc/2006-03-01/}"
+
+
+def bucket_versioned(s3, name, status="Enabled"):
+    """A new bucket whose versioning is `status` (None: never set)."""
+    s3.create_bucket(Bucket=name)
+    if status:
+        s3.put_bucket_versioning(Bucket=name, VersioningConfiguration={"Status": status})
+    return name
+
+
+class Replication(unittest.TestCase):
+    """Bucket replication as S3 has it: Get/Put/DeleteBucketReplication authorized as
+    s3:Get/PutReplicationConfiguration, PutBucketReplication also as iam:PassRole on its role and
+    checked as S3 checks it (destinations, rule IDs, the V2 schema, SSE-KMS), GetBucketReplication
+    answering what was stored in S3's XML, and Put/Delete recorded as CloudTrail events."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.source, cls.dest = f"repl-src-{RUN}", f"repl-dst-{RUN}"
+        cls.unversioned, cls.suspended = f"repl-unv-{RUN}", f"repl-sus-{RUN}"
+        cls.plain, cls.trail = f"repl-plain-{RUN}", f"repl-ct-{RUN}"
+        for name, status in ((cls.source, "Enabled"), (cls.dest, "Enabled"), (cls.trail, "Enabled"),
+                             (cls.unversioned, None), (cls.suspended, "Suspended"), (cls.plain, None)):
+            bucket_versioned(S3, name, status)
+            BUCKETS.append(name)
+        cls.other = client("s3", ENV["S3OP_AWS_OTHER_ADMIN_ACCESS_KEY_ID"],
+                           ENV["S3OP_AWS_OTHER_ADMIN_SECRET_ACCESS_KEY"])
+        cls.theirs = bucket_versioned(cls.other, f"repl-theirs-{RUN}")
+        cls.role = role(f"repl-{RUN}", REPLICATION_TRUST)
+        cls.kms_key = f"arn:aws:kms:us-east-1:{ACCOUNT}:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+        cls.sqs, events = client("sqs"), client("events")
+        cls.queue = cls.sqs.create_queue(QueueName=f"repl-ct-{RUN}")["QueueUrl"]
+        arn = cls.sqs.get_queue_attributes(
+            QueueUrl=cls.queue, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+        pattern = {"source": ["aws.s3"], "detail-type": ["AWS API Call via CloudTrail"],
+                   "detail": {"requestParameters": {"bucketName": [cls.trail]}}}
+        events.put_rule(Name=f"repl-ct-{RUN}", EventPattern=json.dumps(pattern))
+        events.put_targets(Rule=f"repl-ct-{RUN}", Targets=[{"Id": "queue", "Arn": arn}])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.other.delete_bucket(Bucket=cls.theirs)
+
+    def rule(self, rule_id, priority, destination=None, **extra):
+        """A V2 rule (a Filter) replicating everything to `destination` (a bucket name)."""
+        return {"ID": rule_id, "Priority": priority, "Status": "Enabled", "Filter": {"Prefix": ""},
+                "Destination": {"Bucket": f"arn:aws:s3:::{destination or self.dest}"},
+                "DeleteMarkerReplication": {"Status": "Disabled"}, **extra}
+
+    def put(self, rules, s3=S3, bucket=None, role_arn=None):
+        return s3.put_bucket_replication(Bucket=bucket or self.source, ReplicationConfiguration={
+            "Role": role_arn or self.role, "Rules": rules})
+
+    def stored(self, bucket=None):
+        """What GetBucketReplication answers the admin (None: ReplicationConfigurationNotFoundError)."""
+        try:
+            return S3.get_bucket_replication(Bucket=bucket or self.source)["ReplicationConfiguration"]
+        except ClientError as e:
+            self.assertEqual((e.response["ResponseMetadata"]["HTTPStatusCode"], e.response["Error"]["Code"]),
+                             (404, "ReplicationConfigurationNotFoundError"))
+            return None
+
+    def raw_answer(self, bucket=None):
+        """GetBucketReplication's XML, parsed (ElementTree)."""
+        bodies, s3 = [], client("s3")
+        s3.meta.events.register("after-call.s3.GetBucketReplication",
+                                lambda http_response, **_: bodies.append(http_response.content))
+        s3.get_bucket_replication(Bucket=bucket or self.source)
+        return ET.fromstring(bodies[0])
+
+    def replicator(self, name, *statements):
+        return user_client("s3", f"repl-{name}-{RUN}", {"Version": "2012-10-17", "Statement": [
+            {"Effect": "Allow", **st} for st in statements]})
+
+    def test_requests_are_authorized_as_s3s_replication_actions(self):
+        source = f"arn:aws:s3:::{self.source}"
+        rules = [self.rule("all", 1)]
+        # Stock moto checked these as ListBucket, CreateBucket and DeleteBucket.
+        narrow = self.replicator("narrow", {"Action": ["s3:CreateBucket", "s3:ListBucket",
+                                                       "s3:DeleteBucket", "iam:PassRole"],
+                                            "Resource": "*"})
+        for call in (lambda: self.put(rules, narrow),
+                     lambda: narrow.get_bucket_replication(Bucket=self.source),
+                     lambda: narrow.delete_bucket_replication(Bucket=self.source)):
+            self.assertEqual(denied(call), (403, "AccessDenied", "Access Denied"))
+        self.assertIsNone(self.stored())
+        reader = self.replicator("reader", {"Action": "s3:GetReplicationConfiguration", "Resource": source})
+        self.assertEqual(error_code(self.put, rules, reader), "AccessDenied")
+        self.assertEqual(error_code(reader.get_bucket_replication, Bucket=self.source),
+                         "ReplicationConfigurationNotFoundError")
+        writer = self.replicator(
+            "writer", {"Action": "s3:PutReplicationConfiguration", "Resource": source},
+            {"Action": "iam:PassRole", "Resource": self.role,
+             "Condition": {"StringEquals": {"iam:PassedToService": "s3.amazonaws.com"}}})
+        self.put(rules, writer)
+        self.assertEqual(error_code(writer.get_bucket_replication, Bucket=self.source), "AccessDenied")
+        self.assertEqual([r["ID"] for r in reader.get_bucket_replication(
+            Bucket=self.source)["ReplicationConfiguration"]["Rules"]], ["all"])
+        # DeleteBucketReplication is s3:PutReplicationConfiguration too.
+        self.assertEqual(error_code(reader.delete_bucket_replication, Bucket=self.source), "AccessDenied")
+        writer.delete_bucket_replication(Bucket=self.source)
+        self.assertIsNone(self.stored())
+
+    def test_put_needs_pass_role_on_its_role(self):
+        may_put = {"Action": "s3:PutReplicationConfiguration", "Resource": f"arn:aws:s3:::{self.source}"}
+        other_role = role(f"repl-other-{RUN}", REPLICATION_TRUST)
+        callers = {
+            "no PassRole": self.replicator("nopass", may_put),
+            "PassRole on another role": self.replicator(
+                "passother", may_put, {"Action": "iam:PassRole", "Resource": other_role}),
+            "PassRole to another service": self.replicator(
+                "passec2", may_put, {"Action": "iam:PassRole", "Resource": self.role, "Condition": {
+                    "StringEquals": {"iam:PassedToService": "ec2.amazonaws.com"}}}),
+        }
+        for name, s3 in callers.items():
+            with self.subTest(name):
+                self.assertEqual(denied(self.put, [self.rule("all", 1)], s3),
+                                 (403, "AccessDenied", "Access Denied"))
+                self.assertIsNone(self.stored())
+        # With PassRole on that role it may put a configuration naming it.
+        self.put([self.rule("all", 1)], callers["PassRole on another role"], role_arn=other_role)
+        self.assertEqual(self.stored()["Role"], other_role)
+        S3.delete_bucket_replication(Bucket=self.source)
+
+    def test_destinations_must_exist_and_be_versioned(self):
+        refused = lambda rules, bucket=None: denied(self.put, rules, bucket=bucket)  # noqa: E731
+        cases = {
+            "no such bucket": (f"repl-none-{RUN}", "Destination bucket must exist."),
+            "never versioned": (self.unversioned, "Destination bucket must have versioning enabled."),
+            "versioning suspended": (self.suspended, "Destination bucket must have versioning enabled."),
+        }
+        for name, (destination, message) in cases.items():
+            with self.subTest(name):
+                # One good rule does not carry a bad one.
+                rules = [self.rule("good", 1), self.rule("bad", 2, destination)]
+                self.assertEqual(refused(rules), (400, "InvalidRequest", message))
+                self.assertIsNone(self.stored())
+        self.assertEqual(refused([self.rule("r", 1)], bucket=self.plain), (
+            400, "InvalidRequest",
+            "Versioning must be 'Enabled' on the bucket to apply a replication configuration"))
+        bad_arn = self.rule("r", 1)
+        bad_arn["Destination"]["Bucket"] = self.dest
+        self.assertEqual(refused([bad_arn])[:2], (400, "InvalidArgument"))
+        # Another account's versioned bucket is a destination (cross-account replication).
+        self.put([self.rule("theirs", 1, self.theirs)])
+        self.assertEqual(self.stored()["Rules"][0]["Destination"]["Bucket"], f"arn:aws:s3:::{self.theirs}")
+        S3.delete_bucket_replication(Bucket=self.source)
+
+    def test_rules_are_checked_as_s3_checks_them(self):
+        no_marker = self.rule("b", 2)
+        del no_marker["DeleteMarkerReplication"]
+        tagged = self.rule("tagged", 1, Filter={"Tag": {"Key": "k", "Value": "v"}},
+                           DeleteMarkerReplication={"Status": "Enabled"})
+        tagged_and = self.rule("and", 1, Filter={"And": {"Prefix": "p/", "Tags": [
+            {"Key": "k", "Value": "v"}]}}, DeleteMarkerReplication={"Status": "Enabled"})
+        kms = {"SseKmsEncryptedObjects": {"Status": "Enabled"}}
+        no_key = self.rule("kms", 1, SourceSelectionCriteria=kms)
+        key_only = self.rule("key", 1)
+        key_only["Destination"]["EncryptionConfiguration"] = {"ReplicaKmsKeyID": self.kms_key}
+        v2 = " for this version of Cross Region Replication configuration schema. " \
+             "Please refer to S3 Developer Guide for more information."
+        cases = {
+            "duplicate IDs": ([self.rule("same", 1), self.rule("same", 2)],
+                              ("InvalidArgument", "Rule Id must be unique.")),
+            "V2 without DeleteMarkerReplication": ([self.rule("a", 1), no_marker], (
+                "InvalidRequest", "DeleteMarkerReplication must be specified" + v2)),
+            "duplicate priorities": ([self.rule("a", 7), self.rule("b", 7)],
+                                     ("InvalidRequest", "Found duplicate priority 7.")),
+            "delete markers with a tag filter": ([tagged], (
+                "InvalidRequest", "Delete marker replication is not supported if any Tag filter "
+                "is specified. Please refer to S3 Developer Guide for more information.")),
+            "delete markers with tags in And": ([tagged_and], (
+                "InvalidRequest", "Delete marker replication is not supported if any Tag filter "
+                "is specified. Please refer to S3 Developer Guide for more information.")),
+            "SSE-KMS objects without a replica key": ([no_key], (
+                "InvalidRequest",
+                "ReplicaKmsKeyID must be specified if SseKmsEncryptedObjects tag is present.")),
+            "a replica key without SSE-KMS objects": ([key_only], (
+                "InvalidRequest",
+                "SseKmsEncryptedObjects must be specified if EncryptionConfiguration is present.")),
+        }
+        for name, (rules, (code, message)) in cases.items():
+            with self.subTest(name):
+                self.assertEqual(denied(self.put, rules), (400, code, message))
+                self.assertIsNone(self.stored())
+
+    def test_a_v2_configuration_comes_back_as_it_was_put(self):
+        rules = [
+            {"ID": "tagged-logs", "Priority": 2, "Status": "Enabled",
+             "Filter": {"And": {"Prefix": "logs/", "Tags": [
+                 {"Key": "team", "Value": "a"}, {"Key": "tier", "Value": "gold"}]}},
+             "SourceSelectionCriteria": {"SseKmsEncryptedObjects": {"Status": "Enabled"}},
+             "Destination": {"Bucket": f"arn:aws:s3:::{self.dest}", "Account": ACCOUNT,
+                             "StorageClass": "STANDARD_IA",
+                             "AccessControlTranslation": {"Owner": "Destination"},
+                             "EncryptionConfiguration": {"ReplicaKmsKeyID": self.kms_key}},
+             "DeleteMarkerReplication": {"Status": "Disabled"}},
+            {"ID": "data-elsewhere", "Priority": 1, "Status": "Disabled", "Filter": {"Prefix": "data/"},
+             "Destination": {"Bucket": f"arn:aws:s3:::{self.theirs}", "Account": OTHER_ACCOUNT,
+                             "StorageClass": "GLACIER"},
+             "DeleteMarkerReplication": {"Status": "Enabled"}},
+            {"ID": "one-tag", "Priority": 3, "Status": "Enabled",
+             "Filter": {"Tag": {"Key": "copy", "Value": "yes"}},
+             "Destination": {"Bucket": f"arn:aws:s3:::{self.dest}"},
+             "DeleteMarkerReplication": {"Status": "Disabled"}},
+        ]
+        self.put(rules)
+        self.addCleanup(S3.delete_bucket_replication, Bucket=self.source)
+        self.assertEqual(self.stored(), {"Role": self.role, "Rules": rules})
+        root = self.raw_answer()
+        self.assertEqual(root.tag, f"{S3_NS}ReplicationConfiguration")
+        self.assertEqual([c.tag for c in root], [f"{S3_NS}{t}" for t in ("Role", "Rule", "Rule", "Rule")])
+        first = root.find(f"{S3_NS}Rule")
+        self.assertEqual([c.tag.removeprefix(S3_NS) for c in first], [
+            "ID", "Priority", "Filter", "Status", "SourceSelectionCriteria", "Destination",
+            "DeleteMarkerReplication"])
+        self.assertEqual([c.tag.removeprefix(S3_NS) for c in first.find(f"{S3_NS}Destination")], [
+            "Bucket", "Account", "StorageClass", "AccessControlTranslation", "EncryptionConfiguration"])
+        self.assertEqual([c.tag.removeprefix(S3_NS) for c in first.find(f"{S3_NS}Filter/{S3_NS}And")],
+                         ["Prefix", "Tag", "Tag"])
+
+    def test_a_v1_rule_comes_back_as_it_was_put_with_an_id(self):
+        # No ID, no Priority, no DeleteMarkerReplication: the legacy schema (Prefix, no Filter).
+        self.put([{"Prefix": "old/", "Status": "Enabled",
+                   "Destination": {"Bucket": f"arn:aws:s3:::{self.dest}"}}])
+        self.addCleanup(S3.delete_bucket_replication, Bucket=self.source)
+        (rule,) = self.stored()["Rules"]
+        self.assertTrue(rule.pop("ID"))
+        self.assertEqual(rule, {"Prefix": "old/", "Status": "Enabled",
+                                "Destination": {"Bucket": f"arn:aws:s3:::{self.dest}"}})
+        self.assertEqual([c.tag.removeprefix(S3_NS) for c in self.raw_answer().find(f"{S3_NS}Rule")],
+                         ["ID", "Prefix", "Status", "Destination"])
+
+    def test_put_and_delete_are_cloudtrail_events_and_delete_leaves_none(self):
+        self.assertIsNone(self.stored(self.trail))
+        self.assertEqual(error_code(self.put, [self.rule("r", 1, f"repl-none-{RUN}")], bucket=self.trail),
+                         "InvalidRequest")
+        self.put([self.rule("r", 1)], bucket=self.trail)
+        self.assertEqual(self.stored(self.trail)["Rules"][0]["ID"], "r")
+        S3.delete_bucket_replication(Bucket=self.trail)
+        self.assertIsNone(self.stored(self.trail))
+        events = []
+        while True:
+            got = self.sqs.receive_message(QueueUrl=self.queue, MaxNumberOfMessages=10,
+                                           WaitTimeSeconds=1).get("Messages", [])
+            if not got:
+                break
+            events += [json.loads(m["Body"])["detail"] for m in got]
+        # A refused put is recorded with its errorCode, as CloudTrail records it.
+        self.assertEqual(sorted((e["eventName"], e.get("errorCode", "")) for e in events), [
+            ("DeleteBucketReplication", ""), ("PutBucketReplication", ""),
+            ("PutBucketReplication", "InvalidRequest")])
 
 
 LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "moto_server.py")

@@ -72,6 +72,22 @@ parts the operator relies on. Everything else is stock moto.
   the legacy LogDelivery ACL on a `BucketOwnerEnforced` target (S3 ignores its ACLs), is refused
   with InvalidTargetBucketForLogging. Stock moto takes only single values, ignores the
   conditions, and honours ACLs S3 disables.
+- Bucket replication as S3 has it: Get/Put/DeleteBucketReplication are authorized as
+  s3:GetReplicationConfiguration / s3:PutReplicationConfiguration (stock moto checks
+  ListBucket/CreateBucket/DeleteBucket), and PutBucketReplication also as `iam:PassRole` on the
+  configuration's `Role` (condition key `iam:PassedToService`: s3.amazonaws.com): a caller without
+  it gets S3's 403 AccessDenied and nothing is stored. The configuration is checked as S3 checks
+  it (stock moto checks only the source's versioning): each destination (`arn:aws:s3:::<name>`,
+  else InvalidArgument "Invalid bucket ARN.") must be a bucket of one of the emulator's accounts
+  with versioning Enabled (InvalidRequest "Destination bucket must exist." / "Destination bucket
+  must have versioning enabled."); rule IDs must be unique (InvalidArgument);
+  with a `Filter` in any rule (the V2 schema) every rule needs DeleteMarkerReplication, priorities
+  must be unique and a tag filter rules out replicating delete markers (InvalidRequest); an
+  `SseKmsEncryptedObjects` selection needs a `ReplicaKmsKeyID` and an EncryptionConfiguration
+  needs that selection (InvalidRequest). GetBucketReplication answers the configuration as it was
+  sent (stock moto drops Filter and SourceSelectionCriteria, always says DeleteMarkerReplication
+  Disabled and adds a Priority), rooted at `ReplicationConfiguration` in S3's namespace with the
+  members in the order of S3's API reference; a rule sent without an ID gets one, as in S3.
 - IAM and STS refusals (AccessDenied, InvalidClientTokenId) come in the query protocol's error
   shape `ErrorResponse/Error/Code`, as AWS sends them; stock moto wraps them in `Errors` (EC2's
   shape), which the AWS SDKs for Rust and Go cannot read, so the code would be lost.
@@ -202,7 +218,13 @@ from moto.iam.access_control import IAMPolicy, PermissionResult
 from moto.iam.exceptions import NotFoundException
 from moto.iam.models import User, get_account_id_from, iam_backends
 from moto.iam.responses import IamResponse
-from moto.s3.exceptions import MalformedXML, S3ClientError
+from moto.s3.exceptions import (
+    InvalidArgumentError,
+    MalformedXML,
+    ReplicationConfigurationNotFoundError,
+    S3ClientError,
+    VersioningNotEnabledForReplication,
+)
 from moto.s3.models import FakeBucket, S3Backend, s3_backends
 from moto.s3.responses import ACTION_MAP, S3Response
 from moto.s3.utils import bucket_policy_is_public
@@ -272,6 +294,13 @@ for _method, _lock, _tiering in (
     if _lock:
         _bucket_actions[_method]["object-lock"] = _lock
     _bucket_actions[_method]["intelligent-tiering"] = _tiering
+# Replication: stock moto has no entry, so it checked ListBucket/CreateBucket/DeleteBucket.
+for _method, _replication in (
+    ("GET", "GetReplicationConfiguration"),
+    ("PUT", "PutReplicationConfiguration"),
+    ("DELETE", "PutReplicationConfiguration"),
+):
+    _bucket_actions[_method]["replication"] = _replication
 
 _get_bucket_versioning = S3Response.get_bucket_versioning
 
@@ -457,6 +486,8 @@ def _request_context(self, resource="*"):
         prefix = _first(data.get("prefix"))
         if prefix is not None:
             context["s3:prefix"] = prefix
+        if self._action == "iam:PassRole":  # PutBucketReplication's role, passed to S3
+            context["iam:PassedToService"] = "s3.amazonaws.com"
     return context
 
 
@@ -1089,6 +1120,211 @@ S3Response._bucket_response_get = _bucket_get_with_abac
 S3Response._bucket_response_put = _bucket_put_with_abac
 S3Response._bucket_response_delete = _bucket_delete_with_abac
 
+# ---------------------------------------------------------------- bucket replication
+
+# The members of each element of a replication configuration in the order of S3's API reference,
+# the order GetBucketReplication answers them in; members it does not list follow in the order
+# they were given.
+_REPLICATION_ORDER = {
+    "ReplicationConfiguration": ("Role", "Rule"),
+    "Rule": ("ID", "Priority", "Prefix", "Filter", "Status", "SourceSelectionCriteria",
+             "ExistingObjectReplication", "Destination", "DeleteMarkerReplication"),
+    "Filter": ("Prefix", "Tag", "And"),
+    "And": ("Prefix", "Tag"),
+    "Tag": ("Key", "Value"),
+    "SourceSelectionCriteria": ("SseKmsEncryptedObjects", "ReplicaModifications"),
+    "Destination": ("Bucket", "Account", "StorageClass", "AccessControlTranslation",
+                    "EncryptionConfiguration", "ReplicationTime", "Metrics"),
+    "ReplicationTime": ("Status", "Time"),
+    "Metrics": ("Status", "EventThreshold"),
+}
+_BUCKET_ARN = re.compile(r"arn:[^:]+:s3:::([^/:]+)")
+_S3_GUIDE = "Please refer to S3 Developer Guide for more information."
+
+
+class ReplicationRefused(S3ClientError):
+    """PutBucketReplication's InvalidRequest (400), with S3's message."""
+
+    code = "InvalidRequest"
+
+    def __init__(self, message):
+        super().__init__("InvalidRequest", message)
+
+
+def _replication_of_body(body):
+    """The ReplicationConfiguration document as sent (rules and tags as lists), without its
+    namespace. MalformedXML, as S3, for one without a Role or a rule, or with a rule without
+    Status or Destination/Bucket, or with both or neither of the legacy Prefix and a Filter."""
+    try:
+        config = xmltodict.parse(body, force_list=("Rule", "Tag"))["ReplicationConfiguration"]
+    except Exception:
+        raise MalformedXML()
+    if not isinstance(config, dict):
+        raise MalformedXML()
+    config = {k: v for k, v in config.items() if not k.startswith("@")}
+
+    def well_formed(rule):
+        if not isinstance(rule, dict) or rule.get("Status") not in ("Enabled", "Disabled"):
+            return False
+        destination = rule.get("Destination")
+        if not isinstance(destination, dict) or not destination.get("Bucket"):
+            return False
+        if rule.get("Priority") is not None and not re.fullmatch(r"-?\d+", rule["Priority"]):
+            return False
+        return ("Prefix" in rule) != ("Filter" in rule)
+
+    rules = config.get("Rule")
+    if not config.get("Role") or not rules or not all(map(well_formed, rules)):
+        raise MalformedXML()
+    return config
+
+
+def _filter_tags(rule_filter):
+    """The tags a V2 rule's Filter selects objects by (its Tag, or those of its And)."""
+    if not isinstance(rule_filter, dict):
+        return []
+    conjunction = rule_filter.get("And")
+    return list(rule_filter.get("Tag") or []) + list(
+        (conjunction.get("Tag") or []) if isinstance(conjunction, dict) else [])
+
+
+def _status_of(element):
+    return element.get("Status") if isinstance(element, dict) else None
+
+
+def _bucket_of_any_account(name):
+    """The emulator's bucket of that name, whichever account owns it, else None."""
+    owner = s3_backends.bucket_accounts.get(name)
+    if owner is None:
+        return None
+    partition, account = owner
+    return s3_backends[account][partition].buckets.get(name)
+
+
+def _check_replication(config):
+    """S3's checks of a replication configuration, in this order (S3 does not document its own):
+    rule IDs, the V2 schema's rules (a Filter in any rule), SSE-KMS selection and replica keys,
+    then destinations."""
+    rules = config["Rule"]
+    ids = set()
+    for rule in rules:
+        rule_id = rule.get("ID")
+        if rule_id:
+            if rule_id in ids:
+                raise InvalidArgumentError("Rule Id must be unique.", "ID", rule_id)
+            ids.add(rule_id)
+    if any("Filter" in rule for rule in rules):
+        priorities = set()
+        for rule in rules:
+            if "DeleteMarkerReplication" not in rule:
+                raise ReplicationRefused(
+                    "DeleteMarkerReplication must be specified for this version of Cross Region"
+                    f" Replication configuration schema. {_S3_GUIDE}")
+            if rule.get("Priority") is not None:
+                priority = int(rule["Priority"])
+                if priority in priorities:
+                    raise ReplicationRefused(f"Found duplicate priority {priority}.")
+                priorities.add(priority)
+            if (_filter_tags(rule.get("Filter"))
+                    and _status_of(rule["DeleteMarkerReplication"]) == "Enabled"):
+                raise ReplicationRefused("Delete marker replication is not supported if any Tag"
+                                         f" filter is specified. {_S3_GUIDE}")
+    for rule in rules:
+        criteria = rule.get("SourceSelectionCriteria")
+        selects_kms = isinstance(criteria, dict) and "SseKmsEncryptedObjects" in criteria
+        destination = rule["Destination"]
+        encryption = destination.get("EncryptionConfiguration")
+        if "EncryptionConfiguration" in destination and not selects_kms:
+            raise ReplicationRefused(
+                "SseKmsEncryptedObjects must be specified if EncryptionConfiguration is present.")
+        if selects_kms and not (isinstance(encryption, dict) and encryption.get("ReplicaKmsKeyID")):
+            raise ReplicationRefused(
+                "ReplicaKmsKeyID must be specified if SseKmsEncryptedObjects tag is present.")
+    for rule in rules:
+        arn = rule["Destination"]["Bucket"]
+        found = _BUCKET_ARN.fullmatch(arn)
+        if not found:
+            raise InvalidArgumentError("Invalid bucket ARN.", "Bucket", arn)
+        target = _bucket_of_any_account(found.group(1))
+        if target is None:
+            raise ReplicationRefused("Destination bucket must exist.")
+        if not target.is_versioned:
+            raise ReplicationRefused("Destination bucket must have versioning enabled.")
+
+
+def _in_s3_order(name, value):
+    """`value`, the element `name` as stored, with its members in S3's order (recursively)."""
+    if isinstance(value, list):
+        return [_in_s3_order(name, item) for item in value]
+    if not isinstance(value, dict):
+        return value
+    order = _REPLICATION_ORDER.get(name, ())
+    keys = [k for k in order if k in value] + [k for k in value if k not in order]
+    return {k: _in_s3_order(k, value[k]) for k in keys}
+
+
+def _rule_id():
+    """An ID as S3 gives a rule sent without one (base64 of a random UUID)."""
+    return base64.b64encode(str(uuid.uuid4()).encode()).decode().rstrip("=")
+
+
+def _replication_request(self, bucket_name, querystring, method):
+    """Get/Put/DeleteBucketReplication as S3 has them: authorized as
+    s3:Get/PutReplicationConfiguration (and PutBucketReplication as iam:PassRole on its Role),
+    checked as S3 checks it, and kept as it was sent, to be answered as S3 answers it."""
+    self._set_action("BUCKET", method, querystring)
+    self._authenticate_and_authorize_s3_action(bucket_name=bucket_name)
+    bucket = self.backend.get_bucket(bucket_name)
+    if method == "GET":
+        config = getattr(bucket, "replication", None)
+        if not config:
+            raise ReplicationConfigurationNotFoundError(bucket_name=bucket_name)
+        doc = {"ReplicationConfiguration": {
+            "@xmlns": _TIERING_NS, **_in_s3_order("ReplicationConfiguration", config)}}
+        return 200, {"Content-Type": "application/xml"}, xmltodict.unparse(doc)
+    if method == "DELETE":
+        bucket.replication = None
+        return 204, {}, ""
+    config = _replication_of_body(self.body)
+    # S3 passes the role to itself on the caller's behalf: the caller needs iam:PassRole on it.
+    _authorize_also(self, "iam:PassRole", config["Role"], access_control.S3IAMRequest)
+    if not bucket.is_versioned:
+        raise VersioningNotEnabledForReplication(bucket_name=bucket_name)
+    _check_replication(config)
+    for rule in config["Rule"]:
+        if not rule.get("ID"):
+            rule["ID"] = _rule_id()
+    bucket.replication = config
+    return 200, {}, ""
+
+
+_replication_get = S3Response._bucket_response_get
+_replication_put = S3Response._bucket_response_put
+_replication_delete = S3Response._bucket_response_delete
+
+
+def _bucket_get_with_replication(self, bucket_name, querystring):
+    if "replication" in querystring:
+        return _replication_request(self, bucket_name, querystring, "GET")
+    return _replication_get(self, bucket_name, querystring)
+
+
+def _bucket_put_with_replication(self, request, bucket_name, querystring):
+    if "replication" in querystring:
+        return _replication_request(self, bucket_name, querystring, "PUT")
+    return _replication_put(self, request, bucket_name, querystring)
+
+
+def _bucket_delete_with_replication(self, bucket_name, querystring):
+    if "replication" in querystring:
+        return _replication_request(self, bucket_name, querystring, "DELETE")
+    return _replication_delete(self, bucket_name, querystring)
+
+
+S3Response._bucket_response_get = _bucket_get_with_replication
+S3Response._bucket_response_put = _bucket_put_with_replication
+S3Response._bucket_response_delete = _bucket_delete_with_replication
+
 # ---------------------------------------------------------------- EventBridge notifications
 
 _get_bucket_notification = S3Response.get_bucket_notification
@@ -1604,12 +1840,13 @@ def _eks_resource(self):
 EKSResponse._determine_resource = _eks_resource
 
 
-def _authorize_also(self, action, resource):
+def _authorize_also(self, action, resource, request_class=None):
     """Authorizes the signed caller of this request for one more action (iam:PassRole), as
-    the service does on the caller's behalf."""
+    the service does on the caller's behalf. `request_class` decides the refusal's shape
+    (S3's AccessDenied with access_control.S3IAMRequest; by default the query protocol's)."""
     if ActionAuthenticatorMixin.request_count < moto_settings.INITIAL_NO_AUTH_ACTION_COUNT:
         return
-    request = access_control.IAMRequest(
+    request = (request_class or access_control.IAMRequest)(
         account_id=self.current_account, method=self.method, path=self.raw_path, data=self.data,
         body=self.raw_body, headers=self.headers, action=action)
     request._action = action

@@ -165,6 +165,10 @@ struct PolicyArgs {
     /// `<iam path>s3-operator-boundary` before the operator starts.
     #[arg(long, conflicts_with = "drift_events_rule")]
     boundary: bool,
+    /// With --boundary: the operator's --allowed-replication-accounts, whose buckets the
+    /// replication roles it makes may then write replicas to.
+    #[arg(long, requires = "boundary", value_delimiter = ',', value_parser = account_id)]
+    allowed_replication_accounts: Vec<String>,
     /// ARN of the drift-event queue (`--drift-events-queue-url`): the operator's policy may
     /// then read and delete its messages.
     #[arg(long)]
@@ -267,6 +271,18 @@ struct RunArgs {
         default_value = ""
     )]
     allowed_notification_targets: Vec<String>,
+    /// AWS account ids (12 digits), comma-separated, whose buckets a Bucket's
+    /// `spec.replication` may name by `bucketArn`: data then leaves the accounts the operator
+    /// manages. Empty (the default): none, only Buckets of the same namespace. The permissions
+    /// boundary must allow them too (`s3-operator iam-policy --boundary
+    /// --allowed-replication-accounts ...`).
+    #[arg(
+        long,
+        env = "ALLOWED_REPLICATION_ACCOUNTS",
+        value_delimiter = ',',
+        default_value = ""
+    )]
+    allowed_replication_accounts: Vec<String>,
     /// Namespaces to watch, comma-separated; empty watches all (OLM's olm.targetNamespaces format).
     #[arg(
         long,
@@ -486,7 +502,10 @@ fn iam_policy(p: PolicyArgs) -> ExitCode {
                 .unwrap_or(policy::EXTERNAL_ID_PLACEHOLDER);
             policy::trust_policy(principal, external_id, &p.cluster_name)
         }
-        _ if p.boundary => policy::boundary_policy(&scope),
+        _ if p.boundary => {
+            let doc = policy::boundary_policy(&scope);
+            policy::with_replication_accounts(doc, &scope, &p.allowed_replication_accounts)
+        }
         (Some(queue), _) if p.drift_events_rule => {
             let region = queue.split(':').nth(3).unwrap_or("us-east-1");
             let (partition, account) = (&scope.partition, &scope.account);
@@ -628,6 +647,7 @@ fn reconcile_settings(args: &RunArgs) -> Result<s3_operator::reconcile::Settings
         operator_principals: vec![],
         allow_compliance_retention: args.allow_compliance_retention,
         allowed_notification_targets: listed(args.allowed_notification_targets.clone()),
+        allowed_replication_accounts: listed(args.allowed_replication_accounts.clone()),
         default_deletion_policy: args.default_deletion_policy,
         oidc_provider_arn: args.oidc_provider_arn.clone(),
         eks_cluster_name: args.eks_cluster_name.clone(),

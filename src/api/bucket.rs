@@ -45,6 +45,9 @@ use serde::{Deserialize, Serialize};
     "!has(self.objectLock) || !has(self.versioning) || self.versioning != 'Suspended'"
 ).message("spec.versioning must not be Suspended with spec.objectLock: object lock keeps versioning enabled").field_path(".versioning"))]
 #[x_kube(validation = Rule::new(
+    "!has(self.replication) || size(self.replication.rules) == 0 || !has(self.versioning) || self.versioning != 'Suspended'"
+).message("spec.versioning must not be Suspended with spec.replication: S3 replicates only from a bucket with versioning Enabled").field_path(".versioning"))]
+#[x_kube(validation = Rule::new(
     "!has(self.transferAcceleration) || !has(self.bucketName) || !self.bucketName.contains('.')"
 ).message("spec.transferAcceleration is not available for a bucket name containing '.': S3 cannot accelerate such buckets").field_path(".transferAcceleration"))]
 pub struct BucketSpec {
@@ -197,6 +200,19 @@ pub struct BucketSpec {
     /// read (and this Bucket is no longer granted by its former target).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub logging: Option<Logging>,
+
+    /// S3 replication (same-region or cross-region) to other Buckets of this namespace, each
+    /// rule naming its destination by `bucketRef` (a Bucket object, not an S3 name), or to a
+    /// bucket of another AWS account by `bucketArn` only where the operator's
+    /// `--allowed-replication-accounts` and the BucketClass allow that account. Both buckets
+    /// need versioning `Enabled`. The operator creates and owns the replication role (trusted
+    /// by S3 for this bucket only, allowed exactly this bucket and the destinations) and
+    /// corrects drift on the configuration. A destination that is missing, not Ready, not held
+    /// by its Bucket or unversioned sets Ready=False naming it, and the role's grant is
+    /// withdrawn until it is back. `replication: {rules: []}` turns replication off and deletes
+    /// the role; when omitted the configuration is left as it is in S3 and not read.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replication: Option<crate::api::Replication>,
 
     /// `Manage` (the default, else the BucketClass's default): the bucket is created and kept
     /// as the spec says. `Observe`: the operator only reads the bucket and reports in status
@@ -631,6 +647,10 @@ pub struct BucketStatus {
     /// clears a list an earlier Observe pass left.
     #[serde(default)]
     pub plan: Vec<PlannedChange>,
+    /// ARN of the IAM role S3 replicates this bucket with (spec.replication), once made.
+    /// Always serialized: status is written as a merge patch, where only `null` removes it.
+    #[serde(default)]
+    pub replication_role: Option<String>,
 }
 
 /// One field a `Manage` pass would change.

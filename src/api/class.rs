@@ -160,6 +160,32 @@ pub struct BucketConstraints {
     /// Management modes a Bucket may use (`Manage`, `Observe`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub allowed_management_modes: Vec<Management>,
+    /// `Allowed` (the default), `Required` (every Bucket must replicate: spec.replication with
+    /// at least one rule) or `Forbidden` (no Bucket may; one that does is refused and its
+    /// replication role's grant withdrawn at once).
+    #[serde(default)]
+    pub replication: ReplicationConstraint,
+    /// Regions a replication destination may be in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 50), extend("items" = {"type": "string", "maxLength": 32, "pattern": "^[a-z]{2}(-[a-z]+)+-[0-9]+$"}))]
+    pub allowed_replication_regions: Vec<String>,
+    /// Accounts a replication destination given by `bucketArn` may be in, within the
+    /// operator's `--allowed-replication-accounts`. Omitted: the operator's list. A security
+    /// constraint: an account taken off withdraws the replication role's grant at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 100), extend("items" = {"type": "string", "pattern": "^[0-9]{12}$"}))]
+    pub allowed_replication_accounts: Option<Vec<String>>,
+}
+
+/// Whether the Buckets of a class may, must or must not replicate.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Default, schemars::JsonSchema,
+)]
+pub enum ReplicationConstraint {
+    #[default]
+    Allowed,
+    Required,
+    Forbidden,
 }
 
 fn yes() -> bool {
@@ -182,6 +208,9 @@ impl Default for BucketConstraints {
             allowed_policy_principals: None,
             allowed_notification_targets: None,
             allowed_management_modes: vec![],
+            replication: ReplicationConstraint::Allowed,
+            allowed_replication_regions: vec![],
+            allowed_replication_accounts: None,
         }
     }
 }

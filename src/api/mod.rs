@@ -8,6 +8,7 @@ mod account;
 mod bucket;
 mod bucket_access;
 mod bucket_notifications;
+mod bucket_replication;
 mod class;
 pub mod condition;
 
@@ -15,6 +16,7 @@ pub use account::*;
 pub use bucket::*;
 pub use bucket_access::*;
 pub use bucket_notifications::*;
+pub use bucket_replication::*;
 pub use class::*;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;

@@ -61,6 +61,9 @@ pub struct Settings {
     /// (`--allowed-notification-targets`; an entry ending in `*` is an ARN prefix); none by
     /// default.
     pub allowed_notification_targets: Vec<String>,
+    /// Accounts whose buckets `spec.replication` may name by ARN
+    /// (`--allowed-replication-accounts`); none by default.
+    pub allowed_replication_accounts: Vec<String>,
     /// AWS writes per second and burst of each namespace (`aws::budget`); a rate of 0: none.
     pub namespace_aws_write_rate: f64,
     pub namespace_aws_write_burst: u32,
@@ -101,6 +104,7 @@ impl Settings {
             ],
             allow_compliance_retention: false,
             allowed_notification_targets: vec![],
+            allowed_replication_accounts: vec![],
             namespace_aws_write_rate: 0.0,
             namespace_aws_write_burst: 1,
             namespace_aws_read_rate: 0.0,

@@ -296,15 +296,21 @@ async fn sweep_associations(ctx: &InAccount<'_>, live: &Live) -> Result<(), crat
     Ok(())
 }
 
-/// The user and role names live BucketAccesses resolve to: these need no tag read.
+/// The user and role names live BucketAccesses resolve to, and the replication roles of live
+/// Buckets that replicate: these need no tag read.
 fn identity_names(ctx: &InAccount<'_>, live: &Live) -> HashSet<String> {
+    let cluster = &ctx.settings.cluster_name;
     let accesses = live.accesses.iter().flat_map(|s| s.state());
-    accesses
+    let mut names: HashSet<String> = accesses
         .map(|a| {
-            let owner = owner(a.as_ref(), &ctx.settings.cluster_name);
+            let owner = owner(a.as_ref(), cluster);
             bucket_access::iam_identity(&a, &owner).name().to_string()
         })
-        .collect()
+        .collect();
+    let buckets = live.buckets.iter().flat_map(|s| s.state());
+    let replicating = buckets.filter(|b| b.spec.replication.is_some());
+    names.extend(replicating.map(|b| bucket::replication::role_name(&owner(b.as_ref(), cluster))));
+    names
 }
 
 /// The owner a resource with `tags` is an orphan of, once the API server confirms it is gone.

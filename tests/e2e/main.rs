@@ -13,6 +13,7 @@ mod bucket_classes;
 mod bucket_logging;
 mod bucket_notifications;
 mod bucket_protection;
+mod bucket_replication;
 mod class_admission;
 mod class_failclosed;
 mod cli;

@@ -7,12 +7,14 @@ mod bucket;
 mod grant;
 mod normalize;
 mod operator;
+mod replication;
 
 pub use accounts::*;
 pub use bucket::*;
 pub use grant::*;
 pub use normalize::*;
 pub use operator::*;
+pub use replication::*;
 
 pub(crate) const VERSION: &str = "2012-10-17";
 

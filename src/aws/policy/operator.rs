@@ -44,7 +44,7 @@ impl Scope {
     /// AWS documents the key for "most" actions without listing the exceptions; a request
     /// without it (CreateBucket acts on no existing resource) is still held by the
     /// `x-amz-expected-bucket-owner` header the operator sends on every other S3 call.
-    fn in_account(&self) -> Value {
+    pub(super) fn in_account(&self) -> Value {
         json!({"StringEqualsIfExists": {"aws:ResourceAccount": self.account}})
     }
 }
@@ -56,6 +56,7 @@ impl Scope {
 pub fn boundary_policy(scope: &Scope) -> Value {
     let (objects, buckets) = app_actions();
     let p = &scope.partition;
+    let replication = super::replication::boundary_statements(scope);
     json!({
         "Version": VERSION,
         "Statement": [
@@ -76,10 +77,13 @@ pub fn boundary_policy(scope: &Scope) -> Value {
             {
                 "Sid": "KmsThroughS3",
                 "Effect": "Allow",
-                "Action": ["kms:Decrypt", "kms:GenerateDataKey"],
+                // Encrypt: S3 re-encrypting replicas with their key (spec.replication).
+                "Action": ["kms:Decrypt", "kms:GenerateDataKey", "kms:Encrypt"],
                 "Resource": format!("arn:{p}:kms:*:{}:key/*", scope.account),
                 "Condition": {"StringLike": {"kms:ViaService": "s3.*.amazonaws.com"}},
             },
+            replication[0],
+            replication[1],
         ],
     })
 }
@@ -123,6 +127,8 @@ pub fn operator_policy(scope: &Scope) -> Value {
                     "s3:GetBucketNotification", "s3:PutBucketNotification",
                     // spec.logging: read only when set.
                     "s3:GetBucketLogging", "s3:PutBucketLogging",
+                    // spec.replication: read only when set (DeleteBucketReplication is the Put).
+                    "s3:GetReplicationConfiguration", "s3:PutReplicationConfiguration",
                 ],
                 "Resource": buckets,
                 "Condition": scope.in_account(),
@@ -201,6 +207,14 @@ pub fn operator_policy(scope: &Scope) -> Value {
                 "Resource": roles,
             },
             {
+                // PutBucketReplication passes the Bucket's replication role to S3, and only to S3.
+                "Sid": "PassReplicationRoles",
+                "Effect": "Allow",
+                "Action": ["iam:PassRole"],
+                "Resource": roles,
+                "Condition": {"StringEquals": {"iam:PassedToService": super::S3_SERVICE}},
+            },
+            {
                 "Sid": "KeepTheBoundary",
                 "Effect": "Deny",
                 "Action": [
@@ -240,8 +254,8 @@ pub struct PodIdentityScope {
 /// `doc` (the operator's policy) with what `PodIdentity` credentials need: the association
 /// calls on this cluster and its associations only, and passing to EKS only the roles the
 /// operator creates (boundary-capped) and the shared role. `iam:PassRole` carries no
-/// `iam:PassedToService` condition: the policy lets the operator call no other service that
-/// takes a role.
+/// `iam:PassedToService` condition: the only other service the operator passes roles to is S3
+/// (replication), and no role it makes for an access trusts S3.
 pub fn with_pod_identity(mut doc: Value, scope: &Scope, eks: &PodIdentityScope) -> Value {
     let (p, account, cluster) = (&scope.partition, &scope.account, &eks.cluster);
     let mut roles = vec![scope.iam_arn("role")];
@@ -445,8 +459,18 @@ mod tests {
             "s3:PutBucketPolicy",
             "s3:DeleteBucketPolicy",
             "s3:PutBucketPublicAccessBlock",
+            "s3:PutReplicationConfiguration",
         ] {
             assert!(!allowed.contains(&a.to_string()), "{a}");
+        }
+        // A replication role's policy fits under it, KMS through S3 included.
+        let targets = [ReplicaTarget {
+            bucket_arn: "arn:aws:s3:::s3op-prod-dr".into(),
+            kms_key: Some("arn:aws:kms:us-east-1:123456789012:key/k".into()),
+        }];
+        let role = replication_policy("arn:aws:s3:::s3op-prod-b", "us-east-1", &targets);
+        for a in doc_actions(&role) {
+            assert!(allowed.contains(&a), "{a}");
         }
         assert_eq!(doc["Statement"][0]["Resource"], "arn:aws:s3:::s3op-prod-*");
         assert_eq!(

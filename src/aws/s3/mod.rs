@@ -4,6 +4,7 @@
 pub mod logging;
 pub mod notifications;
 pub mod protection;
+pub mod replication;
 pub mod tagging;
 
 use std::collections::BTreeMap;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use super::observe::{self, confirm_held, observe};
 use super::{
     Address, Change, Desired, Found, Plan, address, desired, in_sync, logging, plan, protection,
-    refusal, security,
+    refusal, replication, security,
 };
 use crate::api::condition::{self, IN_SYNC, Reason};
 use crate::api::{AcceptedDeletion, Bucket, BucketClass, BucketStatus, DeletionPolicy, Management};
@@ -118,9 +118,29 @@ async fn pass(
     if let Some(why) = logging::complete(&mut d, bucket, settings, region, links) {
         return refused(ctx, &refusing, Some(&at), &why).await;
     }
+    let class_rules = in_force.as_deref().map(|c| replication::ClassRules {
+        name: c.name_any(),
+        constraints: &c.spec.constraints,
+    });
+    let wanted = replication::complete(
+        &mut d,
+        &classed.bucket,
+        settings,
+        region,
+        &links.destinations,
+        class_rules.as_ref(),
+    );
+    if let Err(r) = wanted {
+        return replication_refused(ctx, &refusing, &at, r).await;
+    }
     match observe::log_target(ctx, &d, links).await {
         Ok(None) => {}
         Ok(Some(why)) => return refused(ctx, &refusing, Some(&at), &why).await,
+        Err(e) => return failed(bucket, ctx, named, &at, e).await,
+    }
+    match observe::replica_targets(ctx, &d).await {
+        Ok(None) => {}
+        Ok(Some(r)) => return replication_refused(ctx, &refusing, &at, r).await,
         Err(e) => return failed(bucket, ctx, named, &at, e).await,
     }
     // The finalizer must be in place before anything is created in AWS, not before it is read:
@@ -256,6 +276,34 @@ async fn refused(
         }
         Ok(()) => reported,
     }
+}
+
+/// Reports why replication cannot be served, after withdrawing the replication role's grant
+/// when it may not stand (see [`replication::Refusal`]).
+async fn replication_refused(
+    ctx: &InAccount<'_>,
+    r: &Refusing<'_>,
+    at: &Address,
+    refusal_: replication::Refusal,
+) -> Result<Requeue, Error> {
+    if refusal_.withdraw {
+        match replication::withdraw(ctx, r.owner).await {
+            Ok(true) => {
+                let role = replication::role_name(r.owner);
+                let note = format!(
+                    "Removed the replication grant of IAM role {role}: {}",
+                    refusal_.why.message
+                );
+                ctx.event(r.bucket, true, "ReplicationWithdrawn", note)
+                    .await;
+            }
+            Ok(false) => {}
+            // Retried with backoff: a grant that may not stand must not wait for the resync.
+            Err(e) if refusal(&e).is_none() => return Err(e.into()),
+            Err(e) => tracing::warn!(error = %e, "could not withdraw the replication grant"),
+        }
+    }
+    refused(ctx, r, Some(at), &refusal_.why).await
 }
 
 /// The security-only pass of a refused Bucket: reads its bucket's policy (and notifications,
@@ -420,8 +468,9 @@ async fn converge(
             )
         });
     let mut applied = Vec::new();
+    let o = owner(bucket, &ctx.settings.cluster_name);
     for change in changes {
-        if let Err(e) = write(ctx, d, change).await {
+        if let Err(e) = write(ctx, d, &o, change).await {
             report(bucket, ctx, d, &applied, served, adopting).await;
             if e.is("BucketAlreadyOwnedByYou") {
                 // Created meanwhile by someone in this account: the next pass judges its tags.
@@ -461,6 +510,11 @@ async fn converge(
     );
     // Written with the status the pass writes anyway, so it costs no write once recorded.
     status.deletion = Some(pass.deletion);
+    status.replication_role = match &d.replication {
+        Some(Some(w)) => Some(w.role_arn.clone()),
+        Some(None) => None,
+        None => status.replication_role,
+    };
     status.conditions.push(in_sync_now(bucket, &d.name));
     // The event and the status go out together: a new bucket's pass waits for one round trip
     // to the API server, not two.
@@ -621,9 +675,14 @@ async fn report(
     ctx.event(bucket, warning, reason, note).await;
 }
 
-async fn write(ctx: &InAccount<'_>, d: &Desired, change: &Change) -> Result<(), crate::aws::Error> {
+async fn write(
+    ctx: &InAccount<'_>,
+    d: &Desired,
+    o: &Owner,
+    change: &Change,
+) -> Result<(), crate::aws::Error> {
     let retags = matches!(change, Change::Create | Change::Tags);
-    let written = write_one(ctx, d, change).await;
+    let written = write_one(ctx, d, o, change).await;
     if retags {
         // The shared read no longer says what the bucket carries, and a read an access made
         // while the write was under way (a bucket not yet there) must not outlive it.
@@ -635,6 +694,7 @@ async fn write(ctx: &InAccount<'_>, d: &Desired, change: &Change) -> Result<(), 
 async fn write_one(
     ctx: &InAccount<'_>,
     d: &Desired,
+    o: &Owner,
     change: &Change,
 ) -> Result<(), crate::aws::Error> {
     let (aws, r, n) = (&ctx.aws, d.region.as_str(), d.name.as_str());
@@ -687,6 +747,16 @@ async fn write_one(
                 .await
                 .map_err(logging::target_not_granted_yet)
         }
+        Change::ReplicationRole(write) => match &d.replication {
+            Some(Some(w)) => replication::write_role(ctx, w, *write).await,
+            _ => Ok(()),
+        },
+        Change::Replication => match &d.replication {
+            Some(Some(w)) => aws.put_bucket_replication(r, n, &w.config).await,
+            _ => Ok(()),
+        },
+        Change::ReplicationOff => aws.delete_bucket_replication(r, n).await,
+        Change::ReplicationRoleOff => replication::delete_role(ctx, o).await.map(drop),
     }
 }
 
@@ -735,6 +805,8 @@ pub(super) fn status_for(
         account: previous.account,
         // Only an Observe pass lists what Manage would change (`report_observed`).
         plan: vec![],
+        // Only a Ready pass changes it (see `converge`).
+        replication_role: previous.replication_role,
     }
 }
 

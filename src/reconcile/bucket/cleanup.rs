@@ -15,7 +15,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use super::apply::blocked;
-use super::{Address, address, protection, refusal};
+use super::{Address, address, protection, refusal, replication};
 use crate::api::condition::Reason;
 use crate::api::{AcceptedDeletion, Bucket, BucketConstraints, DeletionPolicy, Management};
 use crate::aws::s3::Emptied;
@@ -36,6 +36,9 @@ pub(super) struct Asked {
     pub force_delete: bool,
     /// `spec.objectLock` is set: S3 refusing to delete object versions is its retention.
     pub object_lock: bool,
+    /// `spec.replication` is set: a released bucket loses its configuration, and the
+    /// replication role goes with the Bucket.
+    pub replication: bool,
 }
 
 impl Asked {
@@ -75,6 +78,7 @@ impl Asked {
             policy: rules.policy,
             force_delete: rules.force_delete,
             object_lock: bucket.spec.object_lock.is_some(),
+            replication: bucket.spec.replication.is_some(),
         }
     }
 }
@@ -247,7 +251,15 @@ pub(super) async fn cleanup(bucket: &Bucket, ctx: &InAccount<'_>) -> Result<Requ
     // outside the prefix was never the operator's to create or adopt.
     if let Ok(at) = address(bucket, &ctx.settings, &ctx.aws.region, &owner) {
         let asked = Asked::of(bucket, ctx);
-        match release_or_delete(Witness::Bucket(bucket), ctx, &at, &owner, asked).await {
+        let done = match release_or_delete(Witness::Bucket(bucket), ctx, &at, &owner, asked).await {
+            // The replication role goes once the bucket no longer replicates with it.
+            Ok(Ended::More) => Ok(Ended::More),
+            Ok(ended) => without_role(Witness::Bucket(bucket), ctx, &owner, asked)
+                .await
+                .map(|()| ended),
+            Err(e) => Err(e),
+        };
+        match done {
             // Emptying goes on in the next pass: each pass stays short.
             Ok(Ended::More) => return Ok(Requeue::After(Duration::from_secs(1))),
             Ok(_) => {}
@@ -275,9 +287,28 @@ pub async fn vanished(bucket: &Bucket, ctx: &InAccount<'_>) -> Result<Ended, Err
     loop {
         match release_or_delete(Witness::Gone, ctx, &at, &owner, asked).await? {
             Ended::More => continue,
-            ended => return Ok(ended),
+            ended => {
+                without_role(Witness::Gone, ctx, &owner, asked).await?;
+                return Ok(ended);
+            }
         }
     }
+}
+
+/// Deletes the Bucket's replication role, if it asked for replication and the role is its.
+/// (One whose spec no longer says so is found by the orphan sweep, by its tags.)
+async fn without_role(
+    witness: Witness<'_>,
+    ctx: &InAccount<'_>,
+    owner: &Owner,
+    asked: Asked,
+) -> Result<(), Error> {
+    if asked.replication && replication::delete_role(ctx, owner).await? {
+        let role = replication::role_name(owner);
+        let msg = format!("Deleted replication role {role}");
+        witness.say(ctx, false, "Deleted", msg).await;
+    }
+    Ok(())
 }
 
 /// Releases a bucket the sweep found owned by `owner`, a UID no object has any more: its
@@ -294,10 +325,12 @@ pub async fn release_orphan(
         name: name.to_string(),
         region: region.to_string(),
     };
+    // The spec is gone: a configuration left would name a role the sweep deletes.
     let asked = Asked {
         policy: DeletionPolicy::Retain,
         force_delete: false,
         object_lock: false,
+        replication: true,
     };
     release_or_delete(Witness::Gone, ctx, &at, owner, asked).await
 }
@@ -326,7 +359,7 @@ async fn release_or_delete(
             }
             Deletion::Release => {
                 if let Found::Ours { tags, .. } = &found {
-                    retain(witness, ctx, owner, tags, at).await?;
+                    retain(witness, ctx, owner, tags, at, asked.replication).await?;
                 }
                 return Ok(Ended::Released);
             }
@@ -392,13 +425,18 @@ async fn retain(
     owner: &Owner,
     tags: &BTreeMap<String, String>,
     at: &Address,
+    replication: bool,
 ) -> Result<(), Error> {
     let (aws, r, n) = (&ctx.aws, at.region.as_str(), at.name.as_str());
-    // Grants never outlive ownership: the spec's statements go, the TLS-only one stays.
-    // Before the tags, so a failure here still finds the bucket ours on the next pass.
+    // Grants never outlive ownership: the spec's statements go, the TLS-only one stays, and
+    // the replication this Bucket set up (its role goes next). Before the tags, so a failure
+    // here still finds the bucket ours on the next pass.
     let arn = naming::bucket_arn(naming::partition(r), n);
     aws.put_bucket_policy(r, n, &policy::bucket_policy(&arn, &[]))
         .await?;
+    if replication {
+        aws.delete_bucket_replication(r, n).await?;
+    }
     aws.put_tags(r, n, &released(tags, owner)).await?;
     let note = format!(
         "S3 bucket {n} retained; ownership tags and bucket policy grants removed (only namespace {} may adopt it again)",
@@ -450,6 +488,7 @@ mod tests {
         policy: DeletionPolicy::Retain,
         force_delete: false,
         object_lock: false,
+        replication: false,
     };
     const DELETE: Asked = Asked {
         policy: DeletionPolicy::Delete,

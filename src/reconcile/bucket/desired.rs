@@ -45,6 +45,9 @@ pub struct Desired {
     /// spec.logging, resolved against the cache (`logging::wanted`). `None`: not managed
     /// and not read; `Some(None)`: kept off.
     pub logging: Option<Option<LogTarget>>,
+    /// spec.replication, resolved against the cache (`replication::complete`). `None`: not
+    /// managed and not read; `Some(None)`: kept off.
+    pub replication: Option<Option<super::replication::Wanted>>,
 }
 
 impl Desired {
@@ -186,8 +189,9 @@ pub fn desired(
         intelligent_tiering: spec.intelligent_tiering.clone(),
         transfer_acceleration: spec.transfer_acceleration,
         notifications,
-        // Needs the cache: resolved by `logging::complete`.
+        // Need the cache: resolved by `logging::complete` and `replication::complete`.
         logging: None,
+        replication: None,
     })
 }
 

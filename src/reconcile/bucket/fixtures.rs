@@ -67,5 +67,16 @@ pub fn converged(d: &Desired) -> BucketState {
             _ => None,
         },
         logging: d.logging.clone(),
+        replication: d.replication.as_ref().map(|w| match w {
+            Some(w) => super::replication::Observed {
+                config: Some(w.config.clone()),
+                role: Some(super::replication::Role {
+                    ours: true,
+                    trust: Some(w.trust.clone()),
+                    policy: Some(w.policy.clone()),
+                }),
+            },
+            None => Default::default(),
+        }),
     }
 }

@@ -12,8 +12,9 @@ use std::fmt::Debug;
 
 use serde_json::Value;
 
-use super::{BucketState, Change, Desired, Found};
+use super::{BucketState, Change, Desired, Found, replication};
 use crate::api::{PlannedChange, Versioning};
+use crate::aws::s3::replication::ReplicationConfig;
 use crate::aws::{naming, policy};
 
 /// How many differences status lists; the `InSync` condition gives the full count.
@@ -112,6 +113,34 @@ fn of_change(d: &Desired, s: &BucketState, change: &Change) -> Vec<PlannedChange
             let want = show(d.logging.as_ref().and_then(Option::as_ref));
             vec![entry("logging", &had, &want)]
         }
+        Change::ReplicationRole(write) => {
+            let role = d.replication.as_ref().and_then(Option::as_ref);
+            let name = role.map_or("", |w| w.role.as_str());
+            let had = match write {
+                replication::RoleWrite::Create => ABSENT,
+                replication::RoleWrite::Update { .. } => "differs",
+            };
+            vec![entry("replication.role", had, &format!("IAM role {name}"))]
+        }
+        Change::Replication => {
+            let show = |c: Option<&ReplicationConfig>| {
+                c.map_or(ABSENT.into(), |c| {
+                    let rules: Vec<String> = (c.rules.iter())
+                        .map(|r| format!("{} -> {}", r.id, r.destination))
+                        .collect();
+                    rules.join(", ")
+                })
+            };
+            let had = s.replication.as_ref().and_then(|r| r.config.as_ref());
+            let want = d.replication.as_ref().and_then(Option::as_ref);
+            vec![entry(
+                "replication",
+                &show(had),
+                &show(want.map(|w| &w.config)),
+            )]
+        }
+        Change::ReplicationOff => vec![entry("replication", "present", "off")],
+        Change::ReplicationRoleOff => vec![entry("replication.role", "present", ABSENT)],
     }
 }
 

@@ -12,6 +12,7 @@ use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
 
 use super::Desired;
+use super::replication;
 use crate::api::Bucket;
 use crate::api::condition::{Reason, is_ready};
 use crate::aws::s3::logging::LogTarget;
@@ -46,6 +47,8 @@ pub struct Links {
     pub target: Option<Arc<Bucket>>,
     /// ARNs of the buckets of this namespace that log into this one (sorted).
     pub sources: Vec<String>,
+    /// The Bucket objects of this namespace its replication rules name, that exist.
+    pub destinations: Vec<Arc<Bucket>>,
 }
 
 impl Links {
@@ -56,7 +59,23 @@ impl Links {
             .as_ref()
             .map(|t| t.resource_version().unwrap_or_default())
             .unwrap_or_default();
-        format!("{target}|{}", self.sources.join(","))
+        let destinations: Vec<String> = (self.destinations.iter())
+            .map(|d| {
+                format!(
+                    "{}@{}",
+                    d.name_any(),
+                    d.resource_version().unwrap_or_default()
+                )
+            })
+            .collect();
+        if destinations.is_empty() {
+            return format!("{target}|{}", self.sources.join(","));
+        }
+        format!(
+            "{target}|{}|{}",
+            self.sources.join(","),
+            destinations.join(",")
+        )
     }
 }
 
@@ -74,9 +93,24 @@ pub fn links(
             .find(|o| o.metadata.name.as_deref() == Some(t) && o.metadata.namespace == ns)
             .cloned()
     });
+    let named: Vec<&str> = replication::destination_names(b).collect();
+    let destinations = match named.is_empty() {
+        true => vec![],
+        false => (buckets.iter())
+            .filter(|o| o.metadata.namespace == ns)
+            .filter(|o| {
+                o.metadata
+                    .name
+                    .as_deref()
+                    .is_some_and(|n| named.contains(&n))
+            })
+            .cloned()
+            .collect(),
+    };
     Links {
         target,
         sources: sources(b, buckets, settings, default_region),
+        destinations,
     }
 }
 
@@ -249,29 +283,36 @@ pub fn target_not_granted_yet(mut e: crate::aws::Error) -> crate::aws::Error {
 }
 
 /// Maps a Bucket change to the Buckets it concerns besides itself: the target it logs into
-/// now and the one it logged into before (whose grant changes), and the Buckets that log into
-/// it (whose target changed). Remembers each Bucket's target from the changes it hears.
+/// (or replicates into) now and the ones before (whose grant changes), and the Buckets that log
+/// or replicate into it (whose target changed). Remembers each Bucket's target from the changes it hears.
 #[derive(Default)]
 pub struct Linked {
-    before: Mutex<HashMap<ObjectRef<Bucket>, String>>,
+    before: Mutex<HashMap<ObjectRef<Bucket>, Vec<String>>>,
+}
+
+/// The Bucket objects `b` names: the one it logs into and its replication destinations.
+fn named(b: &Bucket) -> impl Iterator<Item = &str> {
+    target_name(b)
+        .into_iter()
+        .chain(replication::destination_names(b))
 }
 
 impl Linked {
     pub fn related(&self, store: &Store<Bucket>, b: &Bucket) -> Vec<ObjectRef<Bucket>> {
         let ns = b.namespace().unwrap_or_default();
         let me = ObjectRef::from_obj(b);
-        let now = target_name(b).map(str::to_string);
+        let now: Vec<String> = named(b).map(str::to_string).collect();
         let before = {
             let mut before = self.before.lock().expect("linked map poisoned");
-            match &now {
-                // A Bucket being deleted logs nowhere from now on: its entry goes with it.
-                Some(t) if b.metadata.deletion_timestamp.is_none() => before.insert(me, t.clone()),
+            match now.is_empty() {
+                // A Bucket being deleted names nothing from now on: its entry goes with it.
+                false if b.metadata.deletion_timestamp.is_none() => before.insert(me, now.clone()),
                 _ => before.remove(&me),
             }
         };
         let mut out: Vec<ObjectRef<Bucket>> = now
             .into_iter()
-            .chain(before)
+            .chain(before.into_iter().flatten())
             .map(|t| ObjectRef::new(&t).within(&ns))
             .collect();
         // Every Bucket event scans the cache: compare in place, allocate only for a match.
@@ -280,7 +321,7 @@ impl Linked {
             store
                 .state()
                 .iter()
-                .filter(|s| target_name(s).is_some_and(|t| Some(t) == name))
+                .filter(|s| named(s).any(|t| Some(t) == name))
                 .filter(|s| s.metadata.namespace.as_deref() == Some(ns.as_str()))
                 .map(|s| ObjectRef::from_obj(s.as_ref())),
         );

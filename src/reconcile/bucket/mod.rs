@@ -19,6 +19,7 @@ pub mod notifications;
 mod observe;
 mod plan;
 pub mod protection;
+pub mod replication;
 mod security;
 
 use std::sync::Arc;

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::desired::adoption_refused;
 use super::logging::{self, Links};
-use super::{Address, BucketState, Desired, Found, protection};
+use super::{Address, BucketState, Desired, Found, protection, replication};
 use crate::aws::ErrorKind;
 use crate::aws::tags::{Owner, Ownership};
 use crate::reconcile::{Blocked, tag_reads};
@@ -71,7 +71,7 @@ pub(super) async fn observe(
     if let Some(why) = adoption_refused(&d.name, &ownership, owner, adopt, cross) {
         return Ok(Found::NotAdoptable(why));
     }
-    let config = config(ctx, d, tags).await?;
+    let config = config(ctx, d, owner, tags).await?;
     Ok(Found::Present(Box::new(config)))
 }
 
@@ -98,6 +98,7 @@ async fn tags(
 async fn config(
     ctx: &InAccount<'_>,
     d: &Desired,
+    owner: &Owner,
     tags: BTreeMap<String, String>,
 ) -> Result<BucketState, crate::aws::Error> {
     let (aws, r, n) = (&ctx.aws, &d.region, &d.name);
@@ -132,6 +133,10 @@ async fn config(
         Some(_) => Some(aws.bucket_logging(r, n).await?),
         None => None,
     };
+    let replication = match d.replication {
+        Some(_) => Some(replication::observe(ctx, d, owner).await?),
+        None => None,
+    };
     Ok(BucketState {
         tags,
         public_access_block,
@@ -146,5 +151,39 @@ async fn config(
         transfer_acceleration: protection.transfer_acceleration,
         notifications,
         logging,
+        replication,
     })
+}
+
+/// Why `d` may not replicate into the destinations it resolved, read from each one's tags
+/// (shared with its own passes) and versioning. `Ok(None)`: it may, or it replicates into no
+/// Bucket.
+pub(super) async fn replica_targets(
+    ctx: &InAccount<'_>,
+    d: &Desired,
+) -> Result<Option<replication::Refusal>, crate::aws::Error> {
+    let Some(Some(want)) = &d.replication else {
+        return Ok(None);
+    };
+    let within = tag_reads::for_bucket(ctx.settings.resync_period);
+    for h in &want.held_by {
+        let at = &h.at;
+        let tags = ctx.bucket_tags(&at.region, &at.name, within).await?;
+        // A recent read may find it held, never refuse it: read afresh before withdrawing.
+        let tags = match replication::not_held(h, tags.as_ref()) {
+            None => tags,
+            Some(_) => {
+                ctx.bucket_tags(&at.region, &at.name, Duration::ZERO)
+                    .await?
+            }
+        };
+        if let Some(why) = replication::not_held(h, tags.as_ref()) {
+            return Ok(Some(why));
+        }
+        let versioning = ctx.aws.versioning(&at.region, &at.name).await?;
+        if let Some(why) = replication::unversioned(h, versioning) {
+            return Ok(Some(why));
+        }
+    }
+    Ok(None)
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{Desired, notifications, protection};
+use super::{Desired, notifications, protection, replication};
 use crate::api::condition::Reason;
 use crate::api::{
     CorsRule, Encryption, EncryptionAlgorithm, IntelligentTiering, LifecycleRule, ObjectOwnership,
@@ -47,9 +47,11 @@ pub struct BucketState {
     pub notifications: Option<crate::aws::s3::notifications::ObservedNotifications>,
     /// `None` when unmanaged (not read); `Some(None)` when logging is off.
     pub logging: Option<Option<LogTarget>>,
+    /// `None` when unmanaged (not read).
+    pub replication: Option<replication::Observed>,
 }
 
-/// One write to S3.
+/// One write to S3 (or, for replication, to its IAM role).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Change {
     Create,
@@ -71,6 +73,14 @@ pub enum Change {
     TransferAcceleration(TransferAcceleration),
     Notifications,
     Logging,
+    /// The replication role: created, or what differs put back.
+    ReplicationRole(replication::RoleWrite),
+    /// The replication configuration written.
+    Replication,
+    /// Replication turned off: the configuration removed.
+    ReplicationOff,
+    /// Replication turned off: the role deleted.
+    ReplicationRoleOff,
 }
 
 impl Change {
@@ -91,6 +101,8 @@ impl Change {
             Change::TransferAcceleration(_) => "transferAcceleration",
             Change::Notifications => "notifications",
             Change::Logging => "logging",
+            Change::ReplicationRole(_) | Change::ReplicationRoleOff => "replicationRole",
+            Change::Replication | Change::ReplicationOff => "replication",
         }
     }
 }
@@ -123,10 +135,15 @@ pub fn plan(desired: &Desired, observed: &Found) -> Plan {
             Plan::Blocked(Blocked::new(Reason::InvalidSpec, why))
         }
         Found::Absent => Plan::Apply(creation(desired)),
-        Found::Present(config) => match protection::refused(desired, config) {
-            Some(why) => Plan::Blocked(why),
-            None => Plan::Apply(drift(desired, config)),
-        },
+        Found::Present(config) => {
+            let want = desired.replication.as_ref().and_then(Option::as_ref);
+            let refused = protection::refused(desired, config)
+                .or_else(|| replication::refused(want, config.replication.as_ref()));
+            match refused {
+                Some(why) => Plan::Blocked(why),
+                None => Plan::Apply(drift(desired, config)),
+            }
+        }
     }
 }
 
@@ -163,6 +180,11 @@ pub(super) fn creation(desired: &Desired) -> Vec<Change> {
     // A new bucket logs nothing: only logging somewhere is a write.
     if matches!(desired.logging, Some(Some(_))) {
         all.push(Change::Logging);
+    }
+    // After versioning, which S3 needs first; a new bucket has no configuration to remove.
+    if let Some(Some(_)) = &desired.replication {
+        all.push(Change::ReplicationRole(replication::RoleWrite::Create));
+        all.push(Change::Replication);
     }
     all
 }
@@ -235,7 +257,33 @@ fn aspects(desired: &Desired, config: &BucketState) -> Vec<Change> {
     {
         changes.push(Change::Logging);
     }
+    changes.extend(replication_changes(desired, config));
     changes
+}
+
+/// The replication writes: the role before the configuration that names it; turned off, the
+/// configuration before the role.
+fn replication_changes(desired: &Desired, config: &BucketState) -> Vec<Change> {
+    let observed = config.replication.as_ref();
+    match &desired.replication {
+        None => vec![],
+        Some(Some(want)) => {
+            let partition = naming::partition(&desired.region);
+            let (role, write) = replication::changes(want, observed, partition);
+            let role = role.map(Change::ReplicationRole);
+            role.into_iter()
+                .chain(write.then_some(Change::Replication))
+                .collect()
+        }
+        Some(None) => {
+            let (config, role) = replication::off(observed);
+            let config = config.then_some(Change::ReplicationOff);
+            config
+                .into_iter()
+                .chain(role.then_some(Change::ReplicationRoleOff))
+                .collect()
+        }
+    }
 }
 
 fn notifications_refusal(desired: &Desired) -> String {

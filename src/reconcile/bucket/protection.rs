@@ -201,6 +201,7 @@ mod tests {
             transfer_acceleration: None,
             notifications: None,
             logging: None,
+            replication: None,
         }
     }
 
