@@ -1587,11 +1587,13 @@ def _s3_event_name(method, operation):
 def _user_identity(account, key_id):
     """CloudTrail's userIdentity of the caller signing with `key_id`."""
     iam = iam_backends[account][get_partition("us-east-1")]
-    for user in iam.users.values():
-        if any(k.access_key_id == key_id for k in user.access_keys):
+    # Copies: the server is threaded, and another request may add a user, key or session while
+    # this one is looked up (iterating the live dict then raised, and the event was lost).
+    for user in list(iam.users.values()):
+        if any(k.access_key_id == key_id for k in list(user.access_keys)):
             return {"type": "IAMUser", "arn": user.arn, "accountId": account,
                     "accessKeyId": key_id, "userName": user.name}
-    for role in sts_backends[account]["aws"].assumed_roles:
+    for role in list(sts_backends[account]["aws"].assumed_roles):
         if role.access_key_id == key_id:
             return {"type": "AssumedRole", "arn": role.arn, "accountId": account,
                     "accessKeyId": key_id,
@@ -1902,7 +1904,7 @@ def _create_pod_identity_association(self):
                          "namespace, serviceAccount and roleArn are required.")
     policy, disable = self._get_param("policy"), bool(self._get_param("disableSessionTags"))
     _check_policy(policy, disable)
-    for existing in cluster.pod_identity_associations.values():
+    for existing in list(cluster.pod_identity_associations.values()):
         if (existing["namespace"], existing["serviceAccount"]) == (namespace, account):
             raise _eks_error("ResourceInUseException",
                              f"Association already exists: {existing['associationId']}", 409)
