@@ -409,6 +409,49 @@ mod tests {
         );
     }
 
+    /// Every top-level spec and status field of each owned CRD has a CSV descriptor, so the
+    /// console shows it (the OLM e2e checks the same on its examples, but only after a cluster).
+    #[test]
+    fn every_top_level_field_has_a_csv_descriptor() {
+        let root = repo();
+        let csv = csv(&generate(&root).unwrap());
+        let mut missing = Vec::new();
+        for owned in csv["spec"]["customresourcedefinitions"]["owned"]
+            .as_sequence()
+            .unwrap()
+        {
+            let kind = owned["kind"].as_str().unwrap();
+            let crd = s3_operator::api::crds()
+                .into_iter()
+                .find(|c| c.spec.names.kind == kind)
+                .unwrap_or_else(|| panic!("{kind} is owned but not served"));
+            let schema = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+            let props = &schema["openAPIV3Schema"]["properties"];
+            for (part, which) in [("spec", "specDescriptors"), ("status", "statusDescriptors")] {
+                let paths: Vec<&str> = owned[which]
+                    .as_sequence()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|d| d["path"].as_str())
+                    .collect();
+                for key in props[part]["properties"]
+                    .as_object()
+                    .into_iter()
+                    .flatten()
+                    .map(|(k, _)| k)
+                {
+                    if !paths.contains(&key.as_str()) {
+                        missing.push(format!("{kind} {part}.{key}"));
+                    }
+                }
+            }
+        }
+        assert!(
+            missing.is_empty(),
+            "fields without a CSV descriptor: {missing:?}"
+        );
+    }
+
     /// The CSV grants exactly the rules of the RBAC sources, and OLM's target namespaces reach
     /// the operator as WATCH_NAMESPACE.
     #[test]

@@ -486,24 +486,26 @@ async fn deletion_removes_keys_policy_and_user_then_the_finalizer() {
     assert!(err.is_stale_write(), "{err}");
     let out = pass(&fakes, &deleting()).await;
     assert!(matches!(out, Ok(Requeue::OnChange)), "{out:?}");
-    let deleted = [
-        "GetUser",
-        "ListAccessKeys",
-        "DeleteAccessKey",
-        "DeleteAccessKey",
-        "ListUserPolicies",
-        "DeleteUserPolicy",
-        "DeleteUser",
-        // The name of earlier releases, then the retry finds neither name.
-        "GetUser",
-        "GetUser",
-        "GetUser",
+    // Rounds of calls made together (each sorted here, as they may arrive in any order): both
+    // names (this release's and earlier releases'), the user's keys and policies, their
+    // deletions, the user; then the retry finds neither name.
+    let rounds: [&[&str]; 5] = [
+        &["GetUser", "GetUser"],
+        &["ListAccessKeys", "ListUserPolicies"],
+        &["DeleteAccessKey", "DeleteAccessKey", "DeleteUserPolicy"],
+        &["DeleteUser"],
+        &["GetUser", "GetUser"],
     ];
-    assert_eq!(fakes.aws.requests(), deleted.map(iam));
-    assert_eq!(
-        params(&fakes, &iam("DeleteAccessKey"), "AccessKeyId"),
-        ["AK1", "AK2"]
-    );
+    let mut requests = fakes.aws.requests().into_iter();
+    for round in rounds {
+        let mut got: Vec<String> = requests.by_ref().take(round.len()).collect();
+        got.sort();
+        assert_eq!(got, round.iter().map(|c| iam(c)).collect::<Vec<_>>());
+    }
+    assert_eq!(requests.next(), None, "no other call");
+    let mut keys = params(&fakes, &iam("DeleteAccessKey"), "AccessKeyId");
+    keys.sort();
+    assert_eq!(keys, ["AK1", "AK2"]);
     assert_eq!(
         params(&fakes, &iam("DeleteUserPolicy"), "PolicyName"),
         ["s3-operator-access"]

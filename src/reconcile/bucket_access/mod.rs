@@ -22,6 +22,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::FutureExt;
+use futures::future::try_join_all;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -952,40 +954,24 @@ async fn delete_identity(
         deleted.push("association");
     }
     // Under either name (one made before names carried the long hash keeps its own): a
-    // status that names neither must not leave one behind.
-    for identity in identity_candidates(access, &owner) {
-        if let Some(kind) = delete_if_ours(ctx, access, &owner, identity, gone).await? {
-            deleted.push(kind);
+    // status that names neither must not leave one behind. Both are read at once.
+    let candidates = identity_candidates(access, &owner);
+    let found = try_join_all(candidates.iter().map(|id| ctx.aws.get_identity(id))).await?;
+    for (identity, found) in candidates.into_iter().zip(found) {
+        // Only one whose tags name this access.
+        let Some(found) = found else { continue };
+        if owner.judge(&found.tags) != Ownership::Ours {
+            continue;
         }
+        delete_owned_identity(ctx, &identity).await?;
+        let (note, kind) = match &identity {
+            Identity::User(_) => (format!("Deleted {identity} and its keys"), "user"),
+            Identity::Role(_) => (format!("Deleted {identity}"), "role"),
+        };
+        said(access, ctx, gone, note).await;
+        deleted.push(kind);
     }
     Ok(deleted)
-}
-
-/// Deletes `identity` (its keys and inline policies first) if its tags name this access;
-/// which kind it deleted.
-async fn delete_if_ours(
-    ctx: &InAccount<'_>,
-    access: &BucketAccess,
-    owner: &Owner,
-    identity: Identity,
-    gone: bool,
-) -> Result<Option<&'static str>, crate::aws::Error> {
-    let Some(found) = ctx.aws.get_identity(&identity).await? else {
-        return Ok(None);
-    };
-    if owner.judge(&found.tags) != Ownership::Ours {
-        return Ok(None);
-    }
-    delete_owned_identity(ctx, &identity).await?;
-    let note = match &identity {
-        Identity::User(_) => format!("Deleted {identity} and its keys"),
-        Identity::Role(_) => format!("Deleted {identity}"),
-    };
-    said(access, ctx, gone, note).await;
-    Ok(Some(match identity {
-        Identity::User(_) => "user",
-        Identity::Role(_) => "role",
-    }))
 }
 
 /// A deletion, as an event on `access`, or a log line once it is `gone`.
@@ -1004,14 +990,20 @@ pub async fn delete_owned_identity(
     identity: &Identity,
 ) -> Result<(), crate::aws::Error> {
     let aws = &ctx.aws;
-    if let Identity::User(user) = identity {
-        for key in aws.access_keys(user).await? {
-            aws.delete_access_key(user, &key.id).await?;
+    // Listed together, then deleted together: three round trips to IAM before the identity
+    // goes, however many keys and policies it has.
+    let keys = async {
+        match identity {
+            Identity::User(user) => aws.access_keys(user).await,
+            Identity::Role(_) => Ok(vec![]),
         }
-    }
-    for p in aws.inline_policy_names(identity).await? {
-        aws.delete_inline_policy(identity, &p).await?;
-    }
+    };
+    let (keys, policies) = tokio::try_join!(keys, aws.inline_policy_names(identity))?;
+    let keys = keys
+        .iter()
+        .map(|key| aws.delete_access_key(identity.name(), &key.id).boxed());
+    let policies = (policies.iter()).map(|p| aws.delete_inline_policy(identity, p).boxed());
+    try_join_all(keys.chain(policies)).await?;
     aws.delete_identity(identity).await
 }
 
