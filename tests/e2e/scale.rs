@@ -596,22 +596,7 @@ pub async fn run(
 ) -> Row {
     let client = admin().await;
     let ns = namespace(&client, "bench").await;
-    let mut extra_args = vec![
-        "--max-concurrent-reconciles".into(),
-        CONCURRENCY.to_string(),
-        // Reads are never budgeted here, so the write budget is the only difference.
-        "--namespace-aws-read-rate".into(),
-        "0".into(),
-    ];
-    extra_args.extend(write_budget.args());
-    let opts = OperatorOpts {
-        namespaces: vec![ns.clone()],
-        // No periodic resync inside the measurements; the resync is measured on its own.
-        resync: "1h",
-        extra_args,
-        env: vec![("RUST_LOG".into(), "info".into())],
-        ..Default::default()
-    };
+    let opts = operator_opts(&ns, write_budget);
     let id = Identity::new(&opts.namespaces, None).await;
     let mut row = Row {
         n,
@@ -625,25 +610,71 @@ pub async fn run(
     (row.floor_s, row.floor_failures) = (floor.secs, floor.failures);
     row.floor_unanswered = floor.unanswered;
     row.floor_calls = floor.calls;
+    let apis = Apis {
+        buckets: Api::namespaced(client.clone(), &ns),
+        accesses: Api::namespaced(client, &ns),
+    };
+    let peak_first = converge(&mut row, &id, &opts, &apis, (write_budget, floor.aws_s)).await;
+    let (op, sampler) = resync(&mut row, &id, &opts).await;
+    latency(&mut row, &op, &apis.buckets, samples).await;
+    row.rss_peak_mib = peak_first.max(sampler.peak()).max(footprint(op.pid()).peak);
+    drop(sampler);
+    row.audit_problems = audit(&id.cluster, &opts.namespaces).await;
+    if clean {
+        delete_everything(&id, &apis).await;
+    }
+    drop(op);
+    row
+}
 
-    let unit = workload.unit();
-    eprintln!("[{n}] operator: applying {n} {unit}s");
-    let op = Operator::start_as(&id, &opts, "bench").await;
+/// The benchmark's objects.
+struct Apis {
+    buckets: Api<Bucket>,
+    accesses: Api<BucketAccess>,
+}
+
+/// The operator of a run: concurrency as the floor's, reads never budgeted (so the write budget
+/// is the only difference), no periodic resync inside the measurements (it is measured alone).
+fn operator_opts(ns: &str, write_budget: Budget) -> OperatorOpts {
+    let mut extra_args = vec![
+        "--max-concurrent-reconciles".into(),
+        CONCURRENCY.to_string(),
+        "--namespace-aws-read-rate".into(),
+        "0".into(),
+    ];
+    extra_args.extend(write_budget.args());
+    OperatorOpts {
+        namespaces: vec![ns.to_string()],
+        resync: "1h",
+        extra_args,
+        env: vec![("RUST_LOG".into(), "info".into())],
+        ..Default::default()
+    }
+}
+
+/// Applies the N objects to a fresh operator and measures it converging them: the times, calls,
+/// writes, errors and CPU into `row`. Stops the operator; returns its peak RSS.
+async fn converge(
+    row: &mut Row,
+    id: &Identity,
+    opts: &OperatorOpts,
+    apis: &Apis,
+    (write_budget, floor_aws_s): (Budget, f64),
+) -> f64 {
+    let (n, workload) = (row.n, row.workload);
+    eprintln!("[{n}] operator: applying {n} {}s", workload.unit());
+    let op = Operator::start_as(id, opts, "bench").await;
     let sampler = Sampler::start(op.pid());
     let cpu0 = footprint(op.pid()).cpu_s;
     let before = op.metrics().await;
-    let (buckets, accesses) = (
-        Api::<Bucket>::namespaced(client.clone(), &ns),
-        Api::<BucketAccess>::namespaced(client.clone(), &ns),
-    );
     let start = Instant::now();
-    let ready_b = tokio::spawn(all_ready(buckets.clone(), n));
-    let ready_a = tokio::spawn(all_ready(accesses.clone(), n));
+    let ready_b = tokio::spawn(all_ready(apis.buckets.clone(), n));
+    let ready_a = tokio::spawn(all_ready(apis.accesses.clone(), n));
     if workload == Workload::Buckets {
         ready_a.abort();
     }
     let names = (0..n).map(|i| format!("p{i}"));
-    create_objects(&buckets, &accesses, names, workload).await;
+    create_objects(&apis.buckets, &apis.accesses, names, workload).await;
     row.apply_s = start.elapsed().as_secs_f64();
     let mut done = ready_b.await.unwrap();
     if workload == Workload::Pairs {
@@ -661,16 +692,15 @@ pub async fn run(
     row.operator_calls = delta(&calls(&after), &calls(&before), n);
     row.aws_failures = failed(&after) - failed(&before);
     row.aws_unanswered = unanswered(&after) - unanswered(&before);
-    row.reconcile_errors = metric_sum(
-        &after,
-        "controller_runtime_reconcile_total",
-        &[("result", "error")],
-    ) - metric_sum(
-        &before,
-        "controller_runtime_reconcile_total",
-        &[("result", "error")],
-    );
-    row.breakdown = Breakdown::of(&before, &after, n, floor.aws_s);
+    let errors = |t: &str| {
+        metric_sum(
+            t,
+            "controller_runtime_reconcile_total",
+            &[("result", "error")],
+        )
+    };
+    row.reconcile_errors = errors(&after) - errors(&before);
+    row.breakdown = Breakdown::of(&before, &after, n, floor_aws_s);
     if let Budget::On { rate, burst } = write_budget {
         let deferred = |t: &str| metric_sum(t, "s3_operator_aws_write_budget_exhausted_total", &[]);
         row.write_budget = Some(BudgetSpent {
@@ -681,22 +711,26 @@ pub async fn run(
     }
     let writes = |t: &str| by_labels(t, "s3_operator_kube_writes_total", ["kind", "verb"]);
     row.kube_writes = delta(&writes(&after), &writes(&before), n);
-    let cpu1 = footprint(op.pid()).cpu_s;
-    row.cpu_converge_s = cpu1 - cpu0;
+    row.cpu_converge_s = footprint(op.pid()).cpu_s - cpu0;
     op.wait_settled(Duration::from_secs(5)).await;
-
-    // A full resync: a restarted operator reconciles every object once, from fresh caches.
-    eprintln!("[{n}] resync");
     drop(sampler);
-    let peak_first = footprint(op.pid()).peak;
+    let peak = footprint(op.pid()).peak;
     assert_eq!(
         op.terminate().await,
         Some(0),
         "the operator did not exit cleanly"
     );
+    peak
+}
+
+/// A full resync: a restarted operator reconciles every object once, from fresh caches. Its
+/// start-up, reads, writes and footprint into `row`; returns it running, with its sampler.
+async fn resync(row: &mut Row, id: &Identity, opts: &OperatorOpts) -> (Operator, Sampler) {
+    let n = row.n;
+    eprintln!("[{n}] resync");
     let sent = Sent::now(&id.aws_key.0, &id.kube_user).await;
     let start = Instant::now();
-    let op = Operator::start_as(&id, &opts, "resync").await;
+    let op = Operator::start_as(id, opts, "resync").await;
     row.caches_synced_s = start.elapsed().as_secs_f64();
     let sampler = Sampler::start(op.pid());
     let reconciles = || async {
@@ -711,7 +745,7 @@ pub async fn run(
     })
     .await;
     row.first_reconcile_s = start.elapsed().as_secs_f64();
-    let objects = match workload {
+    let objects = match row.workload {
         Workload::Pairs => 2 * n,
         Workload::Buckets => n,
     };
@@ -748,9 +782,13 @@ pub async fn run(
     row.cpu_resync_s = settled.cpu_s;
     row.rss_settled_mib = settled.rss;
     row.rss_anon_settled_mib = settled.anon;
+    (op, sampler)
+}
 
-    // Single-object latency on the now quiet system.
-    eprintln!("[{n}] latency");
+/// Single-object latency on the now quiet system: `samples` new Buckets, each to Ready, in
+/// total and without its AWS time.
+async fn latency(row: &mut Row, op: &Operator, buckets: &Api<Bucket>, samples: usize) {
+    eprintln!("[{}] latency", row.n);
     let mut total = Vec::new();
     let mut minus_aws = Vec::new();
     for j in 0..samples {
@@ -762,7 +800,10 @@ pub async fn run(
                 .is_some_and(|s| condition::is_ready(&s.conditions))
         });
         let start = Instant::now();
-        let (pp, object) = (PostParams::default(), bucket(&name, workload.bucket_spec()));
+        let (pp, object) = (
+            PostParams::default(),
+            bucket(&name, row.workload.bucket_spec()),
+        );
         let create = buckets.create(&pp, &object);
         let (created, ready) =
             tokio::join!(create, tokio::time::timeout(Duration::from_secs(60), ready));
@@ -784,29 +825,20 @@ pub async fn run(
     row.latency_p99_s = percentile(&total, 0.99);
     row.latency_minus_aws_p50_s = percentile(&minus_aws, 0.5);
     row.latency_minus_aws_p99_s = percentile(&minus_aws, 0.99);
-    row.rss_peak_mib = peak_first.max(sampler.peak()).max(footprint(op.pid()).peak);
-    drop(sampler);
+}
 
-    row.audit_problems = audit(&id.cluster, &opts.namespaces).await;
-    if clean {
-        let dp = DeleteParams::default();
-        accesses
-            .delete_collection(&dp, &Default::default())
-            .await
-            .unwrap();
-        buckets
-            .delete_collection(&dp, &Default::default())
-            .await
-            .unwrap();
-        wait_for("every object deleted", Duration::from_secs(120), || async {
-            let left = buckets.list(&Default::default()).await.ok()?.items.len()
-                + accesses.list(&Default::default()).await.ok()?.items.len();
-            (left == 0).then_some(())
-        })
-        .await;
-        let left = crate::audit::inventory(&id.cluster).await;
-        assert!(left.is_empty(), "left behind: {left:?}");
-    }
-    drop(op);
-    row
+/// Deletes every object of the run and checks that nothing of it is left in AWS.
+async fn delete_everything(id: &Identity, apis: &Apis) {
+    let dp = DeleteParams::default();
+    let all = Default::default();
+    apis.accesses.delete_collection(&dp, &all).await.unwrap();
+    apis.buckets.delete_collection(&dp, &all).await.unwrap();
+    wait_for("every object deleted", Duration::from_secs(120), || async {
+        let left = apis.buckets.list(&all).await.ok()?.items.len()
+            + apis.accesses.list(&all).await.ok()?.items.len();
+        (left == 0).then_some(())
+    })
+    .await;
+    let left = crate::audit::inventory(&id.cluster).await;
+    assert!(left.is_empty(), "left behind: {left:?}");
 }

@@ -1,7 +1,10 @@
 //! What the Bucket tests share: settings, an owner, a resolved spec and the configuration S3
 //! holds once it is served.
 
-use crate::api::{Bucket, BucketSpec, LifecycleRule};
+use std::sync::Arc;
+
+use crate::api::condition::{self, Reason};
+use crate::api::{Bucket, BucketSpec, BucketStatus, LifecycleRule};
 use crate::aws::s3::protection::LockState;
 use crate::aws::tags::Owner;
 use crate::reconcile::Settings;
@@ -32,6 +35,32 @@ pub fn rule(id: &str) -> LifecycleRule {
         abort_incomplete_multipart_upload_days: None,
         transitions: vec![],
     }
+}
+
+/// Bucket `ns/name` of `spec`, named `s3op-<ns>-<name>` in its spec, at resourceVersion 7;
+/// `ready`: with a Ready status whose bucket name is another's (status is the tenant's to
+/// write, so nothing may follow it).
+pub fn named_bucket(ns: &str, name: &str, spec: BucketSpec, ready: bool) -> Arc<Bucket> {
+    let mut b = Bucket::new(
+        name,
+        BucketSpec {
+            bucket_name: Some(format!("s3op-{ns}-{name}")),
+            ..spec
+        },
+    );
+    b.metadata.namespace = Some(ns.into());
+    b.metadata.uid = Some(format!("uid-{name}"));
+    b.metadata.resource_version = Some("7".into());
+    if ready {
+        let now = jiff::Timestamp::now();
+        let c = condition::ready(&[], true, Reason::Available, "ok", None, now);
+        b.status = Some(BucketStatus {
+            conditions: vec![c],
+            bucket_name: Some("s3op-someone-else".into()),
+            ..Default::default()
+        });
+    }
+    Arc::new(b)
 }
 
 pub fn desired_for(spec: BucketSpec) -> Desired {

@@ -334,39 +334,22 @@ impl Linked {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::condition;
-    use crate::api::{BucketSpec, BucketStatus, Logging, LoggingTargetRef};
+    use crate::api::{BucketSpec, Logging, LoggingTargetRef};
+    use crate::reconcile::bucket::fixtures::named_bucket;
 
     fn settings() -> Settings {
         Settings::for_tests()
     }
 
     fn b(ns: &str, name: &str, logs_to: Option<&str>, ready: bool) -> Arc<Bucket> {
-        let mut b = Bucket::new(
-            name,
-            BucketSpec {
-                bucket_name: Some(format!("s3op-{ns}-{name}")),
-                logging: logs_to.map(|t| Logging {
-                    target_bucket_ref: Some(LoggingTargetRef { name: t.into() }),
-                    target_prefix: Some(format!("{name}/")),
-                }),
-                ..Default::default()
-            },
-        );
-        b.metadata.namespace = Some(ns.into());
-        b.metadata.uid = Some(format!("uid-{name}"));
-        b.metadata.resource_version = Some("7".into());
-        if ready {
-            let now = jiff::Timestamp::now();
-            let c = condition::ready(&[], true, Reason::Available, "ok", None, now);
-            b.status = Some(BucketStatus {
-                conditions: vec![c],
-                // Status is the tenant's to write: it must not redirect anything.
-                bucket_name: Some("s3op-someone-else".into()),
-                ..Default::default()
-            });
-        }
-        Arc::new(b)
+        let spec = BucketSpec {
+            logging: logs_to.map(|t| Logging {
+                target_bucket_ref: Some(LoggingTargetRef { name: t.into() }),
+                target_prefix: Some(format!("{name}/")),
+            }),
+            ..Default::default()
+        };
+        named_bucket(ns, name, spec, ready)
     }
 
     fn blocked(r: Result<Option<Option<LogTarget>>, Blocked>) -> Blocked {

@@ -522,35 +522,17 @@ pub async fn delete_role(ctx: &InAccount<'_>, owner: &Owner) -> Result<bool, cra
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{
-        BucketSpec, BucketStatus, LoggingTargetRef, Replication, ReplicationDestination, condition,
-    };
+    use crate::api::{BucketSpec, LoggingTargetRef, Replication, ReplicationDestination};
     use crate::reconcile::bucket::desired;
+    use crate::reconcile::bucket::fixtures::named_bucket;
 
     fn b(name: &str, replication: Option<Vec<ReplicationRule>>, ready: bool) -> Arc<Bucket> {
-        let mut b = Bucket::new(
-            name,
-            BucketSpec {
-                bucket_name: Some(format!("s3op-ns-{name}")),
-                versioning: Some(Versioning::Enabled),
-                replication: replication.map(|rules| Replication { rules }),
-                ..Default::default()
-            },
-        );
-        b.metadata.namespace = Some("ns".into());
-        b.metadata.uid = Some(format!("uid-{name}"));
-        b.metadata.resource_version = Some("7".into());
-        if ready {
-            let now = jiff::Timestamp::now();
-            let c = condition::ready(&[], true, Reason::Available, "ok", None, now);
-            b.status = Some(BucketStatus {
-                conditions: vec![c],
-                // Status is the tenant's to write: it must not redirect anything.
-                bucket_name: Some("s3op-someone-else".into()),
-                ..Default::default()
-            });
-        }
-        Arc::new(b)
+        let spec = BucketSpec {
+            versioning: Some(Versioning::Enabled),
+            replication: replication.map(|rules| Replication { rules }),
+            ..Default::default()
+        };
+        named_bucket("ns", name, spec, ready)
     }
 
     fn to_ref(id: &str, priority: i32, name: &str) -> ReplicationRule {
