@@ -964,6 +964,36 @@ def _put_lock_on_locked_bucket(self, bucket_name, lock_enabled, mode=None, days=
 
 S3Backend.put_object_lock_configuration = _put_lock_on_locked_bucket
 
+# ---------------------------------------------------------------- bucket subresources moto lacks
+
+
+def _route_bucket_subresource(subresource, handler):
+    """Sends a bucket's GET, PUT and DELETE of `?<subresource>` to `handler(self, bucket_name,
+    querystring, method)`, which moto lacks; every other bucket request goes on to the handlers
+    installed before."""
+    get, put = S3Response._bucket_response_get, S3Response._bucket_response_put
+    delete = S3Response._bucket_response_delete
+
+    def routed_get(self, bucket_name, querystring):
+        if subresource in querystring:
+            return handler(self, bucket_name, querystring, "GET")
+        return get(self, bucket_name, querystring)
+
+    def routed_put(self, request, bucket_name, querystring):
+        if subresource in querystring:
+            return handler(self, bucket_name, querystring, "PUT")
+        return put(self, request, bucket_name, querystring)
+
+    def routed_delete(self, bucket_name, querystring):
+        if subresource in querystring:
+            return handler(self, bucket_name, querystring, "DELETE")
+        return delete(self, bucket_name, querystring)
+
+    S3Response._bucket_response_get = routed_get
+    S3Response._bucket_response_put = routed_put
+    S3Response._bucket_response_delete = routed_delete
+
+
 # ---------------------------------------------------------------- intelligent tiering
 
 
@@ -1019,32 +1049,7 @@ def _tiering_request(self, bucket_name, querystring, method):
     return 200, {"Content-Type": "application/xml"}, xmltodict.unparse(doc)
 
 
-_tiering_get = S3Response._bucket_response_get
-_tiering_put = S3Response._bucket_response_put
-_tiering_delete = S3Response._bucket_response_delete
-
-
-def _bucket_get_with_tiering(self, bucket_name, querystring):
-    if "intelligent-tiering" in querystring:
-        return _tiering_request(self, bucket_name, querystring, "GET")
-    return _tiering_get(self, bucket_name, querystring)
-
-
-def _bucket_put_with_tiering(self, request, bucket_name, querystring):
-    if "intelligent-tiering" in querystring:
-        return _tiering_request(self, bucket_name, querystring, "PUT")
-    return _tiering_put(self, request, bucket_name, querystring)
-
-
-def _bucket_delete_with_tiering(self, bucket_name, querystring):
-    if "intelligent-tiering" in querystring:
-        return _tiering_request(self, bucket_name, querystring, "DELETE")
-    return _tiering_delete(self, bucket_name, querystring)
-
-
-S3Response._bucket_response_get = _bucket_get_with_tiering
-S3Response._bucket_response_put = _bucket_put_with_tiering
-S3Response._bucket_response_delete = _bucket_delete_with_tiering
+_route_bucket_subresource("intelligent-tiering", _tiering_request)
 # ---------------------------------------------------------------- attribute-based access control
 
 
@@ -1298,32 +1303,7 @@ def _replication_request(self, bucket_name, querystring, method):
     return 200, {}, ""
 
 
-_replication_get = S3Response._bucket_response_get
-_replication_put = S3Response._bucket_response_put
-_replication_delete = S3Response._bucket_response_delete
-
-
-def _bucket_get_with_replication(self, bucket_name, querystring):
-    if "replication" in querystring:
-        return _replication_request(self, bucket_name, querystring, "GET")
-    return _replication_get(self, bucket_name, querystring)
-
-
-def _bucket_put_with_replication(self, request, bucket_name, querystring):
-    if "replication" in querystring:
-        return _replication_request(self, bucket_name, querystring, "PUT")
-    return _replication_put(self, request, bucket_name, querystring)
-
-
-def _bucket_delete_with_replication(self, bucket_name, querystring):
-    if "replication" in querystring:
-        return _replication_request(self, bucket_name, querystring, "DELETE")
-    return _replication_delete(self, bucket_name, querystring)
-
-
-S3Response._bucket_response_get = _bucket_get_with_replication
-S3Response._bucket_response_put = _bucket_put_with_replication
-S3Response._bucket_response_delete = _bucket_delete_with_replication
+_route_bucket_subresource("replication", _replication_request)
 
 # ---------------------------------------------------------------- EventBridge notifications
 
