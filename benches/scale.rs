@@ -1,5 +1,6 @@
 //! The scale benchmark:
-//! `cargo bench --bench scale -- [--pairs 100,1000,5000] [--buckets 200,1000] [--runs 3] [--write]`.
+//! `cargo bench --bench scale -- [--pairs 100,1000,5000] [--buckets 200,1000] [--runs 3] [--pin] [--write]`.
+//! `--pin` gives the emulator a CPU of its own in the pair and Bucket rows ([`pin_emulator`]).
 //! `--buckets` runs Buckets alone, the workload of the quoted peer reference (empty: none).
 //! `--budget N,N` also runs N pairs with the operator's default per-namespace write budget on
 //! (the pair rows run with it off), as rows of their own: what a user applying N pairs in one
@@ -53,8 +54,45 @@ fn runtime() -> tokio::runtime::Runtime {
         .expect("tokio runtime")
 }
 
+/// With `--pin` (and at least 2 CPUs): the emulator gets the last CPU to itself and everything
+/// else of this run (the API server, etcd, this process and the operator it starts) the others.
+/// AWS never shares the operator's CPUs; an emulator that does is slowed by whatever runs beside
+/// it, which is not the same in the floor's run and the operator's. Returns how it pinned.
+fn pin_emulator() -> Option<String> {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        return None;
+    }
+    let pids = std::fs::read_to_string(support::env().state_dir.join("pids")).expect("pids");
+    let (own, rest) = (format!("{}", cpus - 1), format!("0-{}", cpus - 2));
+    let mut pinned = Vec::new();
+    for (name, pid) in pids.lines().filter_map(|l| l.split_once(' ')) {
+        let cpu = if name == "moto" { &own } else { &rest };
+        taskset(pid, cpu);
+        pinned.push(format!("{name} on {cpu}"));
+    }
+    taskset(&std::process::id().to_string(), &rest);
+    pinned.push(format!("the rest on {rest}"));
+    Some(pinned.join(", "))
+}
+
+/// Sets the CPUs of every thread of `pid`.
+fn taskset(pid: &str, cpus: &str) {
+    let status = Command::new("taskset")
+        .args(["--all-tasks", "--cpu-list", "--pid", cpus, pid])
+        .stdout(Stdio::null())
+        .status()
+        .expect("taskset (util-linux)");
+    assert!(status.success(), "taskset {cpus} {pid} failed");
+}
+
 /// A child's part: one measurement, printed as JSON lines. False when this is the parent.
 fn child(args: &[String]) -> bool {
+    let pin = args.iter().any(|a| a == "--pin") && args.iter().any(|a| a.starts_with("--one"));
+    let pinned = pin.then(pin_emulator).flatten();
+    if let Some(how) = &pinned {
+        eprintln!("pinned: {how}");
+    }
     if let Some(n) = arg(args, "--one") {
         let n: usize = n.parse().expect("--one N");
         let workload = match arg(args, "--workload").as_deref() {
@@ -69,7 +107,8 @@ fn child(args: &[String]) -> bool {
             },
             _ => scale::Budget::Off,
         };
-        let row = runtime().block_on(scale::run(n, workload, budget, 30, false));
+        let mut row = runtime().block_on(scale::run(n, workload, budget, 30, false));
+        row.emulator_pinned = pinned.is_some();
         println!("{}", serde_json::to_string(&row).expect("JSON"));
     } else if let Some(n) = arg(args, "--one-fairness") {
         let n: usize = n.parse().expect("--one-fairness N");
@@ -116,6 +155,7 @@ fn in_child(args: &[&str], what: &str) -> Vec<Value> {
 /// Every N of `--pairs`, `--buckets` and `--budget`, each `runs` times: the median run by ratio,
 /// with every run's ratio as `ratio_runs`.
 fn measure_rows(args: &[String], runs: usize, measured: &Value) -> Vec<Value> {
+    let pinned = args.iter().any(|a| a == "--pin");
     let sizes = |name: &str, default: &str| -> Vec<usize> {
         let list = arg(args, name).unwrap_or_else(|| default.into());
         list.split(',')
@@ -141,7 +181,7 @@ fn measure_rows(args: &[String], runs: usize, measured: &Value) -> Vec<Value> {
                     i + 1
                 );
                 let n = n.to_string();
-                let child = [
+                let mut child = vec![
                     "--one",
                     &n,
                     "--workload",
@@ -149,6 +189,9 @@ fn measure_rows(args: &[String], runs: usize, measured: &Value) -> Vec<Value> {
                     "--write-budget",
                     budget,
                 ];
+                if pinned {
+                    child.push("--pin");
+                }
                 let out = in_child(&child, &what);
                 out.last().cloned().expect("a result line")
             })

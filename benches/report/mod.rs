@@ -77,11 +77,16 @@ enum Cell {
     Count(&'static str),
     Ratio,
     Provenance,
+    /// Whether the emulator had a CPU of its own ("no" in rows measured before it could).
+    Pinned,
+    /// Two numbers, "a / b", or "not measured" in rows measured before they were.
+    Since(&'static str, &'static str, usize),
 }
 
 /// The pairs table, one line each.
 const PAIR_LINES: &[(&str, Cell)] = &[
     ("Measured", Cell::Provenance),
+    ("Emulator on a CPU of its own (`--pin`)", Cell::Pinned),
     ("Floor: direct AWS calls (s)", Cell::Num("floor_s", 1)),
     (
         "Operator: apply to all Ready (s)",
@@ -141,6 +146,10 @@ const PAIR_LINES: &[(&str, Cell)] = &[
         "… minus its AWS time p50 / p99 (s)",
         Cell::Two("latency_minus_aws_p50_s", "latency_minus_aws_p99_s", 3),
     ),
+    (
+        "Emulator busy, floor / operator converging (CPU s per s; 1 is all moto can use)",
+        Cell::Since("emulator_busy_floor", "emulator_busy_converge", 2),
+    ),
     ("Audit problems", Cell::Count("audit_problems")),
 ];
 
@@ -154,6 +163,14 @@ impl Cell {
             Cell::Count(key) => row[key].as_array().map_or(0, Vec::len).to_string(),
             Cell::Ratio => format!("**{}**", ratio(row)?),
             Cell::Provenance => provenance(doc, row)?,
+            Cell::Pinned => match row["emulator_pinned"].as_bool() {
+                Some(true) => "yes".into(),
+                _ => "no".into(),
+            },
+            Cell::Since(a, b, p) => match (row[a].as_f64(), row[b].as_f64()) {
+                (Some(a), Some(b)) => format!("{a:.p$} / {b:.p$}"),
+                _ => "not measured".into(),
+            },
         })
     }
 }
@@ -875,8 +892,12 @@ fn header(doc: &Value) -> Result<String> {
          and by `cargo xtask generate`; `cargo xtask check` fails when this file differs from that \
          rendering, so do not edit it by hand. The benchmark is `benches/scale.rs`.\n\n\
          The run that last wrote BENCHMARKS.json: {date}, commit `{commit}`, \
-         `cargo bench --bench scale -- {args}`. Machine: {machine}; kube-apiserver, etcd and moto \
-         run on the same cores as the operator.\n\n\
+         `cargo bench --bench scale -- {args}`. Machine: {machine}. kube-apiserver, etcd and moto \
+         run on the operator's machine; with `--pin`, moto (one core at most: Python's lock) has \
+         the last CPU to itself and everything else the others, as AWS never shares the \
+         operator's CPUs. Unpinned, the floor's emulator shares the cores with the floor's client \
+         alone and the operator's with the API server, etcd and the operator, so part of the \
+         ratio is the emulator slowed by its neighbours.\n\n\
          **Quoted** marks figures that run did not measure. `--write` keeps every row and section \
          it does not re-measure from the previous BENCHMARKS.json, marked with the date and commit \
          of the run that measured them (`-dirty`: with uncommitted changes on that commit); the \

@@ -150,6 +150,16 @@ pub struct Row {
     /// Where a pair's time went while converging (`Breakdown`).
     #[serde(default)]
     pub breakdown: Breakdown,
+    /// The emulator's CPU seconds per wall second while the floor ran and while the operator
+    /// converged: 1.0 is one core, all a GIL-bound moto can use. The same calls at a lower figure
+    /// left it waiting, on its requests or for a CPU.
+    #[serde(default)]
+    pub emulator_busy_floor: f64,
+    #[serde(default)]
+    pub emulator_busy_converge: f64,
+    /// Whether the emulator had a CPU of its own (the benchmark's `--pin`).
+    #[serde(default)]
+    pub emulator_pinned: bool,
     /// Set when the operator ran with a write budget (`Budget::On`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub write_budget: Option<BudgetSpent>,
@@ -332,6 +342,7 @@ pub(crate) async fn floor(id: &Identity, ns: &str, n: usize, workload: Workload)
     );
     let before_text = metrics.render();
     let before = calls(&before_text);
+    let emulator0 = emulator_cpu_s();
     let start = Instant::now();
     let pair = |i: usize| {
         let (aws, region, path) = (aws.clone(), region.clone(), path.clone());
@@ -409,6 +420,7 @@ pub(crate) async fn floor(id: &Identity, ns: &str, n: usize, workload: Workload)
         .collect()
         .await;
     let secs = start.elapsed().as_secs_f64();
+    let emulator_busy = (emulator_cpu_s() - emulator0) / secs;
     let after_text = metrics.render();
     let used = delta(&calls(&after_text), &before, n);
     let failures = failed(&after_text) - failed(&before_text);
@@ -440,6 +452,7 @@ pub(crate) async fn floor(id: &Identity, ns: &str, n: usize, workload: Workload)
         failures,
         unanswered,
         aws_s,
+        emulator_busy,
     }
 }
 
@@ -451,6 +464,19 @@ pub(crate) struct Floor {
     pub failures: f64,
     pub unanswered: f64,
     pub aws_s: f64,
+    /// The emulator's CPU seconds per wall second while it ran.
+    pub emulator_busy: f64,
+}
+
+/// CPU seconds the emulator has used so far, from its pid in `hack/env.sh`'s state (0 when
+/// that is not known).
+pub(crate) fn emulator_cpu_s() -> f64 {
+    let pids = std::fs::read_to_string(env().state_dir.join("pids")).unwrap_or_default();
+    pids.lines()
+        .filter_map(|l| l.split_once(' '))
+        .find(|(name, _)| *name == "moto")
+        .and_then(|(_, pid)| pid.trim().parse().ok())
+        .map_or(0.0, |pid| footprint(pid).cpu_s)
 }
 
 /// AWS calls that ended in an error or throttling (a GetUser of a missing user is one: AWS
@@ -609,6 +635,7 @@ pub async fn run(
     let floor = floor(&id, &ns, n, workload).await;
     (row.floor_s, row.floor_failures) = (floor.secs, floor.failures);
     row.floor_unanswered = floor.unanswered;
+    row.emulator_busy_floor = floor.emulator_busy;
     row.floor_calls = floor.calls;
     let apis = Apis {
         buckets: Api::namespaced(client.clone(), &ns),
@@ -667,6 +694,7 @@ async fn converge(
     let sampler = Sampler::start(op.pid());
     let cpu0 = footprint(op.pid()).cpu_s;
     let before = op.metrics().await;
+    let emulator0 = emulator_cpu_s();
     let start = Instant::now();
     let ready_b = tokio::spawn(all_ready(apis.buckets.clone(), n));
     let ready_a = tokio::spawn(all_ready(apis.accesses.clone(), n));
@@ -681,6 +709,7 @@ async fn converge(
         done = done.max(ready_a.await.unwrap());
     }
     row.converge_s = done.duration_since(start).as_secs_f64();
+    row.emulator_busy_converge = (emulator_cpu_s() - emulator0) / row.converge_s;
     row.ratio = row.converge_s / row.floor_s;
     eprintln!(
         "[{n}] converged in {:.1}s (floor {:.1}s)",
