@@ -63,23 +63,28 @@ fn pin_emulator() -> Option<String> {
     if cpus < 2 {
         return None;
     }
-    let pids = std::fs::read_to_string(support::env().state_dir.join("pids")).expect("pids");
-    let (own, rest) = (format!("{}", cpus - 1), format!("0-{}", cpus - 2));
+    let pids = scale::env_pids();
+    assert!(!pids.is_empty(), "no pids in the environment's state");
+    let own = (cpus - 1).to_string();
+    let rest = match cpus - 2 {
+        0 => "0".to_string(),
+        last => format!("0-{last}"),
+    };
     let mut pinned = Vec::new();
-    for (name, pid) in pids.lines().filter_map(|l| l.split_once(' ')) {
+    for (name, pid) in pids {
         let cpu = if name == "moto" { &own } else { &rest };
         taskset(pid, cpu);
         pinned.push(format!("{name} on {cpu}"));
     }
-    taskset(&std::process::id().to_string(), &rest);
+    taskset(std::process::id(), &rest);
     pinned.push(format!("the rest on {rest}"));
     Some(pinned.join(", "))
 }
 
 /// Sets the CPUs of every thread of `pid`.
-fn taskset(pid: &str, cpus: &str) {
+fn taskset(pid: u32, cpus: &str) {
     let status = Command::new("taskset")
-        .args(["--all-tasks", "--cpu-list", "--pid", cpus, pid])
+        .args(["--all-tasks", "--cpu-list", "--pid", cpus, &pid.to_string()])
         .stdout(Stdio::null())
         .status()
         .expect("taskset (util-linux)");
@@ -88,13 +93,16 @@ fn taskset(pid: &str, cpus: &str) {
 
 /// A child's part: one measurement, printed as JSON lines. False when this is the parent.
 fn child(args: &[String]) -> bool {
-    let pin = args.iter().any(|a| a == "--pin") && args.iter().any(|a| a.starts_with("--one"));
-    let pinned = pin.then(pin_emulator).flatten();
-    if let Some(how) = &pinned {
-        eprintln!("pinned: {how}");
-    }
     if let Some(n) = arg(args, "--one") {
         let n: usize = n.parse().expect("--one N");
+        let pinned = args
+            .iter()
+            .any(|a| a == "--pin")
+            .then(pin_emulator)
+            .flatten();
+        if let Some(how) = &pinned {
+            eprintln!("pinned: {how}");
+        }
         let workload = match arg(args, "--workload").as_deref() {
             Some("buckets") => scale::Workload::Buckets,
             _ => scale::Workload::Pairs,

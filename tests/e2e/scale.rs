@@ -468,15 +468,21 @@ pub(crate) struct Floor {
     pub emulator_busy: f64,
 }
 
-/// CPU seconds the emulator has used so far, from its pid in `hack/env.sh`'s state (0 when
-/// that is not known).
-pub(crate) fn emulator_cpu_s() -> f64 {
+/// The processes `hack/env.sh` started, by name, from its state (none when that is not known).
+pub(crate) fn env_pids() -> Vec<(String, u32)> {
     let pids = std::fs::read_to_string(env().state_dir.join("pids")).unwrap_or_default();
     pids.lines()
         .filter_map(|l| l.split_once(' '))
-        .find(|(name, _)| *name == "moto")
-        .and_then(|(_, pid)| pid.trim().parse().ok())
-        .map_or(0.0, |pid| footprint(pid).cpu_s)
+        .filter_map(|(name, pid)| Some((name.to_string(), pid.trim().parse().ok()?)))
+        .collect()
+}
+
+/// CPU seconds the emulator has used so far (0 when its pid is not known).
+pub(crate) fn emulator_cpu_s() -> f64 {
+    env_pids()
+        .into_iter()
+        .find(|(name, _)| name == "moto")
+        .map_or(0.0, |(_, pid)| footprint(pid).cpu_s)
 }
 
 /// AWS calls that ended in an error or throttling (a GetUser of a missing user is one: AWS
