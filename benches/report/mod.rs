@@ -150,6 +150,10 @@ const PAIR_LINES: &[(&str, Cell)] = &[
         "Emulator busy, floor / operator converging (CPU s per s; 1 is all moto can use)",
         Cell::Since("emulator_busy_floor", "emulator_busy_converge", 2),
     ),
+    (
+        "Control plane (API server, etcd, controller manager) / operator busy converging (CPU s per s)",
+        Cell::Since("control_plane_busy_converge", "operator_busy_converge", 2),
+    ),
     ("Audit problems", Cell::Count("audit_problems")),
 ];
 
@@ -897,7 +901,10 @@ fn header(doc: &Value) -> Result<String> {
          the last CPU to itself and everything else the others, as AWS never shares the \
          operator's CPUs. Unpinned, the floor's emulator shares the cores with the floor's client \
          alone and the operator's with the API server, etcd and the operator, so part of the \
-         ratio is the emulator slowed by its neighbours.\n\n\
+         ratio is the emulator slowed by its neighbours. Pinned, the control plane, the operator \
+         and the benchmark's own client share what moto leaves: their busy figures in the pairs \
+         table, summed, say how close that share is to full (1 on 2 cores), and so whether the \
+         operator waits on the emulator or on the CPU its API server needs.\n\n\
          **Quoted** marks figures that run did not measure. `--write` keeps every row and section \
          it does not re-measure from the previous BENCHMARKS.json, marked with the date and commit \
          of the run that measured them (`-dirty`: with uncommitted changes on that commit); the \

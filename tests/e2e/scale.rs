@@ -157,6 +157,13 @@ pub struct Row {
     pub emulator_busy_floor: f64,
     #[serde(default)]
     pub emulator_busy_converge: f64,
+    /// The CPU seconds per wall second that the operator's side used while it converged: the
+    /// API server, etcd and the controller manager together, and the operator. Pinned, they
+    /// share the CPUs the emulator does not have, with the benchmark's own client.
+    #[serde(default)]
+    pub control_plane_busy_converge: f64,
+    #[serde(default)]
+    pub operator_busy_converge: f64,
     /// Whether the emulator had a CPU of its own (the benchmark's `--pin`).
     #[serde(default)]
     pub emulator_pinned: bool,
@@ -477,12 +484,24 @@ pub(crate) fn env_pids() -> Vec<(String, u32)> {
         .collect()
 }
 
-/// CPU seconds the emulator has used so far (0 when its pid is not known).
-pub(crate) fn emulator_cpu_s() -> f64 {
+/// CPU seconds the environment's processes named `names` have used so far (0 for those whose
+/// pid is not known).
+fn env_cpu_s(names: &[&str]) -> f64 {
     env_pids()
         .into_iter()
-        .find(|(name, _)| name == "moto")
-        .map_or(0.0, |(_, pid)| footprint(pid).cpu_s)
+        .filter(|(name, _)| names.contains(&name.as_str()))
+        .map(|(_, pid)| footprint(pid).cpu_s)
+        .sum()
+}
+
+/// CPU seconds the emulator has used so far.
+pub(crate) fn emulator_cpu_s() -> f64 {
+    env_cpu_s(&["moto"])
+}
+
+/// CPU seconds the control plane (API server, etcd, controller manager) has used so far.
+fn control_plane_cpu_s() -> f64 {
+    env_cpu_s(&["kube-apiserver", "etcd", "kube-controller-manager"])
 }
 
 /// AWS calls that ended in an error or throttling (a GetUser of a missing user is one: AWS
@@ -700,7 +719,7 @@ async fn converge(
     let sampler = Sampler::start(op.pid());
     let cpu0 = footprint(op.pid()).cpu_s;
     let before = op.metrics().await;
-    let emulator0 = emulator_cpu_s();
+    let (emulator0, control_plane0) = (emulator_cpu_s(), control_plane_cpu_s());
     let start = Instant::now();
     let ready_b = tokio::spawn(all_ready(apis.buckets.clone(), n));
     let ready_a = tokio::spawn(all_ready(apis.accesses.clone(), n));
@@ -716,6 +735,8 @@ async fn converge(
     }
     row.converge_s = done.duration_since(start).as_secs_f64();
     row.emulator_busy_converge = (emulator_cpu_s() - emulator0) / row.converge_s;
+    row.control_plane_busy_converge = (control_plane_cpu_s() - control_plane0) / row.converge_s;
+    row.operator_busy_converge = (footprint(op.pid()).cpu_s - cpu0) / row.converge_s;
     row.ratio = row.converge_s / row.floor_s;
     eprintln!(
         "[{n}] converged in {:.1}s (floor {:.1}s)",
