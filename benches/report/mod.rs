@@ -903,8 +903,9 @@ fn header(doc: &Value) -> Result<String> {
          alone and the operator's with the API server, etcd and the operator, so part of the \
          ratio is the emulator slowed by its neighbours. Pinned, the control plane, the operator \
          and the benchmark's own client share what moto leaves: their busy figures in the pairs \
-         table, summed, say how close that share is to full (1 on 2 cores), and so whether the \
-         operator waits on the emulator or on the CPU its API server needs.\n\n\
+         table (which leave out the client's few hundredths), summed, say how close that share is \
+         to full (1 on 2 cores), and so whether the operator waits on the emulator or on the CPU \
+         its API server needs.\n\n\
          **Quoted** marks figures that run did not measure. `--write` keeps every row and section \
          it does not re-measure from the previous BENCHMARKS.json, marked with the date and commit \
          of the run that measured them (`-dirty`: with uncommitted changes on that commit); the \

@@ -157,9 +157,9 @@ pub struct Row {
     pub emulator_busy_floor: f64,
     #[serde(default)]
     pub emulator_busy_converge: f64,
-    /// The CPU seconds per wall second that the operator's side used while it converged: the
-    /// API server, etcd and the controller manager together, and the operator. Pinned, they
-    /// share the CPUs the emulator does not have, with the benchmark's own client.
+    /// CPU seconds per wall second while the operator converged: the control plane (API server,
+    /// etcd and controller manager together), and the operator. Pinned, they share what the
+    /// emulator leaves with the benchmark's own client, which neither counts.
     #[serde(default)]
     pub control_plane_busy_converge: f64,
     #[serde(default)]
