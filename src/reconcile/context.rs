@@ -125,7 +125,7 @@ pub struct Context {
     pub events: events::Events,
     pub settled: Settled,
     /// The warm Bucket caches of every watched scope (BucketAccess looks its Bucket up here).
-    pub buckets: Vec<kube::runtime::reflector::Store<crate::api::Bucket>>,
+    pub buckets: Vec<super::refs::Buckets>,
     /// Bucket tags read from AWS, shared by a Bucket's pass and its accesses'.
     pub tag_reads: tag_reads::TagReads,
     pub grants: Grants,
@@ -196,7 +196,7 @@ impl Context {
     /// The Bucket `name` in `namespace`, from the watch cache.
     pub fn bucket(&self, namespace: &str, name: &str) -> Option<Arc<crate::api::Bucket>> {
         let key = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
-        self.buckets.iter().find_map(|s| s.get(&key))
+        self.buckets.iter().find_map(|c| c.store.get(&key))
     }
 
     pub fn resync(&self) -> Requeue {

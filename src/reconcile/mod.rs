@@ -14,6 +14,7 @@ mod object;
 pub mod orphans;
 mod pass_events;
 pub mod paused;
+pub mod refs;
 mod settled;
 pub mod slot;
 #[cfg(test)]

@@ -35,6 +35,7 @@ use crate::aws::budget::{Key, Kind};
 use crate::aws::drift_queue::Touched;
 use crate::metrics::{self, Metrics};
 use crate::reconcile::bucket::logging::Linked;
+use crate::reconcile::refs::Referrers;
 use crate::reconcile::{self, Context, Requeue, object_key};
 
 /// Longest a reconcile may run; then it fails and is retried with backoff. Cancelling one is
@@ -130,17 +131,21 @@ struct AccessWatches {
     secrets: Gated<PartialObjectMeta<Secret>>,
     config_maps: Gated<PartialObjectMeta<ConfigMap>>,
     buckets: Gated<Bucket>,
+    /// Who of the scope's BucketAccesses is granted on each Bucket.
+    granted: Arc<Referrers<BucketAccess>>,
 }
 
 /// The Bucket and BucketAccess controllers of one watched scope, each reconcile waiting at a
 /// gate of `concurrency` slots, and the bookkeeping of the objects deleted from it.
 fn start_scope(w: Watches, s: &Shared) -> [BoxFuture<'static, ()>; 2] {
     forget_deletions(w.bucket_deletions, w.access_deletions, s);
-    let buckets = bucket_controller(&w.buckets, w.bucket_events, w.bucket_events_for_logging, s);
+    let logging = (w.bucket_events_for_logging, w.bucket_refs);
+    let buckets = bucket_controller(&w.buckets, w.bucket_events, logging, s);
     let access_watches = AccessWatches {
         secrets: w.secret_events,
         config_maps: w.config_map_events,
         buckets: w.bucket_events_for_accesses,
+        granted: w.access_refs,
     };
     let accesses = access_controller(&w.accesses, w.access_events, access_watches, &w.buckets, s);
     drive_both((buckets, w.buckets), (accesses, w.accesses), s)
@@ -171,14 +176,14 @@ fn forget_deletions(buckets: Gated<Bucket>, accesses: Gated<BucketAccess>, s: &S
 fn bucket_controller(
     store: &Store<Bucket>,
     changes: Gated<Bucket>,
-    logging: Gated<Bucket>,
+    (logging, refs): (Gated<Bucket>, Arc<Referrers<Bucket>>),
     s: &Shared,
 ) -> Triggers<Bucket> {
     let (queue, classes) = (&s.queues.buckets, s.wakers.classes);
-    let (linked_store, linked, mapped) = (store.clone(), Linked::default(), queue.clone());
+    let (linked, mapped) = (Linked::default(), queue.clone());
     Triggers::of(store, changes, queue)
         .mapped(events(logging), move |b: Arc<Bucket>| {
-            mapped.added(linked.related(&linked_store, &b))
+            mapped.added(linked.related(&refs, &b))
         })
         .on(woken_by_classes(classes, store, ClassKind::Bucket, queue))
         .on(buckets_touched(s.wakers.touched, store, s.ctx, queue))
@@ -201,13 +206,13 @@ fn access_controller(
     let owners = queue.clone();
     let config_maps =
         events(watches.config_maps).inspect(move |cm| owners.add_owner_of(cm.as_ref()));
-    let (mapped, accesses, buckets_seen) = (queue.clone(), store.clone(), buckets.clone());
+    let (mapped, granted, buckets_seen) = (queue.clone(), watches.granted, buckets.clone());
     let fanout = AccessFanout::default();
     Triggers::of(store, changes, queue)
         .owning(secrets)
         .owning(config_maps)
         .mapped(events(watches.buckets), move |b: Arc<Bucket>| {
-            mapped.added(fanout.accesses_of(&accesses, &buckets_seen, &b))
+            mapped.added(fanout.accesses_of(&granted, &buckets_seen, &b))
         })
         .on(granted_on(store, s.ctx, queue))
         .on(woken_by_classes(classes, store, ClassKind::Access, queue))

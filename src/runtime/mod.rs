@@ -226,7 +226,12 @@ fn context(
         settings: config.reconcile.clone(),
         events: Events::new(client.clone(), "s3-operator", instance),
         settled: Default::default(),
-        buckets: watches.iter().map(|w| w.buckets.clone()).collect(),
+        buckets: (watches.iter())
+            .map(|w| reconcile::refs::Buckets {
+                store: w.buckets.clone(),
+                refs: w.bucket_refs.clone(),
+            })
+            .collect(),
         tag_reads: Default::default(),
         grants: Default::default(),
         budgets: Arc::new(crate::aws::budget::Budgets::new(

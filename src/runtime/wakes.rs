@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::{Stream, StreamExt};
 use kube::runtime::reflector::{ObjectRef, Store};
+use sha2::{Digest, Sha256};
 use tokio::sync::broadcast;
 
 use super::class_watches::{ClassKind, Wake, wakes, woken};
@@ -15,35 +16,30 @@ use super::watches::Watched;
 use crate::api::{Bucket, BucketAccess};
 use crate::aws::drift_queue::Touched;
 use crate::aws::naming;
+use crate::reconcile::refs::Referrers;
 use crate::reconcile::{self, Context, object_key};
 
 /// A Bucket change wakes every BucketAccess that refers to it, when something an access decides
-/// from changed ([`for_accesses`]): a Bucket's annotations and labels wake none. This runs for
-/// every Bucket event over every cached BucketAccess, so it compares in place and allocates only
-/// for a match.
+/// from changed ([`for_accesses`]): a Bucket's annotations and labels wake none.
 #[derive(Clone, Default)]
 pub(super) struct AccessFanout {
-    /// Per Bucket, what its accesses last heard of it.
-    heard: Arc<Mutex<HashMap<String, String>>>,
+    /// Per Bucket, a digest of what its accesses last heard of it (a digest, not the status
+    /// itself: this holds one entry per Bucket for the life of the process).
+    heard: Arc<Mutex<HashMap<String, [u8; 32]>>>,
 }
 
 impl AccessFanout {
     pub(super) fn accesses_of(
         &self,
-        store: &Store<BucketAccess>,
+        granted: &Referrers<BucketAccess>,
         buckets: &Store<Bucket>,
         b: &Bucket,
     ) -> Vec<ObjectRef<BucketAccess>> {
         if !self.changed(buckets, b) {
             return Vec::new();
         }
-        let (ns, name) = (&b.metadata.namespace, b.metadata.name.as_deref());
-        store
-            .state()
-            .iter()
-            .filter(|a| a.metadata.namespace == *ns && a.spec.buckets().any(|n| Some(n) == name))
-            .map(|a| ObjectRef::from_obj(a.as_ref()))
-            .collect()
+        let ns = b.metadata.namespace.as_deref().unwrap_or_default();
+        granted.naming(ns, b.metadata.name.as_deref().unwrap_or_default())
     }
 
     /// Whether `b` differs from what its accesses last heard. A Bucket gone from the store
@@ -55,10 +51,8 @@ impl AccessFanout {
             heard.remove(&key);
             return true;
         }
-        let now = for_accesses(b);
-        heard
-            .insert(key, now.clone())
-            .is_none_or(|before| before != now)
+        let now: [u8; 32] = Sha256::digest(for_accesses(b)).into();
+        heard.insert(key, now).is_none_or(|before| before != now)
     }
 }
 
@@ -99,12 +93,15 @@ pub(super) fn granted_on(
     store: &Store<BucketAccess>,
     ctx: &Arc<Context>,
     queue: &Queue,
-) -> impl futures::Stream<Item = ObjectRef<BucketAccess>> + Send + 'static {
+) -> impl Stream<Item = ObjectRef<BucketAccess>> + Send + 'static {
     let (c, names) = (ctx.clone(), BucketNames::default());
     // A full pass: the bucket behind the name has changed hands.
-    woken_by(ctx.grants.subscribe(), store, ctx, queue, move |name, a| {
+    woken_by(ctx.grants.subscribe(), store, ctx, queue, move |woke, a| {
         let ns = a.metadata.namespace.as_deref().unwrap_or_default();
-        (a.spec.buckets()).any(|n| c.bucket(ns, n).is_some_and(|b| names.names(&c, &b, name)))
+        (a.spec.buckets()).any(|n| {
+            c.bucket(ns, n)
+                .is_some_and(|b| names.names_any(&c, &b, woke))
+        })
     })
 }
 
@@ -121,14 +118,20 @@ const NAMES_KEPT: usize = 20_000;
 
 impl BucketNames {
     /// Does `b` name the S3 bucket `name`?
+    #[cfg(test)]
     fn names(&self, c: &Context, b: &Bucket, name: &str) -> bool {
+        self.names_any(c, b, &[name.to_string()])
+    }
+
+    /// Does `b` name one of the S3 buckets `names`?
+    fn names_any(&self, c: &Context, b: &Bucket, names: &[String]) -> bool {
         let uid = b.metadata.uid.as_deref().unwrap_or_default();
         let version = b.metadata.resource_version.as_deref().unwrap_or_default();
         let mut known = self.0.lock().expect("bucket names poisoned");
         if let Some((v, n)) = known.get(uid)
             && v == version
         {
-            return n.as_deref() == Some(name);
+            return n.as_ref().is_some_and(|n| names.contains(n));
         }
         if known.len() >= NAMES_KEPT {
             known.clear();
@@ -138,7 +141,7 @@ impl BucketNames {
         let prefix = prefix.unwrap_or(&c.settings.bucket_name_prefix);
         let owner = reconcile::owner(b, &c.settings.cluster_name);
         let named = reconcile::bucket::bucket_name(b, prefix, &owner).ok();
-        let hit = named.as_deref() == Some(name);
+        let hit = named.as_ref().is_some_and(|n| names.contains(n));
         known.insert(uid.to_string(), (version.to_string(), named));
         hit
     }
@@ -152,19 +155,19 @@ pub(super) fn buckets_touched(
     queue: &Queue,
 ) -> impl Stream<Item = ObjectRef<Bucket>> + Send + 'static {
     let (c, names) = (ctx.clone(), BucketNames::default());
-    woken_by(touched.subscribe(), store, ctx, queue, move |t, b| {
-        let Touched::Bucket { name, account } = t else {
-            return false;
-        };
+    woken_by(touched.subscribe(), store, ctx, queue, move |events, b| {
         // Bucket names are global, but the event's account, where known, is still checked.
         let recorded = b.status.as_ref().and_then(|s| s.account.as_ref());
-        if account
-            .as_ref()
-            .is_some_and(|a| *a != lives_in(&c, recorded))
-        {
-            return false;
-        }
-        names.names(&c, b, name)
+        let here = lives_in(&c, recorded);
+        let named: Vec<String> = (events.iter())
+            .filter_map(|t| match t {
+                Touched::Bucket { name, account } if account.as_ref().is_none_or(|a| a == here) => {
+                    Some(name.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        !named.is_empty() && names.names_any(&c, b, &named)
     })
 }
 
@@ -176,26 +179,34 @@ pub(super) fn accesses_touched(
     queue: &Queue,
 ) -> impl Stream<Item = ObjectRef<BucketAccess>> + Send + 'static {
     let c = ctx.clone();
-    woken_by(touched.subscribe(), store, ctx, queue, move |t, a| {
-        let Touched::Identity { name, account } = t else {
-            return false;
-        };
+    woken_by(touched.subscribe(), store, ctx, queue, move |events, a| {
         // A user's or role's name is unique only in its account: a same-named identity in
         // another account is not this access's (an event without one is the operator's own).
         let recorded = a.status.as_ref().and_then(|s| s.account.as_ref());
-        if account.as_deref().unwrap_or(&c.accounts.home().id) != lives_in(&c, recorded) {
+        let here = lives_in(&c, recorded);
+        let mut named = (events.iter()).filter_map(|t| match t {
+            Touched::Identity { name, account }
+                if account.as_deref().unwrap_or(&c.accounts.home().id) == here =>
+            {
+                Some(name)
+            }
+            _ => None,
+        });
+        let Some(first) = named.next() else {
             return false;
-        }
+        };
         let meta = &a.metadata;
         let ns = meta.namespace.as_deref().unwrap_or_default();
         let uid = meta.uid.as_deref().unwrap_or_default();
         let n = meta.name.as_deref().unwrap_or_default();
         // An identity made before names carried the long UID hash keeps its name.
-        [
+        let mine = [
             naming::iam_name(ns, n, uid),
             naming::legacy_iam_name(ns, n, uid),
-        ]
-        .contains(name)
+        ];
+        std::iter::once(first)
+            .chain(named)
+            .any(|name| mine.contains(name))
     })
 }
 
@@ -218,8 +229,10 @@ where
         .collect()
 }
 
-/// The objects of `store` that `wakes` each value sent on `rx` from now on (events before are
-/// not replayed), each for a full pass. A receiver that fell behind the channel cannot know
+/// The objects of `store` that `wakes` of the values sent on `rx` from now on (events before
+/// are not replayed), each for a full pass. Values sent while the last were served are served
+/// together, by one look at each object (one per value made the wakes of N new buckets cost N
+/// scans of N accesses). A receiver that fell behind the channel cannot know
 /// which values it lost: it wakes every object of `store` for a full pass instead, counted in
 /// `s3_operator_wake_overflows_total` (the budgets spread the reads that costs).
 fn woken_by<K, T, F>(
@@ -232,13 +245,13 @@ fn woken_by<K, T, F>(
 where
     K: Watched,
     T: Clone + Send + 'static,
-    F: Fn(&T, &K) -> bool + Send + 'static,
+    F: Fn(&[T], &K) -> bool + Send + 'static,
 {
     let (store, ctx, queue) = (store.clone(), ctx.clone(), queue.clone());
     each(rx).flat_map(move |heard| {
         let state = store.state();
         let woken = match &heard {
-            Heard::Value(v) => full_passes(&ctx, state.iter().filter(|o| wakes(v, o))),
+            Heard::Values(v) => full_passes(&ctx, state.iter().filter(|o| wakes(v, o))),
             Heard::Missed => {
                 let name = queue.name;
                 tracing::warn!(
@@ -256,22 +269,31 @@ where
     })
 }
 
-/// What a receiver of a broadcast channel hears: a value, or that it fell behind and lost some.
+/// What a receiver of a broadcast channel hears: values, or that it fell behind and lost some.
 #[derive(Clone, Debug, PartialEq, Eq)]
 enum Heard<T> {
-    Value(T),
+    Values(Vec<T>),
     Missed,
 }
 
-/// Every value sent on a broadcast channel from now on, and `Missed` where values were lost.
+/// Every value sent on a broadcast channel from now on, those already waiting taken together,
+/// and `Missed` where values were lost.
 fn each<T: Clone + Send + 'static>(
     rx: broadcast::Receiver<T>,
 ) -> impl Stream<Item = Heard<T>> + Send {
+    use broadcast::error::{RecvError, TryRecvError};
     futures::stream::unfold(rx, |mut rx| async move {
-        match rx.recv().await {
-            Ok(v) => Some((Heard::Value(v), rx)),
-            Err(broadcast::error::RecvError::Lagged(_)) => Some((Heard::Missed, rx)),
-            Err(broadcast::error::RecvError::Closed) => None,
+        let mut values = match rx.recv().await {
+            Ok(v) => vec![v],
+            Err(RecvError::Lagged(_)) => return Some((Heard::Missed, rx)),
+            Err(RecvError::Closed) => return None,
+        };
+        loop {
+            match rx.try_recv() {
+                Ok(v) => values.push(v),
+                Err(TryRecvError::Lagged(_)) => return Some((Heard::Missed, rx)),
+                Err(_) => return Some((Heard::Values(values), rx)),
+            }
         }
     })
 }
@@ -342,6 +364,23 @@ mod tests {
         assert!(names.names(&ctx, &b, "team-t-fixed"));
     }
 
+    /// Values sent while the last were served come together, so one look at the cache serves
+    /// them all; a later one comes on its own, and a closed channel ends the stream.
+    #[tokio::test]
+    async fn values_already_waiting_are_heard_together() {
+        let (tx, rx) = broadcast::channel(8);
+        let mut heard = Box::pin(each(rx));
+        for v in ["a", "b", "c"] {
+            tx.send(v.to_string()).unwrap();
+        }
+        let together = ["a", "b", "c"].map(String::from).to_vec();
+        assert_eq!(heard.next().await, Some(Heard::Values(together)));
+        tx.send("d".to_string()).unwrap();
+        assert_eq!(heard.next().await, Some(Heard::Values(vec!["d".into()])));
+        drop(tx);
+        assert_eq!(heard.next().await, None);
+    }
+
     /// A receiver that falls behind the drift-event channel cannot know what it lost: every
     /// object of its kind gets a full pass, and the overflow is counted (the wakes were dropped
     /// silently before).
@@ -407,9 +446,8 @@ mod tests {
             "metadata": {"name": "app", "namespace": "team-a"},
             "spec": {"bucketRef": {"name": "b"}, "permission": "ReadOnly"}}))
         .unwrap();
-        let mut accesses = Writer::<BucketAccess>::default();
-        accesses.apply_watcher_event(&Event::Apply(access));
-        let accesses = accesses.as_reader();
+        let accesses = crate::reconcile::refs::accesses();
+        accesses.put(&access);
         let woken = |b: &Bucket| fanout.accesses_of(&accesses, &buckets, b).len();
         assert_eq!(woken(&plain), 1, "first heard of");
         assert_eq!(woken(&plain), 0, "nothing new");

@@ -15,13 +15,18 @@ use tokio::sync::watch;
 
 use super::lifecycle::Health;
 use crate::api::{Bucket, BucketAccess};
+use crate::reconcile::refs::{self, Referrers};
 use crate::reconcile::{Object, bucket_access};
 
 /// The watches of one scope (a namespace, or the whole cluster). They run from start-up on
 /// leader and standby alike, so a replica that becomes leader starts with warm caches.
 pub(super) struct Watches {
     pub buckets: Store<Bucket>,
+    /// The Buckets of `buckets` that log or replicate into each Bucket.
+    pub bucket_refs: Arc<Referrers<Bucket>>,
     pub accesses: Store<BucketAccess>,
+    /// The BucketAccesses of `accesses` granted on each Bucket.
+    pub access_refs: Arc<Referrers<BucketAccess>>,
     pub bucket_events: Gated<Bucket>,
     pub bucket_events_for_accesses: Gated<Bucket>,
     pub bucket_deletions: Gated<Bucket>,
@@ -78,9 +83,13 @@ impl Watches {
         // A deleted Bucket wakes the BucketAccesses that refer to it, as a change does.
         // A deleted Bucket also leaves the logging grant of the Bucket it logged into.
         let hear = [Changes, ChangesAndDeletions, Deletions, ChangesAndDeletions];
-        let (buckets, mut b) = shared_watch(api(client, ns), all(), &hear, sync, leading);
+        let bucket_refs = Arc::new(refs::buckets());
+        let (buckets, mut b) =
+            shared_watch(api(client, ns), all(), &hear, &bucket_refs, sync, leading);
         let hear = [Changes, Deletions];
-        let (accesses, mut a) = shared_watch(api(client, ns), all(), &hear, sync, leading);
+        let access_refs = Arc::new(refs::accesses());
+        let (accesses, mut a) =
+            shared_watch(api(client, ns), all(), &hear, &access_refs, sync, leading);
         // Secrets only wake their BucketAccess (reconciles read them fresh): only their
         // metadata is watched, and none of it is kept.
         // An Api of PartialObjectMeta makes metadata-only requests.
@@ -88,7 +97,9 @@ impl Watches {
         let config_map_events = owned_watch::<ConfigMap>(api(client, ns), managed, sync, leading);
         Watches {
             buckets,
+            bucket_refs,
             accesses,
+            access_refs,
             bucket_events: b.remove(0),
             bucket_events_for_accesses: b.remove(0),
             bucket_deletions: b.remove(0),
@@ -151,9 +162,10 @@ impl<K> Fanout<K> {
     }
 }
 
-/// A watch feeding a store, driven for the life of the process. Each subscriber gets the
-/// objects it hears of (`hear`, one per subscriber) while `leading` is true; otherwise events
-/// are dropped (the store still takes them), so a standby never blocks the watch.
+/// A watch feeding a store and who in it names each Bucket (`refs`), driven for the life of the
+/// process. Each subscriber gets the objects it hears of (`hear`, one per subscriber) while
+/// `leading` is true; otherwise events are dropped (the store still takes them), so a standby
+/// never blocks the watch.
 ///
 /// The objects are handed on straight from the watch stream: kube's shared-store subscription
 /// (`ReflectHandle`) stalls for good once it meets the reference of an object already deleted
@@ -162,6 +174,7 @@ fn shared_watch<K>(
     api: Api<K>,
     cfg: watcher::Config,
     hear: &[Hear],
+    refs: &Arc<Referrers<K>>,
     sync: &Arc<CacheSync>,
     leading: &watch::Receiver<bool>,
 ) -> (Store<K>, Vec<Gated<K>>)
@@ -171,36 +184,43 @@ where
     let (reader, writer) = reflector::store();
     let (fanout, receivers) = Fanout::new(hear);
     let store = reader.clone();
-    let (sync, leading) = (sync.clone(), leading.clone());
+    let (refs, sync, leading) = (refs.clone(), sync.clone(), leading.clone());
     let mut listed = false;
     let stream = watcher::watcher(api, cfg)
         .default_backoff()
         .modify(trim)
         .reflect(writer)
         .for_each(move |event| {
+            let lead = *leading.borrow();
             match &event {
                 // A (re-)list is complete and swapped into the store: hand on everything, so
                 // changes missed while a watch was down are seen too.
                 Ok(watcher::Event::InitDone) => {
+                    let all = store.state();
+                    refs.reset(&all);
                     if !listed {
                         listed = true;
                         sync.listed();
                     }
-                    if *leading.borrow() {
-                        for obj in store.state() {
+                    if lead {
+                        for obj in all {
                             fanout.send(&obj, false);
                         }
                     }
                 }
                 // The store already holds this version; share its copy.
-                Ok(watcher::Event::Apply(obj)) if *leading.borrow() => {
-                    if let Some(obj) = store.get(&ObjectRef::from_obj(obj)) {
+                Ok(watcher::Event::Apply(obj)) => {
+                    refs.put(obj);
+                    if let Some(obj) = store.get(&ObjectRef::from_obj(obj)).filter(|_| lead) {
                         fanout.send(&obj, false);
                     }
                 }
                 // Already gone from the store: hand on its last state.
-                Ok(watcher::Event::Delete(obj)) if *leading.borrow() => {
-                    fanout.send(&Arc::new(obj.clone()), true);
+                Ok(watcher::Event::Delete(obj)) => {
+                    refs.remove(obj);
+                    if lead {
+                        fanout.send(&Arc::new(obj.clone()), true);
+                    }
                 }
                 _ => {}
             }

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};
 
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 
 use super::Desired;
 use super::replication;
@@ -18,6 +18,7 @@ use crate::api::condition::{Reason, is_ready};
 use crate::aws::s3::logging::LogTarget;
 use crate::aws::tags::Ownership;
 use crate::aws::{naming, policy};
+use crate::reconcile::refs::Referrers;
 use crate::reconcile::{Blocked, Settings, bucket, owner};
 
 /// The field every refusal names.
@@ -114,15 +115,23 @@ pub fn links(
     }
 }
 
-/// The links of `b` from the context's caches.
+/// The links of `b` from the context's caches: of its namespace, only the Buckets it names and
+/// those naming it are looked at.
 pub fn links_in(b: &Bucket, ctx: &InAccount<'_>) -> Links {
-    let ns = b.namespace().unwrap_or_default();
-    let key = ObjectRef::<Bucket>::new(&b.name_any()).within(&ns);
+    let (ns, name) = (b.namespace().unwrap_or_default(), b.name_any());
     // The scope holding `b` holds its whole namespace.
-    let Some(store) = ctx.buckets.iter().find(|s| s.get(&key).is_some()) else {
+    let key = ObjectRef::<Bucket>::new(&name).within(&ns);
+    let Some(cache) = ctx.buckets.iter().find(|c| c.store.get(&key).is_some()) else {
         return Links::default();
     };
-    links(b, &store.state(), &ctx.settings, &ctx.aws.region)
+    let mut related: Vec<ObjectRef<Bucket>> = named(b)
+        .map(|n| ObjectRef::new(n).within(&ns))
+        .chain(cache.refs.naming(&ns, &name))
+        .collect();
+    related.sort_by(|x, y| x.name.cmp(&y.name));
+    related.dedup();
+    let related: Vec<Arc<Bucket>> = related.iter().filter_map(|r| cache.store.get(r)).collect();
+    links(b, &related, &ctx.settings, &ctx.aws.region)
 }
 
 /// ARNs of the buckets that log into `target`: the Buckets of its namespace (never another's)
@@ -291,14 +300,14 @@ pub struct Linked {
 }
 
 /// The Bucket objects `b` names: the one it logs into and its replication destinations.
-fn named(b: &Bucket) -> impl Iterator<Item = &str> {
+pub fn named(b: &Bucket) -> impl Iterator<Item = &str> {
     target_name(b)
         .into_iter()
         .chain(replication::destination_names(b))
 }
 
 impl Linked {
-    pub fn related(&self, store: &Store<Bucket>, b: &Bucket) -> Vec<ObjectRef<Bucket>> {
+    pub fn related(&self, refs: &Referrers<Bucket>, b: &Bucket) -> Vec<ObjectRef<Bucket>> {
         let ns = b.namespace().unwrap_or_default();
         let me = ObjectRef::from_obj(b);
         let now: Vec<String> = named(b).map(str::to_string).collect();
@@ -314,17 +323,8 @@ impl Linked {
             .into_iter()
             .chain(before.into_iter().flatten())
             .map(|t| ObjectRef::new(&t).within(&ns))
+            .chain(refs.naming(&ns, &b.name_any()))
             .collect();
-        // Every Bucket event scans the cache: compare in place, allocate only for a match.
-        let name = b.metadata.name.as_deref();
-        out.extend(
-            store
-                .state()
-                .iter()
-                .filter(|s| named(s).any(|t| Some(t) == name))
-                .filter(|s| s.metadata.namespace.as_deref() == Some(ns.as_str()))
-                .map(|s| ObjectRef::from_obj(s.as_ref())),
-        );
         out.sort_by_key(|r| r.name.clone());
         out.dedup();
         out
@@ -491,13 +491,57 @@ mod tests {
         assert_eq!(links(&plain, &all, &s, "us-east-1").fingerprint(), "|");
     }
 
+    /// A pass looks only at the Buckets it names and those naming it, and finds what a look at
+    /// every cached Bucket finds: its target, its sources of its namespace, its destinations.
+    #[tokio::test]
+    async fn a_pass_finds_its_links_from_the_index_as_from_the_whole_cache() {
+        let target = b("ns", "logs", None, true);
+        let mut all: Vec<Arc<Bucket>> = (0..50)
+            .map(|i| b("ns", &format!("plain-{i}"), None, true))
+            .collect();
+        all.extend([
+            target.clone(),
+            b("ns", "photos", Some("logs"), true),
+            b("ns", "videos", Some("logs"), true),
+            b("other", "photos", Some("logs"), true),
+            b("ns", "looped", Some("looped"), true),
+        ]);
+        let objects: Vec<Bucket> = all.iter().map(|o| (**o).clone()).collect();
+        let ctx = crate::reconcile::Context {
+            buckets: vec![crate::reconcile::refs::Buckets::of(&objects)],
+            ..crate::reconcile::Context::for_tests()
+        };
+        let cx = InAccount::home(&ctx);
+        for o in &all {
+            let from_index = links_in(o, &cx);
+            let from_all = links(o, &all, &cx.settings, &cx.aws.region);
+            assert_eq!(
+                from_index.fingerprint(),
+                from_all.fingerprint(),
+                "{}",
+                o.name_any()
+            );
+        }
+        let of_target = links_in(&target, &cx);
+        assert_eq!(
+            of_target.sources,
+            ["arn:aws:s3:::s3op-ns-photos", "arn:aws:s3:::s3op-ns-videos"]
+        );
+        let source = all.iter().find(|o| o.name_any() == "photos").unwrap();
+        let of_source = links_in(source, &cx);
+        assert_eq!(of_source.target.map(|t| t.name_any()), Some("logs".into()));
+        // A Bucket no cache holds has no links.
+        let stray = b("ns", "stray", Some("logs"), true);
+        assert!(links_in(&stray, &cx).target.is_none());
+    }
+
     #[test]
     fn a_change_wakes_the_old_and_new_targets_and_the_sources() {
-        let (reader, mut writer) = kube::runtime::reflector::store::<Bucket>();
+        let reader = crate::reconcile::refs::buckets();
         let target = b("ns", "logs", None, true);
         let source = b("ns", "photos", Some("logs"), true);
         for o in [&target, &source, &b("other", "x", Some("logs"), true)] {
-            writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply((**o).clone()));
+            reader.put(o);
         }
         let linked = Linked::default();
         let names = |v: Vec<ObjectRef<Bucket>>| {

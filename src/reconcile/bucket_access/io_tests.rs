@@ -114,12 +114,8 @@ fn context(fakes: &Fakes, buckets: &[Bucket]) -> Arc<Context> {
 
 /// The same, with `classes`.
 fn under(fakes: &Fakes, buckets: &[Bucket], classes: Classes) -> Arc<Context> {
-    let (store, mut writer) = reflector::store::<Bucket>();
-    for b in buckets {
-        writer.apply_watcher_event(&watcher::Event::Apply(b.clone()));
-    }
     Arc::new(Context {
-        buckets: vec![store],
+        buckets: vec![crate::reconcile::refs::Buckets::of(buckets)],
         classes,
         ..fakes.context()
     })
