@@ -50,7 +50,7 @@ const UNSETTLED_KEPT: usize = 4;
 /// decides from in its metadata ([`deciding`]), and when.
 struct LetThrough {
     version: String,
-    deciding: String,
+    deciding: [u8; 32],
     at: Instant,
 }
 
@@ -242,16 +242,19 @@ pub fn requested_at(meta: &ObjectMeta) -> Option<&str> {
 /// What of an object's metadata a pass decides from: its identity, generation (the spec),
 /// deletion, finalizers and the deciding annotations. Everything else (other annotations,
 /// labels, managedFields, the resourceVersion itself) is a tenant's business.
-fn deciding(meta: &ObjectMeta) -> String {
+/// A digest, not the values: one is kept per object, and a tenant sets their lengths.
+fn deciding(meta: &ObjectMeta) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
     let annotations = meta.annotations.as_ref();
     let values = DECIDING.map(|k| annotations.and_then(|a| a.get(k)).cloned());
-    format!(
+    let all = format!(
         "{:?}|{:?}|{}|{:?}|{values:?}",
         meta.uid,
         meta.generation,
         meta.deletion_timestamp.is_some(),
         meta.finalizers,
-    )
+    );
+    Sha256::digest(all).into()
 }
 
 /// Does `value` ask for a full pass? Only a value other than the one `served` (what the last
