@@ -100,7 +100,7 @@ pub(super) fn granted_on(
         let ns = a.metadata.namespace.as_deref().unwrap_or_default();
         (a.spec.buckets()).any(|n| {
             c.bucket(ns, n)
-                .is_some_and(|b| names.names_any(&c, &b, woke))
+                .is_some_and(|b| names.names_one(&c, &b, |n| woke.iter().any(|w| w == n)))
         })
     })
 }
@@ -120,18 +120,18 @@ impl BucketNames {
     /// Does `b` name the S3 bucket `name`?
     #[cfg(test)]
     fn names(&self, c: &Context, b: &Bucket, name: &str) -> bool {
-        self.names_any(c, b, &[name.to_string()])
+        self.names_one(c, b, |n| n == name)
     }
 
-    /// Does `b` name one of the S3 buckets `names`?
-    fn names_any(&self, c: &Context, b: &Bucket, names: &[String]) -> bool {
+    /// Does `b` name an S3 bucket that `wanted`?
+    fn names_one(&self, c: &Context, b: &Bucket, wanted: impl Fn(&str) -> bool) -> bool {
         let uid = b.metadata.uid.as_deref().unwrap_or_default();
         let version = b.metadata.resource_version.as_deref().unwrap_or_default();
         let mut known = self.0.lock().expect("bucket names poisoned");
         if let Some((v, n)) = known.get(uid)
             && v == version
         {
-            return n.as_ref().is_some_and(|n| names.contains(n));
+            return n.as_deref().is_some_and(wanted);
         }
         if known.len() >= NAMES_KEPT {
             known.clear();
@@ -141,7 +141,7 @@ impl BucketNames {
         let prefix = prefix.unwrap_or(&c.settings.bucket_name_prefix);
         let owner = reconcile::owner(b, &c.settings.cluster_name);
         let named = reconcile::bucket::bucket_name(b, prefix, &owner).ok();
-        let hit = named.as_ref().is_some_and(|n| names.contains(n));
+        let hit = named.as_deref().is_some_and(wanted);
         known.insert(uid.to_string(), (version.to_string(), named));
         hit
     }
@@ -156,18 +156,18 @@ pub(super) fn buckets_touched(
 ) -> impl Stream<Item = ObjectRef<Bucket>> + Send + 'static {
     let (c, names) = (ctx.clone(), BucketNames::default());
     woken_by(touched.subscribe(), store, ctx, queue, move |events, b| {
+        if !events.iter().any(|t| matches!(t, Touched::Bucket { .. })) {
+            return false;
+        }
         // Bucket names are global, but the event's account, where known, is still checked.
         let recorded = b.status.as_ref().and_then(|s| s.account.as_ref());
         let here = lives_in(&c, recorded);
-        let named: Vec<String> = (events.iter())
-            .filter_map(|t| match t {
-                Touched::Bucket { name, account } if account.as_ref().is_none_or(|a| a == here) => {
-                    Some(name.clone())
-                }
-                _ => None,
+        names.names_one(&c, b, |n| {
+            events.iter().any(|t| {
+                matches!(t, Touched::Bucket { name, account }
+                    if name == n && account.as_ref().is_none_or(|a| a == here))
             })
-            .collect();
-        !named.is_empty() && names.names_any(&c, b, &named)
+        })
     })
 }
 
